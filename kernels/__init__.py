@@ -1,0 +1,26 @@
+"""The ops layer: fast-weight rules as functional ops (like ``fla.ops``).
+
+Mixers build on these; this package imports nothing from the rest of the project.
+"""
+
+from kernels.falcon import (
+    ALIGNMENTS,
+    BACKENDS,
+    RULES,
+    TIMINGS,
+    FastWeightState,
+    RuleConfig,
+    fast_weight_rule,
+    fast_weight_step,
+)
+
+__all__ = [
+    "ALIGNMENTS",
+    "BACKENDS",
+    "RULES",
+    "TIMINGS",
+    "FastWeightState",
+    "RuleConfig",
+    "fast_weight_rule",
+    "fast_weight_step",
+]

@@ -1,0 +1,133 @@
+"""The public functional ops: ``fast_weight_rule`` (a whole sequence) and ``fast_weight_step`` (one token)."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+from torch import Tensor
+
+from kernels.falcon.checks import check_inputs, check_state
+from kernels.falcon.config import RuleConfig
+from kernels.falcon.naive import advance, recurrent_forward
+from kernels.falcon.state import FastWeightState, fresh_state
+
+Backend = Callable[..., tuple[Tensor, FastWeightState]]
+
+
+def _masked(*args, **opts):
+    from kernels.falcon.masked import masked_forward
+
+    return masked_forward(*args)
+
+
+def _chunk(*args, chunk_size: int = 64, **opts):
+    from kernels.falcon.chunk import chunk_forward
+
+    return chunk_forward(*args, chunk_size=chunk_size)
+
+
+def _recurrent(*args, **opts):
+    return recurrent_forward(*args)
+
+
+BACKENDS: dict[str, Backend] = {"recurrent": _recurrent, "masked": _masked, "chunk": _chunk}
+
+
+def compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    """State and accumulation precision: float64 for float64 inputs, float32 otherwise."""
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def _start(q: Tensor, v: Tensor, cfg: RuleConfig, initial_state: FastWeightState | Tensor | None,
+           dtype: torch.dtype) -> tuple[FastWeightState, bool]:
+    """The state to start from and whether the sequence is fresh (a bare S tensor starts fresh)."""
+    B, _, H, Dk = q.shape
+    Dv = v.shape[-1]
+    if initial_state is None or isinstance(initial_state, Tensor):
+        if isinstance(initial_state, Tensor) and tuple(initial_state.shape) != (B, H, Dk, Dv):
+            raise ValueError(f"initial_state has shape {tuple(initial_state.shape)}; expected S of shape "
+                             f"[B, H, Dk, Dv] = {(B, H, Dk, Dv)} or a FastWeightState")
+        return fresh_state(B, H, Dk, Dv, cfg.span, dtype, q.device, initial_state), True
+    if not isinstance(initial_state, FastWeightState):
+        raise ValueError(f"initial_state must be None, a tensor S or a FastWeightState, "
+                         f"got {type(initial_state).__name__}")
+    check_state(initial_state, q, v, cfg)
+    st = initial_state
+    return FastWeightState(st.S.to(dtype), st.last_key.to(dtype), st.x_tail.to(dtype), st.v_tail.to(dtype),
+                           st.tail_mask.bool()), False
+
+
+def fast_weight_rule(
+    q: Tensor, k: Tensor, v: Tensor, beta: Tensor, lam: Tensor, *, rule: str, window: int = 4,
+    eps: float = 1e-6, decay_floor: float = 1e-3, scale_coupled_ridge: bool = False,
+    alignment: str = "shifted", timing: str = "raw", normalize: bool = True, backend: str = "recurrent",
+    chunk_size: int = 64, initial_state: FastWeightState | Tensor | None = None,
+    output_final_state: bool = False, validate: bool = False,
+) -> tuple[Tensor, FastWeightState | None]:
+    """Run a Falcon rule over a sequence.
+
+    Args:
+        q, k: ``[B, T, H, Dk]`` featurised queries and keys. v: ``[B, T, H, Dv]``.
+        beta: gains β ∈ (0, 2), ``[B, T, H]`` (``[B, T, H, Dv]`` for falcon-2/2a); with ``normalize=False``
+            it is the step size η itself (the ctxη reading).
+        lam: ridge λ_t ``[B, T, H]`` (λ̄_t when ``scale_coupled_ridge``).
+        rule: one of ``RULES``. window: B of falcon-3/3a (ignored by the others).
+        eps: ε of the step-size denominator. decay_floor: ε_γ, the carry never drops below it.
+        alignment: ``"shifted"`` (x_t = k_{t−1}) or ``"same_time"`` (x_t = k_t).
+        timing: ``"raw"`` (read S_t) or ``"rbw"`` (read S_{t−1}).
+        backend: ``"recurrent"`` (the oracle), ``"masked"`` (O(T²)), ``"chunk"`` (chunk-parallel).
+        initial_state: a ``FastWeightState`` to continue from, a bare S (a fresh sequence starting from S),
+            or None (a fresh sequence from S = 0).
+        output_final_state: return the state for exact continuation.
+        validate: also check value ranges (β ∈ (0, 2), λ ≥ 0, finite); costs a device sync.
+
+    Returns:
+        o ``[B, T, H, Dv]`` in q's dtype, and the final state (or None).
+    """
+    cfg = RuleConfig(rule=rule, window=window, eps=eps, decay_floor=decay_floor,
+                     scale_coupled_ridge=scale_coupled_ridge, alignment=alignment, timing=timing,
+                     normalize=normalize)
+    if backend not in BACKENDS:
+        raise ValueError(f"backend={backend!r}; accepted: {', '.join(BACKENDS)}")
+    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
+        raise ValueError(f"chunk_size must be an integer >= 1, got {chunk_size!r}")
+    check_inputs(q, k, v, beta, lam, cfg, validate)
+    out_dtype, dtype = q.dtype, compute_dtype(q.dtype)
+    state, fresh = _start(q, v, cfg, initial_state, dtype)
+    if cfg.per_channel and beta.dim() == 3:
+        beta = beta[..., None].expand(*beta.shape, v.shape[-1])
+    q, k, v, beta, lam = (t.to(dtype) for t in (q, k, v, beta, lam))
+    o, final = BACKENDS[backend](q, k, v, beta, lam, cfg, state, fresh, chunk_size=chunk_size)
+    return o.to(out_dtype), (final if output_final_state else None)
+
+
+def fast_weight_step(
+    state: FastWeightState | None, q_t: Tensor, k_t: Tensor, v_t: Tensor, beta_t: Tensor, lam_t: Tensor, *,
+    rule: str, window: int = 4, eps: float = 1e-6, decay_floor: float = 1e-3,
+    scale_coupled_ridge: bool = False, alignment: str = "shifted", timing: str = "raw",
+    normalize: bool = True,
+) -> tuple[Tensor, FastWeightState]:
+    """Advance one token in O(1) for generation. q_t, k_t ``[B, H, Dk]``; v_t ``[B, H, Dv]``;
+    beta_t ``[B, H]`` (``[B, H, Dv]`` for 2/2a); lam_t ``[B, H]``. ``state=None`` starts a fresh sequence.
+    Returns (o_t ``[B, H, Dv]``, the new state). Equal to ``fast_weight_rule`` over the same tokens."""
+    cfg = RuleConfig(rule=rule, window=window, eps=eps, decay_floor=decay_floor,
+                     scale_coupled_ridge=scale_coupled_ridge, alignment=alignment, timing=timing,
+                     normalize=normalize)
+    unsq = lambda t: t.unsqueeze(1) if isinstance(t, Tensor) else t  # noqa: E731  one token as T = 1
+    q, k, v, beta, lam = map(unsq, (q_t, k_t, v_t, beta_t, lam_t))
+    check_inputs(q, k, v, beta, lam, cfg, validate=False)
+    dtype = compute_dtype(q.dtype)
+    st, fresh = _start(q, v, cfg, state, dtype)
+    if cfg.per_channel and beta.dim() == 3:
+        beta = beta[..., None].expand(*beta.shape, v.shape[-1])
+    q, k, v, beta, lam = (t[:, 0].to(dtype) for t in (q, k, v, beta, lam))
+    x_t = (st.last_key if cfg.shifted else k)
+    is_pair = not (fresh and cfg.shifted)
+    xw = torch.cat([st.x_tail, x_t[:, :, None]], dim=2)
+    vw = torch.cat([st.v_tail, v[:, :, None]], dim=2)
+    new_slot = torch.full((q.shape[0], 1), is_pair, dtype=torch.bool, device=q.device)
+    mw = torch.cat([st.tail_mask, new_slot], dim=1)
+    o, S = advance(cfg, st.S, xw, vw, mw, q, beta, lam)
+    new = FastWeightState(S=S, last_key=k, x_tail=xw[:, :, 1:], v_tail=vw[:, :, 1:], tail_mask=mw[:, 1:])
+    return o.to(q_t.dtype), new
