@@ -1,0 +1,5 @@
+"""Lets `python -m lab` run the `lab` command line."""
+
+from lab.cli import main
+
+main()
