@@ -1,0 +1,121 @@
+"""The `lab` command line: its groups, its version, and how unbuilt commands refuse."""
+
+import re
+import shutil
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+import lab
+from lab.cli import GROUPS, app
+from lab.cli._common import not_built
+
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+ROOT = Path(__file__).resolve().parents[1]
+
+# The commands each group offers; groups may gain commands but must keep these.
+EXPECTED = {
+    "data": ["addition", "fineweb"],
+    "eval": ["addition", "ppl"],
+    "sweep": ["run", "report"],
+    "reproduce": ["addition", "fineweb"],
+    "ablate": ["alignment"],
+    "plot": ["addition", "ablation"],
+    "bench": ["kernels", "train"],
+    "report": ["runs"],
+}
+
+
+def invoke(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(app, list(args))
+    return result.exit_code, ANSI.sub("", result.output)
+
+
+def run(command: list[str]) -> subprocess.CompletedProcess:
+    """Run a command in a fresh process from the repository root, as a user's shell would."""
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=ROOT)
+    proc.stdout, proc.stderr = ANSI.sub("", proc.stdout), ANSI.sub("", proc.stderr)
+    return proc
+
+
+def console_script() -> str:
+    """Path of the installed `lab` console script; skips the test when falcon-lab is not pip-installed."""
+    found = shutil.which("lab", path=sysconfig.get_path("scripts"))
+    if found is None:
+        pytest.skip("the lab console script is not installed (pip install -e .)")
+    return found
+
+
+def test_help_lists_all_nine_groups() -> None:
+    code, out = invoke("--help")
+    assert code == 0
+    assert GROUPS == ("data", "train", "eval", "sweep", "reproduce", "ablate", "plot", "bench", "report")
+    for group in GROUPS:
+        assert re.search(rf"^\W*{group}\s", out, re.MULTILINE), f"{group} missing from lab --help"
+
+
+@pytest.mark.parametrize("group", sorted(EXPECTED))
+def test_group_help_lists_its_commands(group: str) -> None:
+    code, out = invoke(group, "--help")
+    assert code == 0
+    for command in EXPECTED[group]:
+        assert re.search(rf"^\W*{command}\s", out, re.MULTILINE), f"lab {group} {command} missing"
+
+
+@pytest.mark.parametrize("args", [("train",)] + [(g, c) for g in sorted(EXPECTED) for c in EXPECTED[g]])
+def test_every_command_has_working_help(args: tuple[str, ...]) -> None:
+    code, out = invoke(*args, "--help")
+    assert code == 0, out
+    assert "Usage:" in out
+
+
+def test_train_takes_its_options() -> None:
+    code, out = invoke("train", "--help")
+    assert code == 0
+    for option in ("--task", "--mixer", "--preset", "--config", "--max-steps", "--out", "--devices", "--seed"):
+        assert option in out
+
+
+def test_version() -> None:
+    code, out = invoke("--version")
+    assert code == 0
+    assert out.strip() == f"falcon-lab {lab.__version__}"
+
+
+def test_not_built_exits_2_and_names_the_capability_on_stderr(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(typer.Exit) as exit_:
+        not_built("the probe capability")
+    assert exit_.value.exit_code == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert "the probe capability is not built yet" in err
+
+
+@pytest.mark.parametrize("how", ["python -m lab", "console script"])
+def test_help_in_a_fresh_process(how: str) -> None:
+    lab_command = [sys.executable, "-m", "lab"] if how == "python -m lab" else [console_script()]
+    proc = run([*lab_command, "--help"])
+    assert proc.returncode == 0, proc.stderr
+    for group in GROUPS:
+        assert group in proc.stdout
+
+
+def test_unbuilt_command_refuses_in_a_fresh_process() -> None:
+    # The FineWeb-Edu reproduction is the last capability to be built: it needs every other one.
+    proc = run([sys.executable, "-m", "lab", "reproduce", "fineweb"])
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    assert "not built yet" in proc.stderr
+
+
+def test_cli_import_stays_light() -> None:
+    # `lab --help` must not wait for torch or lightning: groups import them inside commands.
+    heavy = "import sys, lab.cli; print(sorted({'torch', 'lightning', 'optuna'} & set(sys.modules)))"
+    proc = run([sys.executable, "-c", heavy])
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"
