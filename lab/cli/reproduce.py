@@ -16,7 +16,7 @@ Mixers = Annotated[
 
 @app.command()
 def addition(
-    preset: Annotated[str, typer.Option(help="tiny (minutes on a CPU) or paper (the paper's settings).")] = "tiny",
+    preset: Annotated[str, typer.Option(help="tiny (a small, quick model) or paper (the paper's settings).")] = "tiny",
     mixer: Mixers = None,
     devices: Annotated[int, typer.Option(help="Devices per run.")] = 1,
     out: Annotated[Path, typer.Option(help="Folder for the runs and the table.")] = Path("results/addition"),
