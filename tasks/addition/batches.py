@@ -120,7 +120,8 @@ def make_batch(
     Row i of rank r draws from its own stream (split, seed, step, global row r * batch_size + i),
     so ranks never share rows and R ranks of B rows see exactly the rows one rank of R * B would.
     Without packing a row is one sample, padded to `seq_len` (default: the widest sample of the
-    range). With packing, `seq_len` is required and rows hold as many samples as fit.
+    range). With packing, `seq_len` is required and a row takes samples until the next drawn width
+    does not fit. `split` names the stream (train unless streaming evaluation batches).
     """
     check_split(split)
     lo, hi = check_digits(digits)
@@ -144,7 +145,7 @@ def make_batch(
         records, used = [], 0
         while True:
             n = rng.randint(lo, hi)
-            # A stream of used + need + 1 tokens gives used + need input positions.
+            # The sample's token count; a row of seq_len positions holds seq_len + 1 tokens.
             need = positions_needed(n, bos) + 1
             if used + need > seq_len + 1:
                 break
@@ -177,6 +178,10 @@ class AdditionStream(IterableDataset):
     ) -> None:
         if start_step < 0 or (num_steps is not None and num_steps < 0):
             raise ValueError(f"start_step and num_steps must be >= 0, got {start_step}, {num_steps}")
+        if not callable(digits):
+            check_digits(digits)
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         self.seed, self.batch_size, self.digits = seed, batch_size, digits
         self.seq_len, self.pack, self.rank, self.bos = seq_len, pack, rank, bos
         self.start_step, self.num_steps = start_step, num_steps
