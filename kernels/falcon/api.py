@@ -31,7 +31,16 @@ def _recurrent(*args, **opts):
     return recurrent_forward(*args)
 
 
-BACKENDS: dict[str, Backend] = {"recurrent": _recurrent, "masked": _masked, "chunk": _chunk}
+def _triton(*args, chunk_size: int = 64, cu_seqlens: Tensor | None = None, **opts):
+    from kernels.falcon.fused import triton_forward
+
+    return triton_forward(*args, chunk_size=chunk_size, cu_seqlens=cu_seqlens)
+
+
+BACKENDS: dict[str, Backend] = {"recurrent": _recurrent, "masked": _masked, "chunk": _chunk,
+                                "triton": _triton}
+# backends that take the inputs in their own dtype and fuse the pairing, η and γ themselves
+NATIVE_DTYPE_BACKENDS = ("triton",)
 
 
 def compute_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -40,9 +49,11 @@ def compute_dtype(dtype: torch.dtype) -> torch.dtype:
 
 
 def _start(q: Tensor, v: Tensor, cfg: RuleConfig, initial_state: FastWeightState | Tensor | None,
-           dtype: torch.dtype) -> tuple[FastWeightState, bool]:
-    """The state to start from and whether the sequence is fresh (a bare S tensor starts fresh)."""
+           dtype: torch.dtype, n_seqs: int | None = None) -> tuple[FastWeightState, bool]:
+    """The state to start from and whether the sequence is fresh (a bare S tensor starts fresh).
+    ``n_seqs``: with packed sequences the state has one row per sequence."""
     B, _, H, Dk = q.shape
+    B = B if n_seqs is None else n_seqs
     Dv = v.shape[-1]
     if initial_state is None or isinstance(initial_state, Tensor):
         if isinstance(initial_state, Tensor) and tuple(initial_state.shape) != (B, H, Dk, Dv):
@@ -52,7 +63,7 @@ def _start(q: Tensor, v: Tensor, cfg: RuleConfig, initial_state: FastWeightState
     if not isinstance(initial_state, FastWeightState):
         raise ValueError(f"initial_state must be None, a tensor S or a FastWeightState, "
                          f"got {type(initial_state).__name__}")
-    check_state(initial_state, q, v, cfg)
+    check_state(initial_state, q, v, cfg, batch=B)
     st = initial_state
     return FastWeightState(st.S.to(dtype), st.last_key.to(dtype), st.x_tail.to(dtype), st.v_tail.to(dtype),
                            st.tail_mask.bool()), False
@@ -63,7 +74,7 @@ def fast_weight_rule(
     eps: float = 1e-6, decay_floor: float = 1e-3, scale_coupled_ridge: bool = False,
     alignment: str = "shifted", timing: str = "raw", normalize: bool = True, backend: str = "recurrent",
     chunk_size: int = 64, initial_state: FastWeightState | Tensor | None = None,
-    output_final_state: bool = False, validate: bool = False,
+    output_final_state: bool = False, validate: bool = False, cu_seqlens: Tensor | None = None,
 ) -> tuple[Tensor, FastWeightState | None]:
     """Run a Falcon rule over a sequence.
 
@@ -81,6 +92,8 @@ def fast_weight_rule(
             or None (a fresh sequence from S = 0).
         output_final_state: return the state for exact continuation.
         validate: also check value ranges (β ∈ (0, 2), λ ≥ 0, finite); costs a device sync.
+        cu_seqlens: ``[N + 1]`` int offsets of N sequences packed along T of a batch of one (as in fla);
+            each sequence starts fresh (or from row n of ``initial_state``) and the final state has N rows.
 
     Returns:
         o ``[B, T, H, Dv]`` in q's dtype, and the final state (or None).
@@ -93,13 +106,58 @@ def fast_weight_rule(
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
         raise ValueError(f"chunk_size must be an integer >= 1, got {chunk_size!r}")
     check_inputs(q, k, v, beta, lam, cfg, validate)
-    out_dtype, dtype = q.dtype, compute_dtype(q.dtype)
-    state, fresh = _start(q, v, cfg, initial_state, dtype)
     if cfg.per_channel and beta.dim() == 3:
         beta = beta[..., None].expand(*beta.shape, v.shape[-1])
+    if cu_seqlens is not None:
+        bounds = check_cu_seqlens(cu_seqlens, q)
+        if backend not in NATIVE_DTYPE_BACKENDS:
+            return _packed(q, k, v, beta, lam, cfg, backend, chunk_size, initial_state, output_final_state,
+                           bounds)
+    out_dtype, dtype = q.dtype, compute_dtype(q.dtype)
+    if backend in NATIVE_DTYPE_BACKENDS:
+        state, fresh = _start(q, v, cfg, initial_state, dtype, n_seqs=None if cu_seqlens is None
+                              else cu_seqlens.numel() - 1)
+        o, final = BACKENDS[backend](q, k, v, beta, lam, cfg, state, fresh, chunk_size=chunk_size,
+                                     cu_seqlens=cu_seqlens)
+        return o, (final if output_final_state else None)
+    state, fresh = _start(q, v, cfg, initial_state, dtype)
     q, k, v, beta, lam = (t.to(dtype) for t in (q, k, v, beta, lam))
     o, final = BACKENDS[backend](q, k, v, beta, lam, cfg, state, fresh, chunk_size=chunk_size)
     return o.to(out_dtype), (final if output_final_state else None)
+
+
+def check_cu_seqlens(cu_seqlens: Tensor, q: Tensor) -> list[int]:
+    """Offsets of packed sequences: 1-D integers, 0 first, T last, strictly increasing; batch of one."""
+    if not isinstance(cu_seqlens, Tensor) or cu_seqlens.dim() != 1 or cu_seqlens.is_floating_point() \
+            or cu_seqlens.numel() < 2:
+        raise ValueError("cu_seqlens must be a 1-D integer tensor of N + 1 offsets [0, ..., T]")
+    if q.shape[0] != 1:
+        raise ValueError(f"cu_seqlens packs sequences along T of a batch of one; q has batch {q.shape[0]}")
+    bounds = [int(b) for b in cu_seqlens.tolist()]
+    if bounds[0] != 0 or bounds[-1] != q.shape[1] or any(b >= e for b, e in zip(bounds, bounds[1:])):
+        raise ValueError(f"cu_seqlens must rise strictly from 0 to T = {q.shape[1]}, got {bounds}")
+    return bounds
+
+
+def _packed(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, lam: Tensor, cfg: RuleConfig, backend: str,
+            chunk_size: int, initial_state: FastWeightState | Tensor | None, output_final_state: bool,
+            bounds: list[int]) -> tuple[Tensor, FastWeightState | None]:
+    """Packed sequences for the reference backends: one call per sequence (exact, not fast)."""
+    outs, finals = [], []
+    for n, (b, e) in enumerate(zip(bounds, bounds[1:])):
+        init = None
+        if initial_state is not None:
+            init = (initial_state[n:n + 1] if isinstance(initial_state, Tensor)
+                    else FastWeightState(*(t[n:n + 1] for t in initial_state)))
+        o, fin = fast_weight_rule(q[:, b:e], k[:, b:e], v[:, b:e], beta[:, b:e], lam[:, b:e], rule=cfg.rule,
+                                  window=cfg.window, eps=cfg.eps, decay_floor=cfg.decay_floor,
+                                  scale_coupled_ridge=cfg.scale_coupled_ridge, alignment=cfg.alignment,
+                                  timing=cfg.timing, normalize=cfg.normalize, backend=backend,
+                                  chunk_size=chunk_size, initial_state=init, output_final_state=True)
+        outs.append(o)
+        finals.append(fin)
+    final = FastWeightState(*(torch.cat(parts, dim=0) for parts in zip(*finals)))
+    return torch.cat(outs, dim=1), (final if output_final_state else None)
 
 
 def fast_weight_step(

@@ -64,9 +64,10 @@ def check_inputs(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, lam: Tensor, cfg
             raise ValueError(f"lam (the ridge λ) must be >= 0; got a minimum of {lam.min().item():.4g}")
 
 
-def check_state(state: FastWeightState, q: Tensor, v: Tensor, cfg: RuleConfig) -> None:
-    """An ``initial_state`` must match the batch, heads, dims and window of this call."""
+def check_state(state: FastWeightState, q: Tensor, v: Tensor, cfg: RuleConfig, batch: int | None = None) -> None:
+    """An ``initial_state`` must match the batch (or number of packed sequences), heads, dims and window."""
     B, _, H, Dk = q.shape
+    B = B if batch is None else batch
     Dv = v.shape[-1]
     W = cfg.span
     expected = {

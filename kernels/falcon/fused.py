@@ -1,0 +1,27 @@
+"""``backend="triton"``: the fused chunk kernels, one module per rule family.
+
+They take q, k, v, beta, lam in their own dtype (bf16 or fp32) and fuse the pairing, η, γ and the
+chunk-local decay themselves; the state stays fp32.
+"""
+
+from __future__ import annotations
+
+from torch import Tensor
+
+from kernels.falcon.config import RuleConfig
+from kernels.falcon.state import FastWeightState
+
+TRITON_RULES = ("falcon-1", "falcon-2", "falcon-1a", "falcon-2a")
+
+
+def triton_forward(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, lam: Tensor, cfg: RuleConfig,
+                   state: FastWeightState, fresh: bool, chunk_size: int = 64,
+                   cu_seqlens: Tensor | None = None) -> tuple[Tensor, FastWeightState]:
+    if cfg.rule in ("falcon-1a", "falcon-2a"):
+        from kernels.falcon.triton_inner_product import triton_inner_product as form
+    elif cfg.rule in ("falcon-1", "falcon-2"):
+        from kernels.falcon.triton_regression import triton_regression as form
+    else:
+        raise ValueError(f"backend='triton' covers {', '.join(TRITON_RULES)}; for {cfg.rule} use "
+                         f"backend='chunk'")
+    return form(q, k, v, beta, lam, cfg, state, fresh, chunk_size=chunk_size, cu_seqlens=cu_seqlens)
