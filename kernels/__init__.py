@@ -13,6 +13,7 @@ from kernels.falcon import (
     fast_weight_rule,
     fast_weight_step,
 )
+from kernels.linear_attention import linear_attention
 
 __all__ = [
     "ALIGNMENTS",
@@ -23,4 +24,5 @@ __all__ = [
     "RuleConfig",
     "fast_weight_rule",
     "fast_weight_step",
+    "linear_attention",
 ]
