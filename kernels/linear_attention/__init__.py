@@ -17,6 +17,7 @@ from torch import Tensor
 
 from kernels.falcon.config import ALIGNMENTS, TIMINGS
 from kernels.falcon.state import FastWeightState, fresh_state
+from kernels.linear_attention.chunk import chunk_decayed_attention, chunk_linear_attention
 from kernels.linear_attention.naive import recurrent_linear_attention
 
 LinearAttentionBackend = Callable[..., tuple[Tensor, FastWeightState]]
@@ -26,7 +27,11 @@ def _recurrent(q, k, v, log_decay, scale, shifted, rbw, state, chunk_size):
     return recurrent_linear_attention(q, k, v, log_decay, scale, shifted, rbw, state)
 
 
-BACKENDS: dict[str, LinearAttentionBackend] = {"recurrent": _recurrent}
+def _chunk(q, k, v, log_decay, scale, shifted, rbw, state, chunk_size):
+    return chunk_linear_attention(q, k, v, log_decay, scale, shifted, rbw, state, chunk_size)
+
+
+BACKENDS: dict[str, LinearAttentionBackend] = {"recurrent": _recurrent, "chunk": _chunk}
 
 
 def _check_inputs(q: Tensor, k: Tensor, v: Tensor, log_decay: Tensor) -> None:
@@ -85,7 +90,7 @@ def _start(q: Tensor, v: Tensor, initial_state: FastWeightState | Tensor | None,
 
 def linear_attention(
     q: Tensor, k: Tensor, v: Tensor, log_decay: Tensor, *, scale: float = 1.0, alignment: str = "same_time",
-    timing: str = "raw", backend: str = "recurrent", chunk_size: int = 64,
+    timing: str = "raw", backend: str = "chunk", chunk_size: int = 64,
     initial_state: FastWeightState | Tensor | None = None, output_final_state: bool = False,
 ) -> tuple[Tensor, FastWeightState | None]:
     """Run decayed linear attention over a sequence.
@@ -97,7 +102,7 @@ def linear_attention(
         alignment: ``"same_time"`` (x_t = k_t) or ``"shifted"`` (x_t = k_{t−1}; x_1 = 0 fresh, or the last
             key of the previous segment when continuing).
         timing: ``"raw"`` (read S_t) or ``"rbw"`` (read S_{t−1}).
-        backend: ``"recurrent"`` (the oracle).
+        backend: ``"chunk"`` (chunk-parallel, O(T·C)) or ``"recurrent"`` (the oracle, a loop over tokens).
         chunk_size: chunk length C of the chunk backend.
         initial_state: a ``FastWeightState`` to continue from, a bare S (a fresh sequence starting from S),
             or None (a fresh sequence from S = 0).
@@ -127,4 +132,4 @@ def linear_attention(
     return o.to(out_dtype), (final if output_final_state else None)
 
 
-__all__ = ["BACKENDS", "linear_attention"]
+__all__ = ["BACKENDS", "chunk_decayed_attention", "linear_attention"]
