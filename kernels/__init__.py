@@ -3,6 +3,7 @@
 Mixers build on these; this package imports nothing from the rest of the project.
 """
 
+from kernels.delta import gated_delta_rule
 from kernels.falcon import (
     ALIGNMENTS,
     BACKENDS,
