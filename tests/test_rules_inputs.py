@@ -1,0 +1,115 @@
+"""Bad input gets a ValueError that names the argument."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kernels import FastWeightState, fast_weight_rule, fast_weight_step
+from tests.rules_util import rule_inputs
+
+
+def _call(rule="falcon-1", **overrides):
+    x = rule_inputs(rule, T=5, seed=21)
+    opts = {k: overrides.pop(k) for k in list(overrides) if k not in x}
+    x.update(overrides)
+    return fast_weight_rule(**x, rule=rule, **opts)
+
+
+@pytest.mark.parametrize("overrides,match", [
+    (dict(rule="falcon-4"), "rule"),
+    (dict(alignment="sideways"), "alignment"),
+    (dict(timing="later"), "timing"),
+    (dict(backend="cuda-magic"), "backend"),
+    (dict(window=0), "window"),
+    (dict(window=2.5), "window"),
+    (dict(eps=-1.0), "eps"),
+    (dict(decay_floor=0.0), "decay_floor"),
+    (dict(decay_floor=1.0), "decay_floor"),
+    (dict(chunk_size=0), "chunk_size"),
+])
+def test_bad_options(overrides, match):
+    with pytest.raises(ValueError, match=match):
+        _call(**overrides)
+
+
+def _bad(name, value):
+    return {name: value}
+
+
+@pytest.mark.parametrize("name,make,match", [
+    ("q", lambda x: x["q"][0], "q"),
+    ("q", lambda x: x["q"][:, :0], "T = 0"),
+    ("k", lambda x: x["k"][:, :, :, :2], "k"),
+    ("v", lambda x: x["v"][:, :4], "v"),
+    ("beta", lambda x: x["beta"][..., None], "beta"),
+    ("lam", lambda x: x["lam"][:, :, :1], "lam"),
+    ("k", lambda x: x["k"].float(), "dtype"),
+    ("q", lambda x: x["q"].long(), "q must be a floating-point"),
+    ("lam", lambda x: x["lam"].long(), "lam must be a floating-point"),
+    ("v", lambda x: x["v"].tolist(), "v"),
+])
+def test_bad_tensors(name, make, match):
+    x = rule_inputs("falcon-1", T=5, seed=22)
+    x[name] = make(x)
+    with pytest.raises(ValueError, match=match):
+        fast_weight_rule(**x, rule="falcon-1")
+
+
+def test_per_channel_beta_shape_is_checked():
+    x = rule_inputs("falcon-2", T=5, seed=23)
+    x["beta"] = x["beta"][..., :2]
+    with pytest.raises(ValueError, match="beta"):
+        fast_weight_rule(**x, rule="falcon-2")
+
+
+@pytest.mark.parametrize("value,match", [(2.0, "beta"), (0.0, "beta"), (-0.5, "beta"), (2.5, "beta")])
+def test_beta_outside_0_2_when_validating(value, match):
+    x = rule_inputs("falcon-1a", T=5, seed=24)
+    x["beta"][0, 2, 1] = value
+    fast_weight_rule(**x, rule="falcon-1a")  # no check without validation
+    with pytest.raises(ValueError, match=match):
+        fast_weight_rule(**x, rule="falcon-1a", validate=True)
+
+
+def test_negative_or_nan_lambda_when_validating():
+    x = rule_inputs("falcon-1", T=5, seed=25)
+    x["lam"][0, 1, 0] = -1.0
+    with pytest.raises(ValueError, match="lam"):
+        fast_weight_rule(**x, rule="falcon-1", validate=True)
+    x["lam"][0, 1, 0] = float("nan")
+    with pytest.raises(ValueError, match="lam"):
+        fast_weight_rule(**x, rule="falcon-1", validate=True)
+
+
+def test_initial_state_from_another_window_is_refused():
+    x = rule_inputs("falcon-3", T=5, seed=26)
+    _, state = fast_weight_rule(**x, rule="falcon-3", window=4, output_final_state=True)
+    with pytest.raises(ValueError, match="x_tail"):
+        fast_weight_rule(**x, rule="falcon-3", window=2, initial_state=state)
+    with pytest.raises(ValueError, match="initial_state"):
+        fast_weight_rule(**x, rule="falcon-3", initial_state=torch.zeros(3))
+    with pytest.raises(ValueError, match="initial_state"):
+        fast_weight_rule(**x, rule="falcon-3", initial_state=(1, 2))
+
+
+def test_step_checks_its_inputs():
+    x = rule_inputs("falcon-1", T=1, seed=27)
+    with pytest.raises(ValueError, match="rule"):
+        fast_weight_step(None, *(x[n][:, 0] for n in ("q", "k", "v", "beta", "lam")), rule="falcon")
+    with pytest.raises(ValueError, match="k"):
+        fast_weight_step(None, x["q"][:, 0], x["k"][:, 0, :1], x["v"][:, 0], x["beta"][:, 0], x["lam"][:, 0],
+                         rule="falcon-1")
+    assert isinstance(fast_weight_step(None, *(x[n][:, 0] for n in ("q", "k", "v", "beta", "lam")),
+                                       rule="falcon-1")[1], FastWeightState)
+
+
+@pytest.mark.parametrize("cu,match", [
+    (torch.tensor([0, 3]), "rise strictly from 0 to T"),
+    (torch.tensor([0, 3, 3, 5]), "rise strictly"),
+    (torch.tensor([0.0, 5.0]), "integer"),
+])
+def test_bad_cu_seqlens(cu, match):
+    x = rule_inputs("falcon-1", B=1, T=5, seed=28)
+    with pytest.raises(ValueError, match=match):
+        fast_weight_rule(**x, rule="falcon-1", cu_seqlens=cu)
