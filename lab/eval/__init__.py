@@ -1,0 +1,1 @@
+"""Evaluation of trained models on the project's tasks."""

@@ -1,0 +1,122 @@
+"""Addition evaluation (paper §5.2): teacher-forced whole-suffix accuracy per digit width, per-token
+accuracy beside it, and free-running greedy accuracy.
+
+The table's columns come from ``summarise``: in-distribution validation accuracy (widths 1–32), the mean
+over 33–48, Acc@33 and Acc@48. Validation and OOD samples come from their own seeded streams, never the
+training one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from tasks.addition import (
+    EOS,
+    generate_records,
+    prompt_ids,
+    suffix_accuracy,
+    summarise,
+    teacher_forced_batch,
+)
+
+
+@dataclass
+class AdditionReport:
+    """Per-width accuracies in percent and the summary columns of the paper's table."""
+
+    teacher_forced: dict[int, float]
+    per_token: dict[int, float]
+    free_running: dict[int, float] = field(default_factory=dict)
+
+    def summary(self) -> dict[str, Any]:
+        out = {k: v for k, v in summarise(self.teacher_forced).items()}
+        tokens = summarise(self.per_token)
+        out["val_token_acc"] = tokens["val_acc"]
+        out["ood_token_mean"] = tokens["ood_mean"]
+        if self.free_running:
+            free = summarise(self.free_running)
+            out["free_val_acc"] = free["val_acc"]
+            out["free_ood_mean"] = free["ood_mean"]
+        return out
+
+
+def _records_by_width(split: str, widths: range, n_per_length: int, seed: int) -> dict[int, list[dict]]:
+    by_n: dict[int, list[dict]] = {}
+    for r in generate_records(split, (widths.start, widths.stop - 1), n_per_length, seed):
+        by_n.setdefault(r["n"], []).append(r)
+    return by_n
+
+
+@torch.no_grad()
+def teacher_forced(model: nn.Module, records: list[dict], device: torch.device,
+                   batch_size: int = 256) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Whole-suffix correctness, right tokens and scored tokens for each record."""
+    whole, right, total = [], [], []
+    for i in range(0, len(records), batch_size):
+        input_ids, labels = teacher_forced_batch(records[i:i + batch_size])
+        logits = model(input_ids.to(device))
+        acc = suffix_accuracy(logits.float(), labels.to(device))
+        whole.append(acc.whole_correct.cpu())
+        right.append(acc.per_token_correct.cpu())
+        total.append(acc.n_tokens.cpu())
+    return torch.cat(whole), torch.cat(right), torch.cat(total)
+
+
+@torch.no_grad()
+def greedy(model: nn.Module, records: list[dict], device: torch.device) -> torch.Tensor:
+    """Free-running greedy decoding of records of one width: correct iff the model writes the target and
+    then EOS. Uses the model's recurrent ``step`` when it has one (O(1) per token), else re-runs the
+    prefix."""
+    n = records[0]["n"]
+    if any(r["n"] != n for r in records):
+        raise ValueError("greedy() decodes records of one width at a time")
+    prompts = torch.tensor([prompt_ids(r) for r in records], device=device)
+    steps = n + 2  # n + 1 sum digits, then EOS
+    if hasattr(model, "step") and hasattr(model, "init_cache"):
+        cache = model.init_cache(len(records), device)
+        for t in range(prompts.shape[1]):
+            logits, cache = model.step(prompts[:, t], cache)
+        generated = []
+        for _ in range(steps):
+            token = logits.argmax(-1)
+            generated.append(token)
+            logits, cache = model.step(token, cache)
+        out = torch.stack(generated, 1)
+    else:
+        seq = prompts
+        for _ in range(steps):
+            token = model(seq)[:, -1].argmax(-1)
+            seq = torch.cat([seq, token[:, None]], 1)
+        out = seq[:, prompts.shape[1]:]
+    from tasks.addition import encode
+
+    want = torch.tensor([encode(r["target"]) + [EOS] for r in records], device=device)
+    return (out == want).all(-1).cpu()
+
+
+def evaluate_addition(model: nn.Module, *, n_per_length: int = 100, seed: int = 0,
+                      val_widths: range = range(1, 33), ood_widths: range = range(33, 49),
+                      free_running: bool = False, device: torch.device | None = None,
+                      batch_size: int = 256) -> AdditionReport:
+    """Teacher-forced (and optionally greedy) accuracy per width on the val (1–32) and OOD (33–48) splits."""
+    device = device or next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    tf, tok, free = {}, {}, {}
+    try:
+        for split, widths in (("val", val_widths), ("ood", ood_widths)):
+            if len(widths) == 0:
+                continue
+            for n, records in _records_by_width(split, widths, n_per_length, seed).items():
+                whole, right, total = teacher_forced(model, records, device, batch_size)
+                tf[n] = 100.0 * whole.float().mean().item()
+                tok[n] = 100.0 * right.sum().item() / max(total.sum().item(), 1)
+                if free_running:
+                    free[n] = 100.0 * greedy(model, records, device).float().mean().item()
+    finally:
+        model.train(was_training)
+    return AdditionReport(teacher_forced=tf, per_token=tok, free_running=free)

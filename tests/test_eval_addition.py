@@ -1,0 +1,86 @@
+"""The addition evaluation against models whose answers are known: an exact adder, and one that forgets
+the final carry."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from lab.eval.addition import evaluate_addition, greedy
+from tasks.addition import EOS, VOCAB_SIZE, decode, encode, generate_records
+from tasks.addition.vocab import EQUALS
+
+
+class Adder(nn.Module):
+    """Reads each row's prompt and puts all logit mass on the right next token. ``drop_carry_from``:
+    widths from which it answers as if the final carry were lost (a known, width-dependent error)."""
+
+    def __init__(self, drop_carry_from: int | None = None) -> None:
+        super().__init__()
+        self.anchor = nn.Parameter(torch.zeros(1))  # gives the module a device
+        self.drop_carry_from = drop_carry_from
+
+    def answer(self, a: str, b: str) -> list[int]:
+        n = len(a)
+        total = int(a) + int(b)
+        if self.drop_carry_from is not None and n >= self.drop_carry_from:
+            total %= 10 ** n
+        return encode(str(total).zfill(n + 1)[::-1]) + [EOS]
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        logits = torch.full((*input_ids.shape, VOCAB_SIZE), -1e4)
+        for row, ids in enumerate(input_ids.tolist()):
+            if EQUALS not in ids:
+                continue
+            eq = ids.index(EQUALS)
+            a, b = decode(ids[:eq]).split("+")
+            want = self.answer(a, b)
+            for j, token in enumerate(want):
+                if eq + j < len(ids):
+                    logits[row, eq + j, token] = 0.0
+        return logits
+
+
+class StepAdder(Adder):
+    """The same adder behind a recurrent ``step`` interface (it re-reads its own token history)."""
+
+    def init_cache(self, batch: int, device) -> list[list[int]]:
+        return [[] for _ in range(batch)]
+
+    def step(self, tokens: torch.Tensor, cache):
+        for row, t in enumerate(tokens.tolist()):
+            cache[row].append(t)
+        ids = torch.tensor(cache)
+        return self.forward(ids)[:, -1], cache
+
+
+def test_an_exact_adder_scores_100_everywhere():
+    report = evaluate_addition(Adder(), n_per_length=3, free_running=True)
+    assert set(report.teacher_forced) == set(range(1, 49))
+    assert all(v == 100.0 for v in report.teacher_forced.values())
+    assert all(v == 100.0 for v in report.free_running.values())
+    s = report.summary()
+    assert s["val_acc"] == s["ood_mean"] == s["acc@33"] == s["acc@48"] == 100.0
+    assert s["val_token_acc"] == 100.0
+
+
+def test_a_lost_carry_shows_up_only_where_the_carry_exists():
+    report = evaluate_addition(Adder(drop_carry_from=40), n_per_length=20, free_running=True)
+    assert all(report.teacher_forced[n] == 100.0 for n in range(1, 40))
+    records = list(generate_records("ood", (40, 48), 20))
+    # a sample is wrong iff its sum has a carry out of the top digit
+    for n in range(40, 49):
+        carries = [int(r["a"]) + int(r["b"]) >= 10 ** n for r in records if r["n"] == n]
+        expected = 100.0 * (1 - sum(carries) / len(carries))
+        assert report.teacher_forced[n] == expected
+        assert report.free_running[n] == expected
+        # one wrong token (the top sum digit) out of n + 2 scored
+        assert report.per_token[n] > 100.0 * (n + 1) / (n + 2) - 1e-9
+
+
+def test_greedy_uses_the_recurrent_step_when_present():
+    records = list(generate_records("val", (7, 7), 20))
+    assert greedy(StepAdder(), records, torch.device("cpu")).all()
+    with_carry = [r for r in records if int(r["a"]) + int(r["b"]) >= 10 ** 7]
+    assert with_carry
+    assert not greedy(StepAdder(drop_carry_from=1), with_carry, torch.device("cpu")).any()
