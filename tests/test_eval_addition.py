@@ -72,8 +72,8 @@ def test_a_lost_carry_shows_up_only_where_the_carry_exists():
     for n in range(40, 49):
         carries = [int(r["a"]) + int(r["b"]) >= 10 ** n for r in records if r["n"] == n]
         expected = 100.0 * (1 - sum(carries) / len(carries))
-        assert report.teacher_forced[n] == expected
-        assert report.free_running[n] == expected
+        assert abs(report.teacher_forced[n] - expected) < 1e-4
+        assert abs(report.free_running[n] - expected) < 1e-4
         # one wrong token (the top sum digit) out of n + 2 scored
         assert report.per_token[n] > 100.0 * (n + 1) / (n + 2) - 1e-9
 
