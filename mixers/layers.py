@@ -1,0 +1,120 @@
+"""Building blocks shared by the mixers and the model: norms, the short causal convolution, SwiGLU, RoPE,
+and the ``Mixer`` interface every token mixer implements."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+
+def _wide(x: Tensor) -> Tensor:
+    """Half-precision inputs are normalised in float32; float32/float64 keep their own precision."""
+    return x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
+
+
+def rms_norm(x: Tensor, eps: float) -> Tensor:
+    """Parameter-free RMSNorm over the last axis: ``u / sqrt(‖u‖²/d + eps)`` (paper §4.1), so ‖·‖² ≤ d."""
+    w = _wide(x)
+    return (w * torch.rsqrt(w.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
+
+
+def l2_norm(x: Tensor, eps: float) -> Tensor:
+    """ℓ2 normalisation over the last axis: ``u / sqrt(‖u‖² + eps)`` (the DeltaNet convention)."""
+    w = _wide(x)
+    return (w * torch.rsqrt(w.pow(2).sum(-1, keepdim=True) + eps)).to(x.dtype)
+
+
+class RMSNorm(nn.Module):
+    """RMSNorm with a learnable per-channel gain (initialised to 1) over the last axis."""
+
+    def __init__(self, dim: int, eps: float = 1e-6) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return rms_norm(x, self.eps) * self.weight.to(x.dtype)
+
+
+def residual_out(linear: nn.Linear) -> nn.Linear:
+    """Mark a projection that writes into the residual stream; the model scales its initialisation by
+    ``1/sqrt(2·n_layers)`` (GPT-2) so the residual variance does not grow with depth."""
+    linear.residual_out = True
+    return linear
+
+
+class ShortConv(nn.Module):
+    """Short causal depthwise convolution over time followed by SiLU (the usual fla-style ShortConvolution).
+
+    ``forward`` takes ``[B, L, C]``; ``step`` takes one token ``[B, C]`` with a cache of the last
+    ``size − 1`` inputs ``[B, C, size − 1]`` (oldest first) and equals ``forward`` token by token.
+    """
+
+    def __init__(self, channels: int, size: int = 4, bias: bool = False) -> None:
+        super().__init__()
+        self.size = size
+        self.conv = nn.Conv1d(channels, channels, size, groups=channels, padding=size - 1, bias=bias)
+
+    def forward(self, x: Tensor) -> Tensor:
+        y = self.conv(x.transpose(1, 2))[..., : x.shape[1]]  # left padding only: causal
+        return F.silu(y.transpose(1, 2))
+
+    def init_cache(self, batch: int, device: torch.device | str, dtype: torch.dtype) -> Tensor:
+        return torch.zeros(batch, self.conv.in_channels, self.size - 1, device=device, dtype=dtype)
+
+    def step(self, x_t: Tensor, cache: Tensor) -> tuple[Tensor, Tensor]:
+        window = torch.cat([cache, x_t[:, :, None]], dim=2)  # [B, C, size], oldest first
+        y = (window * self.conv.weight[:, 0].to(x_t.dtype)).sum(-1)
+        if self.conv.bias is not None:
+            y = y + self.conv.bias.to(x_t.dtype)
+        return F.silu(y), window[:, :, 1:]
+
+
+class SwiGLU(nn.Module):
+    """The LLaMA MLP: ``down(silu(gate(x)) ⊙ up(x))``, no bias."""
+
+    def __init__(self, d_model: int, hidden: int) -> None:
+        super().__init__()
+        self.gate = nn.Linear(d_model, hidden, bias=False)
+        self.up = nn.Linear(d_model, hidden, bias=False)
+        self.down = residual_out(nn.Linear(hidden, d_model, bias=False))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.down(F.silu(self.gate(x)) * self.up(x))
+
+
+def rotary(x: Tensor, positions: Tensor, base: float) -> Tensor:
+    """Rotary position embedding (half-split pairs) of ``x [B, L, H, D]`` at integer ``positions [L]``."""
+    D = x.shape[-1]
+    if D % 2:
+        raise ValueError(f"rotary embeddings need an even head dimension, got {D}")
+    dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
+    inv_freq = base ** (-torch.arange(0, D, 2, device=x.device, dtype=dtype) / D)
+    angles = positions.to(dtype)[:, None] * inv_freq[None, :]  # [L, D/2]
+    cos, sin = angles.cos()[None, :, None, :], angles.sin()[None, :, None, :]
+    x1, x2 = x.to(dtype).chunk(2, dim=-1)
+    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1).to(x.dtype)
+
+
+class Mixer(nn.Module, ABC):
+    """A causal token mixer ``[B, L, d_model] -> [B, L, d_model]``.
+
+    Generation: ``cache = init_cache(batch, device, dtype)``, then ``y_t, cache = step(x_t, cache)`` with
+    ``x_t [B, d_model]``; stepping token by token equals ``forward`` over the same tokens.
+    """
+
+    @abstractmethod
+    def forward(self, x: Tensor) -> Tensor:
+        """Mix a whole sequence ``[B, L, d_model]`` causally."""
+
+    @abstractmethod
+    def init_cache(self, batch: int, device: torch.device | str, dtype: torch.dtype) -> Any:
+        """The generation cache of a fresh sequence."""
+
+    @abstractmethod
+    def step(self, x_t: Tensor, cache: Any) -> tuple[Tensor, Any]:
+        """Advance one token ``[B, d_model]``; returns the output and the new cache."""

@@ -1,0 +1,62 @@
+"""The mixer registry: short names (``falcon-1a.3``, ``transformer``, ``mamba2``...) -> builders.
+
+``build_mixer(name, d_model, n_heads, **options)`` builds one; a registry name is a mixer class plus a
+preset of option defaults (the paper's ``.1/.2/.3`` variants are presets of the Falcon mixer). Options
+given explicitly override the preset; unknown names and options raise a one-line ValueError.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+from mixers.layers import Mixer
+from mixers.options import parse_options
+from mixers.transformer import Attention, TransformerOptions
+
+
+@dataclass(frozen=True)
+class MixerBuilder:
+    """Builds the mixer ``name``: ``builder(d_model, n_heads, **options) -> Mixer``."""
+
+    name: str
+    make: Callable[[int, int, Any, str], Mixer]
+    options: type
+    preset: Mapping[str, Any] = field(default_factory=dict)
+    summary: str = ""
+
+    def __call__(self, d_model: int, n_heads: int, **options: Any) -> Mixer:
+        opts = parse_options(self.name, self.options, {**self.preset, **options})
+        return self.make(d_model, n_heads, opts, self.name)
+
+    def defaults(self) -> dict[str, Any]:
+        """Every option of this name with its default (preset applied)."""
+        return dataclasses.asdict(parse_options(self.name, self.options, dict(self.preset)))
+
+
+def _entries() -> list[MixerBuilder]:
+    return [
+        MixerBuilder("transformer", Attention, TransformerOptions,
+                     summary="softmax attention with RoPE (SDPA), KV cache for generation"),
+    ]
+
+
+MIXERS: dict[str, MixerBuilder] = {b.name: b for b in _entries()}
+
+
+def build_mixer(name: str, d_model: int, n_heads: int, **options: Any) -> Mixer:
+    """Build the registered mixer ``name`` for width ``d_model`` with ``n_heads`` heads."""
+    if name not in MIXERS:
+        raise ValueError(f"unknown mixer {name!r}; accepted: {', '.join(MIXERS)}")
+    return MIXERS[name](d_model, n_heads, **options)
+
+
+def default_options(name: str) -> dict[str, Any]:
+    """The full option set of mixer ``name`` with its defaults (for recording a run's configuration)."""
+    if name not in MIXERS:
+        raise ValueError(f"unknown mixer {name!r}; accepted: {', '.join(MIXERS)}")
+    return MIXERS[name].defaults()
+
+
+__all__ = ["MIXERS", "MixerBuilder", "build_mixer", "default_options"]
