@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from torch import Tensor
 
+from kernels.delta.naive import recurrent_gated_delta_rule
 from kernels.falcon.config import ALIGNMENTS, TIMINGS
 from kernels.falcon.state import FastWeightState, fresh_state
-from kernels.delta.naive import recurrent_gated_delta_rule
 
 Backend = Callable[..., tuple[Tensor, Tensor]]
 

@@ -4,13 +4,14 @@ It runs the regression recurrence written per token by a log-decay a_t ≤ 0, a 
 
     S_t = exp(a_t) ⊙ S_{t−1} − x_t (η_t ⊙ S_{t−1}ᵀ x_t)ᵀ + x_t w_tᵀ
 
-where ⊙ acts per value column. a_t and η_t carry a trailing channel axis of size P: P = 1 shares them
-across the Dv columns (falcon-1, the gated delta rule), P = Dv gives every column its own (falcon-2; the
-columns are then independent recurrences sharing x). The gated delta rule is a = g, η = e^g β, w = β v;
-falcon-1/2 is a = log γ, η = η, w = η ⊙ y.
+where ⊙ acts per value column. a_t and η_t carry a trailing channel axis of size P: P = 1 shares
+them across the Dv columns (falcon-1, the gated delta rule), P = Dv gives every column its own
+(falcon-2; the columns are then independent recurrences sharing x). The gated delta rule is
+a = g, η = e^g β, w = β v; falcon-1/2 is a = log γ, η = η, w = η ⊙ y.
 
 Chunk form (paper §4.2, appendices E-G): inside a chunk entered with state S, the written vector
-u_t = w_t − η_t ⊙ S_{t−1}ᵀ x_t makes the rule a decayed linear attention, S_t = e^{a_t} ⊙ S_{t−1} + x_t u_tᵀ.
+u_t = w_t − η_t ⊙ S_{t−1}ᵀ x_t makes the rule a decayed linear attention,
+S_t = e^{a_t} ⊙ S_{t−1} + x_t u_tᵀ.
 Unrolling S_{t−1} inside the chunk gives the unit-lower-triangular system
 
     u_t + η_t ⊙ Σ_{s<t} D(t−1, s) (x_tᵀ x_s) u_s = w_t − η_t ⊙ D(t−1, 0) ⊙ (Sᵀ x_t),
@@ -35,11 +36,10 @@ def segment_decay(a: Tensor) -> Tensor:
     n = a0.shape[-1]
     strict = torch.ones(n, n, dtype=torch.bool, device=a.device).tril(-1)  # i > j
     # summing a_r over j < r ≤ i as a cumulative sum down each column: exact, no difference of prefixes
-    seg = torch.where(strict, a0[..., :, None].expand(*a0.shape, n), torch.zeros((), dtype=a.dtype,
-                                                                                  device=a.device))
-    seg = seg.cumsum(-2)
+    zero = torch.zeros((), dtype=a.dtype, device=a.device)
+    seg = torch.where(strict, a0[..., :, None].expand(*a0.shape, n), zero).cumsum(-2)
     lower = torch.ones(n, n, dtype=torch.bool, device=a.device).tril()
-    return torch.where(lower, torch.exp(seg), torch.zeros((), dtype=a.dtype, device=a.device))
+    return torch.where(lower, torch.exp(seg), zero)  # seg is 0 above the diagonal: exp never sees > 0
 
 
 def _to_channels(t: Tensor, P: int) -> Tensor:
@@ -60,7 +60,7 @@ def wy_forward(q: Tensor, x: Tensor, w: Tensor, a: Tensor, eta: Tensor, S0: Tens
     ``[B, H, Dk, Dv]``. Reads ``o_t = S_tᵀ q_t`` (``timing="raw"``) or ``S_{t−1}ᵀ q_t`` (``"rbw"``).
     Returns (o ``[B, T, H, Dv]``, S_T). Memory beyond the inputs is O(T·C·P) (C×C blocks only).
     """
-    B, T, H, Dk = x.shape
+    B, T, H, _ = x.shape
     P = a.shape[-1]
     C = min(chunk_size, T)
     N = -(-T // C)
