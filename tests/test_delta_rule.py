@@ -1,0 +1,156 @@
+"""The gated delta rule: chunk form against the recurrent oracle, continuation, gradients, falcon-1 mapping."""
+
+from __future__ import annotations
+
+import itertools
+import zlib
+
+import pytest
+import torch
+
+from kernels import FastWeightState, fast_weight_rule, gated_delta_rule
+
+TINY = 1e-300
+
+
+def rel(out: torch.Tensor, ref: torch.Tensor) -> float:
+    return ((out - ref).norm() / ref.norm().clamp(min=TINY)).item()
+
+
+def inputs(T: int, seed: int, gated: bool = True, B: int = 2, H: int = 2, Dk: int = 4, Dv: int = 5,
+           dtype: torch.dtype = torch.float64) -> dict:
+    """L2-normalised keys (as DeltaNet uses), β ∈ (0, 2), log decays g ≤ 0 (or 0: DeltaNet)."""
+    gen = torch.Generator().manual_seed(seed)
+    randn = lambda *s: torch.randn(*s, generator=gen, dtype=dtype)  # noqa: E731
+    k = torch.nn.functional.normalize(randn(B, T, H, Dk), dim=-1)
+    g = -3 * torch.rand(B, T, H, generator=gen, dtype=dtype) if gated else torch.zeros(B, T, H, dtype=dtype)
+    beta = 2 * torch.rand(B, T, H, generator=gen, dtype=dtype)
+    return dict(q=randn(B, T, H, Dk), k=k, v=randn(B, T, H, Dv), g=g, beta=beta)
+
+
+def run(x: dict, backend: str, chunk_size: int = 64, **opts):
+    return gated_delta_rule(x["q"], x["k"], x["v"], x["g"], x["beta"], backend=backend, chunk_size=chunk_size,
+                            output_final_state=True, **opts)
+
+
+@pytest.mark.parametrize("alignment,timing,T,gated", list(itertools.product(
+    ("same_time", "shifted"), ("raw", "rbw"), (1, 7, 63, 130), (True, False))))
+def test_chunk_matches_recurrent(alignment: str, timing: str, T: int, gated: bool) -> None:
+    x = inputs(T, seed=zlib.crc32(f"{alignment}{timing}{T}{gated}".encode()), gated=gated)
+    S0 = torch.randn(2, 2, 4, 5, dtype=torch.float64, generator=torch.Generator().manual_seed(T))
+    opts = dict(alignment=alignment, timing=timing, scale=0.5, initial_state=S0)
+    o_ref, st_ref = run(x, "recurrent", **opts)
+    for C in (1, 4, 16, 64):
+        o, st = run(x, "chunk", C, **opts)
+        assert rel(o, o_ref) <= 1e-10 and rel(st.S, st_ref.S) <= 1e-10, C
+        assert torch.equal(st.last_key, x["k"][:, -1])
+
+
+@pytest.mark.parametrize("alignment,timing", list(itertools.product(("same_time", "shifted"), ("raw", "rbw"))))
+def test_continuation(alignment: str, timing: str) -> None:
+    """Two segments with the state handed over (first by the oracle) equal one pass."""
+    x = inputs(40, seed=9)
+    opts = dict(alignment=alignment, timing=timing)
+    o_ref, st_ref = run(x, "recurrent", **opts)
+    o1, st1 = run({n: t[:, :13] for n, t in x.items()}, "recurrent", **opts)
+    assert isinstance(st1, FastWeightState)
+    for backend, C in (("recurrent", 64), ("chunk", 5)):
+        o2, st2 = run({n: t[:, 13:] for n, t in x.items()}, backend, C, initial_state=st1, **opts)
+        assert rel(torch.cat([o1, o2], dim=1), o_ref) <= 1e-10
+        assert rel(st2.S, st_ref.S) <= 1e-10
+
+
+def test_shifted_boundary_writes_nothing() -> None:
+    """Shifted and fresh: token 1 has x_1 = 0, so S_1 = exp(g_1) S_0 and the RBW read of token 2 sees it."""
+    x = inputs(3, seed=1)
+    S0 = torch.randn(2, 2, 4, 5, dtype=torch.float64)
+    for backend in ("recurrent", "chunk"):
+        _, st = run({n: t[:, :1] for n, t in x.items()}, backend, alignment="shifted", initial_state=S0)
+        assert rel(st.S, torch.exp(x["g"][:, 0])[..., None, None] * S0) <= 1e-14
+        o_rbw, _ = run(x, backend, alignment="shifted", timing="rbw", initial_state=S0)
+        expected = torch.einsum("bhkv,bhk->bhv", st.S, x["q"][:, 1])
+        assert rel(o_rbw[:, 1], expected) <= 1e-12
+
+
+@pytest.mark.parametrize("alignment,timing", list(itertools.product(("same_time", "shifted"), ("raw", "rbw"))))
+def test_gradients_match_recurrent(alignment: str, timing: str) -> None:
+    x = inputs(10, seed=3, B=1, Dk=3, Dv=4)
+    S0 = torch.randn(1, 2, 3, 4, dtype=torch.float64)
+    gen = torch.Generator().manual_seed(8)
+    do = torch.randn(1, 10, 2, 4, dtype=torch.float64, generator=gen)
+    dS = torch.randn(1, 2, 3, 4, dtype=torch.float64, generator=gen)
+
+    def grads(backend: str, C: int):
+        xs = {n: t.clone().requires_grad_() for n, t in x.items()}
+        s0 = S0.clone().requires_grad_()
+        o, st = run(xs, backend, C, alignment=alignment, timing=timing, scale=0.8, initial_state=s0)
+        return torch.autograd.grad((o * do).sum() + (st.S * dS).sum(), [*xs.values(), s0])
+
+    ref = grads("recurrent", 64)
+    for C in (3, 64):
+        for name, g, g_ref in zip(("q", "k", "v", "g", "beta", "S0"), grads("chunk", C), ref):
+            assert rel(g, g_ref) <= 1e-10, (C, name)
+
+
+@pytest.mark.parametrize("alignment,timing", list(itertools.product(("same_time", "shifted"), ("raw", "rbw"))))
+def test_falcon_1_is_the_gated_delta_rule(alignment: str, timing: str) -> None:
+    """falcon-1 ≡ gated delta rule with k = x, g = log γ, β' = η/γ, v' = γ v (η, γ written out per SPEC §1;
+    both sides align the keys the same way, so their write features x agree)."""
+    B, T, H, D = 2, 23, 2, 4
+    gen = torch.Generator().manual_seed(21)
+    q, k, v = (torch.randn(B, T, H, D, dtype=torch.float64, generator=gen) for _ in range(3))
+    beta = 0.05 + 1.9 * torch.rand(B, T, H, dtype=torch.float64, generator=gen)
+    lam = torch.exp(-3 + 8 * torch.rand(B, T, H, dtype=torch.float64, generator=gen))
+    eps, floor = 1e-6, 1e-3
+    x = torch.cat([torch.zeros_like(k[:, :1]), k[:, :-1]], dim=1) if alignment == "shifted" else k
+    eta = beta / ((x * x).sum(-1) + lam + eps)
+    if alignment == "shifted":
+        eta[:, 0] = 0.0  # the fresh boundary pair is not a pair
+    gamma = 1 - torch.clamp(eta * lam, max=1 - floor)
+    assert (eta * lam > 1 - floor).any()  # the clamp is active somewhere
+    o_ref, st_ref = fast_weight_rule(q, k, v, beta, lam, rule="falcon-1", eps=eps, decay_floor=floor,
+                                     alignment=alignment, timing=timing, output_final_state=True)
+    for backend in ("recurrent", "chunk"):
+        o, st = gated_delta_rule(q, k, gamma[..., None] * v, torch.log(gamma), eta / gamma,
+                                 alignment=alignment, timing=timing, backend=backend, chunk_size=8,
+                                 output_final_state=True)
+        assert rel(o, o_ref) <= 1e-10 and rel(st.S, st_ref.S) <= 1e-10, backend
+
+
+def test_strong_decay_in_float32_stays_finite() -> None:
+    """g = −30 on every token (carry ~1e−13): chunk decays underflow to 0, never overflow."""
+    x = inputs(130, seed=6, dtype=torch.float32)
+    x["g"] = torch.full_like(x["g"], -30.0)
+    o_ref, _ = run(x, "recurrent")
+    o, st = run(x, "chunk", 64)
+    assert torch.isfinite(o).all() and torch.isfinite(st.S).all()
+    assert rel(o, o_ref) <= 1e-5
+
+
+def test_zero_keys_and_low_precision() -> None:
+    """Zero keys give finite outputs and gradients; bfloat16 in, bfloat16 out, fp32 state."""
+    x = inputs(9, seed=2)
+    x["k"][:, 3:] = 0.0
+    xs = {n: t.requires_grad_() for n, t in x.items()}
+    o, st = run(xs, "chunk", 4)
+    grads = torch.autograd.grad(o.sum() + st.S.sum(), list(xs.values()))
+    assert all(torch.isfinite(g).all() for g in grads)
+    low = {n: t.detach().to(torch.bfloat16) for n, t in x.items()}
+    o, st = run(low, "chunk", 4)
+    assert o.dtype == torch.bfloat16 and st.S.dtype == torch.float32
+
+
+@pytest.mark.parametrize("change,name", [
+    (dict(g=torch.zeros(2, 5, 2, 1)), "g"), (dict(beta=torch.zeros(2, 5, 3)), "beta"),
+    (dict(k=torch.zeros(2, 5, 2, 3)), "k"), (dict(v=torch.zeros(2, 4, 2, 5)), "v"),
+    (dict(q=torch.zeros(2, 5, 2)), "q"), (dict(beta=torch.zeros(2, 5, 2, dtype=torch.long)), "beta"),
+    (dict(alignment="left"), "alignment"), (dict(timing="late"), "timing"), (dict(backend="fast"), "backend"),
+    (dict(chunk_size=0), "chunk_size"), (dict(scale="1"), "scale"),
+    (dict(initial_state=torch.zeros(2, 2, 4, 4)), "initial_state"),
+])
+def test_bad_input_names_the_argument(change: dict, name: str) -> None:
+    args = dict(q=torch.zeros(2, 5, 2, 4), k=torch.zeros(2, 5, 2, 4), v=torch.zeros(2, 5, 2, 5),
+                g=torch.zeros(2, 5, 2), beta=torch.zeros(2, 5, 2))
+    args.update(change)
+    with pytest.raises(ValueError, match=rf"^{name}\b"):
+        gated_delta_rule(**args)
