@@ -11,6 +11,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
+from kernels import RULES
+from mixers.falcon import VARIANTS, FalconMixer, FalconOptions
 from mixers.layers import Mixer
 from mixers.options import parse_options
 from mixers.transformer import Attention, TransformerOptions
@@ -35,10 +37,28 @@ class MixerBuilder:
         return dataclasses.asdict(parse_options(self.name, self.options, dict(self.preset)))
 
 
+def _falcon(rule: str) -> Callable[[int, int, FalconOptions, str], Mixer]:
+    def make(d_model: int, n_heads: int, opts: FalconOptions, name: str) -> Mixer:
+        return FalconMixer(d_model, n_heads, opts, rule, name)
+    return make
+
+
+def _falcon_entries() -> list[MixerBuilder]:
+    """The six rules with the ``.3`` defaults, then the paper's evaluated variants."""
+    entries = [MixerBuilder(rule, _falcon(rule), FalconOptions, summary=f"{rule} fast weights, .3 defaults")
+               for rule in RULES]
+    for rule, variant in (("falcon-1a", "1"), ("falcon-1a", "2"), ("falcon-1a", "3"), ("falcon-3a", "3"),
+                          ("falcon-1", "3")):
+        entries.append(MixerBuilder(f"{rule}.{variant}", _falcon(rule), FalconOptions, VARIANTS[variant],
+                                    summary=f"{rule} fast weights, paper variant .{variant}"))
+    return entries
+
+
 def _entries() -> list[MixerBuilder]:
     return [
         MixerBuilder("transformer", Attention, TransformerOptions,
                      summary="softmax attention with RoPE (SDPA), KV cache for generation"),
+        *_falcon_entries(),
     ]
 
 

@@ -1,0 +1,207 @@
+"""The Falcon mixer: one layer around ``kernels.fast_weight_rule`` for any of the six rules.
+
+Per token t, from the layer input h_t (paper §4-5, appendix C):
+
+1. q, k, v = W_q h, W_k h, W_v h, each through a short causal depthwise conv + SiLU (``conv``, size 4);
+   without the conv they are the plain projections.
+2. Per head: QK-norm (``qk_norm``: parameter-free ``rmsnorm`` so ‖x‖² ≤ Dk (default), ``l2`` so ‖x‖² ≤ 1,
+   or ``none``); optional parameter-free VNorm on v (``v_norm``).
+3. Gates, one per head (one per head and value channel for falcon-2/2a), from learned projections of h plus
+   learned per-head offsets (initialised as below):
+   - ``ctx_beta``: β_t = 2·σ(w·h + b) ∈ (0, 2), the NLMS gain; the rule normalises η = β/(E + λ + ε).
+     Offsets start at 0, so β = 1.
+   - ``ctx_eta`` (the paper does not define ctxη; this is our reading): the layer emits the step size itself,
+     η_t = eta_max·σ(w·h + b) / E_ref, and the rule applies it with no energy normalisation
+     (``normalize=False``); the carry is still γ = 1 − min(η λ, 1 − ε_γ). E_ref is the write energy the
+     QK-norm gives a key: Dk for ``rmsnorm`` (and ``none``, nominally), 1 for ``l2``. Why: with QK-RMSNorm
+     ‖x‖² ≤ Dk, so η‖x‖² < eta_max; with eta_max = 2 (default) the emitted η spans the same range as
+     ctxβ's normalised step and the regression rules keep their transition eigenvalue 1 − η‖x‖² in (−1, 1),
+     while the network is free to use less than the full key energy. Offsets start at 0, so η·E_ref = 1.
+   - ``const_beta``: a fixed β ∈ (0, 2) (``beta``; β > 1 is allowed).
+   - ``ctx_lambda``: λ̄_t = lam_scale·σ(w·h + c) (paper appendix C.1), scale-coupled by the rule
+     (λ_t = λ̄_t E_t) when ``scale_coupled_ridge`` (default). The per-head offsets c start so that λ̄ is spread
+     log-uniformly over heads in [lam_init_min, lam_init_max] (multi-scale memory: with β ≈ 1 the initial
+     decay fraction ≈ λ̄, so timescales from ~1/lam_init_max to ~1/lam_init_min tokens).
+   - ``const_lambda``: a fixed λ̄ (``lam``; λ itself when ``scale_coupled_ridge=False``).
+4. o = rule(q, k, v, β or η, λ) with window B, alignment, timing, ε, ε_γ and backend as options.
+5. Output (fla style): per-head RMSNorm with a learnable gain, times SiLU(W_g h) when ``output_gate``
+   (default), then the output projection.
+
+Generation steps with ``kernels.fast_weight_step`` (O(1) per token) and the conv caches.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from kernels import ALIGNMENTS, BACKENDS, TIMINGS, fast_weight_rule, fast_weight_step
+from mixers.layers import Mixer, RMSNorm, ShortConv, l2_norm, residual_out, rms_norm
+from mixers.options import check_bool, check_choice, check_int, check_range, head_dim_of
+
+GAINS = ("ctx_beta", "ctx_eta", "const_beta")
+RIDGES = ("ctx_lambda", "const_lambda")
+QK_NORMS = ("rmsnorm", "l2", "none")
+
+
+@dataclass
+class FalconOptions:
+    """Options of every Falcon mixer; defaults are the paper's ``.3`` settings (QK-RMSNorm, ctxη-ctxλ)."""
+
+    qk_norm: str = "rmsnorm"
+    v_norm: bool = False
+    conv: bool = True
+    conv_size: int = 4
+    gain: str = "ctx_eta"
+    beta: float = 1.0
+    eta_max: float = 2.0
+    ridge: str = "ctx_lambda"
+    lam: float = 0.0
+    lam_scale: float = 1.0
+    lam_init_min: float = 1e-3
+    lam_init_max: float = 1e-1
+    scale_coupled_ridge: bool = True
+    window: int = 4
+    eps: float = 1e-6
+    decay_floor: float = 1e-3
+    alignment: str = "shifted"
+    timing: str = "raw"
+    backend: str = "chunk"
+    chunk_size: int = 64
+    output_gate: bool = True
+    head_dim: int | None = None
+    norm_eps: float = 1e-6
+
+    def check(self, mixer: str) -> None:
+        check_choice(mixer, "qk_norm", self.qk_norm, QK_NORMS)
+        check_choice(mixer, "gain", self.gain, GAINS)
+        check_choice(mixer, "ridge", self.ridge, RIDGES)
+        check_choice(mixer, "alignment", self.alignment, ALIGNMENTS)
+        check_choice(mixer, "timing", self.timing, TIMINGS)
+        check_choice(mixer, "backend", self.backend, tuple(BACKENDS))
+        for name in ("v_norm", "conv", "scale_coupled_ridge", "output_gate"):
+            check_bool(mixer, name, getattr(self, name))
+        for name, minimum in (("conv_size", 1), ("window", 1), ("chunk_size", 1)):
+            check_int(mixer, name, getattr(self, name), minimum)
+        inf = float("inf")
+        check_range(mixer, "beta", self.beta, 0.0, 2.0, low_open=True, high_open=True)
+        check_range(mixer, "eta_max", self.eta_max, 0.0, inf, low_open=True)
+        check_range(mixer, "lam", self.lam, 0.0, inf)
+        check_range(mixer, "lam_scale", self.lam_scale, 0.0, inf, low_open=True)
+        check_range(mixer, "lam_init_min", self.lam_init_min, 0.0, self.lam_scale, low_open=True, high_open=True)
+        check_range(mixer, "lam_init_max", self.lam_init_max, self.lam_init_min, self.lam_scale, high_open=True)
+        check_range(mixer, "eps", self.eps, 0.0, inf)
+        check_range(mixer, "decay_floor", self.decay_floor, 0.0, 1.0, low_open=True, high_open=True)
+        check_range(mixer, "norm_eps", self.norm_eps, 0.0, inf, low_open=True)
+
+
+class FalconMixer(Mixer):
+    """Multi-head fast-weight layer running ``rule`` (one of ``kernels.RULES``); see the module docstring."""
+
+    def __init__(self, d_model: int, n_heads: int, opts: FalconOptions, rule: str, name: str) -> None:
+        super().__init__()
+        self.rule, self.opts, self.n_heads = rule, opts, n_heads
+        self.head_dim = D = head_dim_of(name, d_model, n_heads, opts.head_dim)
+        inner = n_heads * D
+        self.per_channel = rule in ("falcon-2", "falcon-2a")
+        self.q_proj = nn.Linear(d_model, inner, bias=False)
+        self.k_proj = nn.Linear(d_model, inner, bias=False)
+        self.v_proj = nn.Linear(d_model, inner, bias=False)
+        self.convs = nn.ModuleList(ShortConv(inner, opts.conv_size) for _ in range(3)) if opts.conv else None
+        gate_shape = (n_heads, D) if self.per_channel else (n_heads,)
+        if opts.gain != "const_beta":
+            self.gain_proj = nn.Linear(d_model, math.prod(gate_shape), bias=False)
+            self.gain_offset = nn.Parameter(torch.zeros(gate_shape))
+        if opts.ridge == "ctx_lambda":
+            self.lam_proj = nn.Linear(d_model, n_heads, bias=False)
+            lam0 = torch.logspace(math.log10(opts.lam_init_min), math.log10(opts.lam_init_max), n_heads)
+            self.lam_offset = nn.Parameter(torch.logit(lam0 / opts.lam_scale, eps=None).to(torch.float32))
+        self.o_norm = RMSNorm(D, opts.norm_eps)
+        self.g_proj = nn.Linear(d_model, inner, bias=False) if opts.output_gate else None
+        self.o_proj = residual_out(nn.Linear(inner, d_model, bias=False))
+        # the key energy the QK-norm gives (ctxη's unit of step size)
+        self.energy_ref = 1.0 if opts.qk_norm == "l2" else float(D)
+
+    def _rule_options(self) -> dict:
+        o = self.opts
+        return dict(rule=self.rule, window=o.window, eps=o.eps, decay_floor=o.decay_floor,
+                    scale_coupled_ridge=o.scale_coupled_ridge, alignment=o.alignment, timing=o.timing,
+                    normalize=o.gain != "ctx_eta")
+
+    def _featurise(self, q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """``[..., H·D]`` -> per-head ``[..., H, D]`` with QK-norm and optional VNorm."""
+        split = lambda t: t.unflatten(-1, (self.n_heads, self.head_dim))  # noqa: E731
+        q, k, v = split(q), split(k), split(v)
+        eps = self.opts.norm_eps
+        if self.opts.qk_norm == "rmsnorm":
+            q, k = rms_norm(q, eps), rms_norm(k, eps)
+        elif self.opts.qk_norm == "l2":
+            q, k = l2_norm(q, eps), l2_norm(k, eps)
+        if self.opts.v_norm:
+            v = rms_norm(v, eps)
+        return q, k, v
+
+    def _gates(self, h: Tensor) -> tuple[Tensor, Tensor]:
+        """β (or η for ctxη) ``[..., H]`` (``[..., H, D]`` for 2/2a) and λ ``[..., H]`` from ``h [..., d]``."""
+        o = self.opts
+        dtype = torch.float64 if h.dtype == torch.float64 else torch.float32  # gates in full precision
+        lead = h.shape[:-1]
+        if o.gain == "const_beta":
+            gain = torch.full((*lead, self.n_heads), o.beta, dtype=dtype, device=h.device)
+        else:
+            pre = self.gain_proj(h).to(dtype).unflatten(-1, self.gain_offset.shape) + self.gain_offset.to(dtype)
+            if o.gain == "ctx_beta":
+                gain = 2.0 * torch.sigmoid(pre)
+            else:
+                gain = o.eta_max * torch.sigmoid(pre) / self.energy_ref
+        if o.ridge == "const_lambda":
+            lam = torch.full((*lead, self.n_heads), o.lam, dtype=dtype, device=h.device)
+        else:
+            lam = o.lam_scale * torch.sigmoid(self.lam_proj(h).to(dtype) + self.lam_offset.to(dtype))
+        return gain, lam
+
+    def _output(self, o: Tensor, h: Tensor) -> Tensor:
+        """Per-head norm, output gate and projection; ``o [..., H, D]``, ``h [..., d]``."""
+        o = self.o_norm(o)
+        if self.g_proj is not None:
+            o = o * F.silu(self.g_proj(h)).unflatten(-1, (self.n_heads, self.head_dim))
+        return self.o_proj(o.flatten(-2))
+
+    def forward(self, x: Tensor) -> Tensor:
+        q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        if self.convs is not None:
+            q, k, v = (conv(t) for conv, t in zip(self.convs, (q, k, v)))
+        q, k, v = self._featurise(q, k, v)
+        gain, lam = self._gates(x)
+        o, _ = fast_weight_rule(q, k, v, gain, lam, backend=self.opts.backend, chunk_size=self.opts.chunk_size,
+                                **self._rule_options())
+        return self._output(o, x)
+
+    def init_cache(self, batch: int, device: torch.device | str, dtype: torch.dtype) -> dict:
+        """The conv windows (if any) and the fast-weight state (None: a fresh sequence)."""
+        convs = None if self.convs is None else [c.init_cache(batch, device, dtype) for c in self.convs]
+        return {"conv": convs, "state": None}
+
+    def step(self, x_t: Tensor, cache: dict) -> tuple[Tensor, dict]:
+        q, k, v = self.q_proj(x_t), self.k_proj(x_t), self.v_proj(x_t)
+        convs = cache["conv"]
+        if self.convs is not None:
+            stepped = [conv.step(t, c) for conv, t, c in zip(self.convs, (q, k, v), convs)]
+            (q, k, v), convs = zip(*stepped)
+            convs = list(convs)
+        q, k, v = self._featurise(q, k, v)
+        gain, lam = self._gates(x_t)
+        o, state = fast_weight_step(cache["state"], q, k, v, gain, lam, **self._rule_options())
+        return self._output(o, x_t), {"conv": convs, "state": state}
+
+
+# Paper variant presets (§5): .1 = QK-ℓ2, ctxβ-ctxλ; .2 = QK-ℓ2, ctxη-ctxλ; .3 = QK-RMSNorm, ctxη-ctxλ.
+VARIANTS = {
+    "1": {"qk_norm": "l2", "gain": "ctx_beta", "ridge": "ctx_lambda"},
+    "2": {"qk_norm": "l2", "gain": "ctx_eta", "ridge": "ctx_lambda"},
+    "3": {"qk_norm": "rmsnorm", "gain": "ctx_eta", "ridge": "ctx_lambda"},
+}
