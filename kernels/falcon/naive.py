@@ -25,7 +25,7 @@ def window_energy(cfg: RuleConfig, xw: Tensor, valid: Tensor) -> Tensor:
     n = valid.sum(-1).clamp(min=1.0)
     if cfg.rule == "falcon-3":
         gram = xw @ xw.transpose(-1, -2)  # the small W×W Gram shares its top eigenvalue with XᵀX
-        return torch.linalg.eigvalsh(gram)[..., -1] / n
+        return torch.linalg.eigvalsh(gram)[..., -1] / n  # a few matrices per token: no batching limit
     if cfg.rule == "falcon-3a":
         return ((xw * xw).sum(-1) * valid).sum(-1) / n
     x = xw[:, :, -1]

@@ -52,6 +52,19 @@ def windows(t: Tensor, span: int) -> Tensor:
     return t.unfold(1, span, 1).movedim(-1, 2)
 
 
+# cuSOLVER's batched symmetric eigensolver fails beyond ~32k matrices per call (seen on an H200)
+EIG_BATCH = 16384
+
+
+def top_eigenvalue(gram: Tensor) -> Tensor:
+    """λ_max of a batch of small symmetric matrices ``[..., W, W]``, in slices the solvers accept."""
+    flat = gram.reshape(-1, *gram.shape[-2:])
+    if flat.shape[0] <= EIG_BATCH:
+        return torch.linalg.eigvalsh(flat)[..., -1].reshape(gram.shape[:-2])
+    parts = [torch.linalg.eigvalsh(part)[..., -1] for part in flat.split(EIG_BATCH)]
+    return torch.cat(parts).reshape(gram.shape[:-2])
+
+
 def prepare(k: Tensor, v: Tensor, beta: Tensor, lam: Tensor, cfg: RuleConfig, state: FastWeightState,
             fresh: bool) -> Prepared:
     """Everything the parallel forms need besides q (inputs already in the compute dtype)."""
@@ -67,7 +80,7 @@ def prepare(k: Tensor, v: Tensor, beta: Tensor, lam: Tensor, cfg: RuleConfig, st
     if cfg.rule == "falcon-3":
         xw = windows(x_ext, W).transpose(2, 3)  # [B, T, H, W, Dk]
         gram = xw @ xw.transpose(-1, -2)  # the small W×W Gram shares its top eigenvalue with XᵀX
-        energy = torch.linalg.eigvalsh(gram)[..., -1] / n  # μ_t
+        energy = top_eigenvalue(gram) / n  # μ_t
     elif cfg.rule == "falcon-3a":
         sq = (x_ext * x_ext).sum(-1)  # [B, T+W−1, H]
         energy = windows(sq, W).sum(2) / n  # Ē_t (invalid slots hold x = 0)
