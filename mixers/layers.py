@@ -3,6 +3,7 @@ and the ``Mixer`` interface every token mixer implements."""
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from typing import Any
 
@@ -85,6 +86,13 @@ class SwiGLU(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         return self.down(F.silu(self.gate(x)) * self.up(x))
+
+
+def dt_bias_init(n: int, dt_min: float, dt_max: float, floor: float) -> Tensor:
+    """Mamba-2's step-size offsets: ``softplus(dt_bias)`` log-uniform in [dt_min, dt_max], at least ``floor``."""
+    dt = torch.exp(torch.rand(n) * (math.log(dt_max) - math.log(dt_min)) + math.log(dt_min))
+    dt = dt.clamp(min=floor)
+    return dt + torch.log(-torch.expm1(-dt))  # the inverse of softplus
 
 
 def rotary(x: Tensor, positions: Tensor, base: float) -> Tensor:

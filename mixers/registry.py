@@ -12,9 +12,12 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from kernels import RULES
+from mixers.deltanet import DeltaNet, DeltaNetOptions, GatedDeltaNetOptions
 from mixers.falcon import VARIANTS, FalconMixer, FalconOptions
 from mixers.layers import Mixer
+from mixers.mamba2 import Mamba2, Mamba2Options
 from mixers.options import parse_options
+from mixers.retnet import Retention, RetNetOptions
 from mixers.transformer import Attention, TransformerOptions
 
 
@@ -58,6 +61,14 @@ def _entries() -> list[MixerBuilder]:
     return [
         MixerBuilder("transformer", Attention, TransformerOptions,
                      summary="softmax attention with RoPE (SDPA), KV cache for generation"),
+        MixerBuilder("retnet", Retention, RetNetOptions,
+                     summary="multi-scale retention: fixed per-head decays, RoPE, group norm, swish gate"),
+        MixerBuilder("mamba2", Mamba2, Mamba2Options,
+                     summary="Mamba-2 SSD: conv, input-dependent Δ, per-head A, D skip, gated RMSNorm"),
+        MixerBuilder("deltanet", DeltaNet, DeltaNetOptions,
+                     summary="delta rule with ℓ2-normalised q/k, β = σ(·), short conv, output norm"),
+        MixerBuilder("gated-deltanet", DeltaNet, GatedDeltaNetOptions,
+                     summary="gated delta rule: DeltaNet plus a Mamba-style forget gate and output gate"),
         *_falcon_entries(),
     ]
 

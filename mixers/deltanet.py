@@ -1,0 +1,151 @@
+"""The DeltaNet (Yang et al., 2024) and Gated DeltaNet (Yang, Kautz & Hatamizadeh, 2025) baselines via
+``kernels.gated_delta_rule``.
+
+    q, k, v = SiLU(short conv(W_q h)), ... (plain projections without the conv);  q, k ℓ2-normalised per head
+    β_t = σ(W_β h)  (per head)
+    DeltaNet:        S_t = (I − β_t k_t k_tᵀ) S_{t−1} + β_t k_t v_tᵀ                    (g = 0)
+    Gated DeltaNet:  S_t = exp(g_t)(I − β_t k_t k_tᵀ) S_{t−1} + β_t k_t v_tᵀ,
+                     g_t = −exp(A_log) · softplus(W_a h + dt_bias)                      (per head)
+    o_t = S_tᵀ q_t / sqrt(Dk), then per-head RMSNorm (learnable gain), times SiLU(W_g h) when ``output_gate``
+    (Gated DeltaNet's default; DeltaNet's is off), then the output projection.
+
+Gated DeltaNet initialises A uniform in [A_init_min, A_init_max] = [0, 16] and Δ = softplus(dt_bias)
+log-uniform in [dt_min, dt_max] (as Mamba-2), and widens values by ``expand_v`` = 2 (its default);
+DeltaNet keeps ``expand_v`` = 1.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from kernels import ALIGNMENTS, TIMINGS, gated_delta_rule
+from kernels.delta import DELTA_BACKENDS
+from mixers.layers import Mixer, RMSNorm, ShortConv, dt_bias_init, l2_norm, residual_out
+from mixers.options import check_bool, check_choice, check_int, check_range, head_dim_of
+
+
+@dataclass
+class DeltaNetOptions:
+    """head_dim: key width per head (default d_model / n_heads); expand_v: value width / key width."""
+
+    head_dim: int | None = None
+    expand_v: int = 1
+    conv: bool = True
+    conv_size: int = 4
+    output_gate: bool = False
+    alignment: str = "same_time"
+    timing: str = "raw"
+    backend: str = "chunk"
+    chunk_size: int = 64
+    norm_eps: float = 1e-5
+
+    def check(self, mixer: str) -> None:
+        for name in ("expand_v", "conv_size", "chunk_size"):
+            check_int(mixer, name, getattr(self, name), 1)
+        for name in ("conv", "output_gate"):
+            check_bool(mixer, name, getattr(self, name))
+        check_choice(mixer, "alignment", self.alignment, ALIGNMENTS)
+        check_choice(mixer, "timing", self.timing, TIMINGS)
+        check_choice(mixer, "backend", self.backend, tuple(DELTA_BACKENDS))
+        check_range(mixer, "norm_eps", self.norm_eps, 0.0, float("inf"), low_open=True)
+
+
+@dataclass
+class GatedDeltaNetOptions(DeltaNetOptions):
+    """DeltaNet's options plus the forget gate's initialisation."""
+
+    expand_v: int = 2
+    output_gate: bool = True
+    dt_min: float = 1e-3
+    dt_max: float = 1e-1
+    dt_init_floor: float = 1e-4
+    A_init_min: float = 0.0
+    A_init_max: float = 16.0
+
+    def check(self, mixer: str) -> None:
+        super().check(mixer)
+        check_range(mixer, "dt_min", self.dt_min, 0.0, float("inf"), low_open=True)
+        check_range(mixer, "dt_max", self.dt_max, self.dt_min, float("inf"))
+        check_range(mixer, "dt_init_floor", self.dt_init_floor, 0.0, float("inf"), low_open=True)
+        check_range(mixer, "A_init_min", self.A_init_min, 0.0, float("inf"))
+        check_range(mixer, "A_init_max", self.A_init_max, self.A_init_min, float("inf"), low_open=True)
+
+
+class DeltaNet(Mixer):
+    """DeltaNet, or Gated DeltaNet when ``opts`` is a ``GatedDeltaNetOptions``; see the module docstring."""
+
+    def __init__(self, d_model: int, n_heads: int, opts: DeltaNetOptions, name: str = "deltanet") -> None:
+        super().__init__()
+        self.opts, self.n_heads = opts, n_heads
+        self.gated = isinstance(opts, GatedDeltaNetOptions)
+        self.dk = head_dim_of(name, d_model, n_heads, opts.head_dim)
+        self.dv = self.dk * opts.expand_v
+        self.q_proj = nn.Linear(d_model, n_heads * self.dk, bias=False)
+        self.k_proj = nn.Linear(d_model, n_heads * self.dk, bias=False)
+        self.v_proj = nn.Linear(d_model, n_heads * self.dv, bias=False)
+        widths = (n_heads * self.dk, n_heads * self.dk, n_heads * self.dv)
+        self.convs = nn.ModuleList(ShortConv(w, opts.conv_size) for w in widths) if opts.conv else None
+        self.b_proj = nn.Linear(d_model, n_heads, bias=False)
+        if self.gated:
+            self.a_proj = nn.Linear(d_model, n_heads, bias=False)
+            A = torch.empty(n_heads).uniform_(opts.A_init_min, opts.A_init_max).clamp(min=1e-6)  # log A finite
+            self.A_log = nn.Parameter(torch.log(A))
+            self.dt_bias = nn.Parameter(dt_bias_init(n_heads, opts.dt_min, opts.dt_max, opts.dt_init_floor))
+        self.o_norm = RMSNorm(self.dv, opts.norm_eps)
+        self.g_proj = nn.Linear(d_model, n_heads * self.dv, bias=False) if opts.output_gate else None
+        self.o_proj = residual_out(nn.Linear(n_heads * self.dv, d_model, bias=False))
+
+    def _features(self, x: Tensor, q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, ...]:
+        """Per-head ℓ2-normalised q, k, v ``[..., H, D]``, β and log gate g ``[..., H]`` from x ``[..., d]``."""
+        eps = 1e-6
+        q = l2_norm(q.unflatten(-1, (self.n_heads, self.dk)), eps)
+        k = l2_norm(k.unflatten(-1, (self.n_heads, self.dk)), eps)
+        v = v.unflatten(-1, (self.n_heads, self.dv))
+        dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
+        beta = torch.sigmoid(self.b_proj(x).to(dtype))
+        if self.gated:
+            g = -torch.exp(self.A_log.to(dtype)) * F.softplus(self.a_proj(x).to(dtype) + self.dt_bias.to(dtype))
+        else:
+            g = torch.zeros_like(beta)
+        return q, k, v, g, beta
+
+    def _output(self, o: Tensor, x: Tensor) -> Tensor:
+        o = self.o_norm(o)
+        if self.g_proj is not None:
+            o = o * F.silu(self.g_proj(x)).unflatten(-1, (self.n_heads, self.dv))
+        return self.o_proj(o.flatten(-2))
+
+    def _rule(self, q, k, v, g, beta, backend: str, state=None):
+        return gated_delta_rule(q, k, v, g, beta, scale=1.0 / math.sqrt(self.dk), alignment=self.opts.alignment,
+                                timing=self.opts.timing, backend=backend, chunk_size=self.opts.chunk_size,
+                                initial_state=state, output_final_state=state is not None)
+
+    def forward(self, x: Tensor) -> Tensor:
+        q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        if self.convs is not None:
+            q, k, v = (conv(t) for conv, t in zip(self.convs, (q, k, v)))
+        o, _ = self._rule(*self._features(x, q, k, v), self.opts.backend)
+        return self._output(o, x)
+
+    def init_cache(self, batch: int, device: torch.device | str, dtype: torch.dtype) -> dict:
+        """The conv windows (if any) and the state (a bare zero S: a fresh sequence)."""
+        convs = None if self.convs is None else [c.init_cache(batch, device, dtype) for c in self.convs]
+        state_dtype = torch.float64 if dtype == torch.float64 else torch.float32
+        S = torch.zeros(batch, self.n_heads, self.dk, self.dv, device=device, dtype=state_dtype)
+        return {"conv": convs, "state": S}
+
+    def step(self, x_t: Tensor, cache: dict) -> tuple[Tensor, dict]:
+        q, k, v = self.q_proj(x_t), self.k_proj(x_t), self.v_proj(x_t)
+        convs = cache["conv"]
+        if self.convs is not None:
+            stepped = [conv.step(t, c) for conv, t, c in zip(self.convs, (q, k, v), convs)]
+            (q, k, v), convs = zip(*stepped)
+            convs = list(convs)
+        feats = (t[:, None] for t in self._features(x_t, q, k, v))
+        o, state = self._rule(*feats, "recurrent", cache["state"])
+        return self._output(o[:, 0], x_t), {"conv": convs, "state": state}
