@@ -6,19 +6,21 @@ no bias anywhere, no dropout.
 Initialisation and μP-style width scaling (``LMConfig.mup``), with width multiplier
 ``m = d_model / mup_base_width``:
 
-====================  ===========================================  ==================================
-parameter             init std (mup=False / mup=True)              lr multiplier (mup=False / True)
-====================  ===========================================  ==================================
-embedding, lm_head    init_std / init_std                          1 / 1
-hidden ``nn.Linear``  init_std / init_std·sqrt(base_width/fan_in)  1 / 1/m
-norms, gains, conv,   the mixer's own init                          1 / 1
+====================  ===================================  ==================================
+parameter             init std (mup=False / mup=True)      lr multiplier (mup=False / True)
+====================  ===================================  ==================================
+embedding, lm_head    init_std / init_std                  1 / 1
+hidden ``nn.Linear``  init_std / init_std / sqrt(m)        1 / 1/m
+norms, gains, conv,   the mixer's own init                 1 / 1
 per-head scalars
-====================  ===========================================  ==================================
+====================  ===================================  ==================================
 
 Projections writing into the residual stream are further scaled by ``1/sqrt(2·n_layers)`` at init. With
 ``mup=True`` the logits are multiplied by ``1/m`` (the μP output multiplier: the readout's lr stays
-constant and its effect shrinks with width instead). Heads are added at fixed head width when scaling, so
-attention keeps its ``1/sqrt(head_dim)``. At ``d_model = mup_base_width`` both settings give the same model.
+constant and its effect shrinks with width instead). Every hidden fan-in grows in proportion to d_model, so
+``init_std/sqrt(m)`` is the μP variance ∝ 1/fan_in, anchored at the base width. Heads are added at fixed
+head width when scaling, so attention keeps its ``1/sqrt(head_dim)``. At ``d_model = mup_base_width``
+both settings give the same model.
 
 Weight decay: every parameter with two or more axes (projections, the embedding, conv filters) decays;
 vectors and scalars (norm gains, per-head decay/step offsets, skip gains) never do.
@@ -154,9 +156,7 @@ class LanguageModel(nn.Module):
         depth = 1.0 / math.sqrt(2 * cfg.n_layers)
         for module in self.blocks.modules():
             if isinstance(module, nn.Linear):
-                std = cfg.init_std
-                if cfg.mup:
-                    std *= math.sqrt(cfg.mup_base_width / module.in_features)
+                std = cfg.init_std / math.sqrt(cfg.width_multiplier)
                 if getattr(module, "residual_out", False):
                     std *= depth
                 nn.init.normal_(module.weight, std=std)

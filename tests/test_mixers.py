@@ -1,0 +1,313 @@
+"""Every registered mixer: forward/backward, causality, parameter count, step ≡ forward, option errors; the
+baselines against plain loops written from their papers' equations; the Falcon gates' ranges and presets."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from mixers import MIXERS, build_mixer, default_options
+from mixers.layers import l2_norm, rms_norm, rotary
+
+D_MODEL, HEADS, B, L = 32, 2, 2, 12
+NAMES = list(MIXERS)
+RECURRENT = [n for n in NAMES if n != "transformer"]
+
+
+def tiny(name: str) -> dict:
+    """Options that keep a mixer tiny (Mamba-2's default state width is 128)."""
+    return {"d_state": 8} if name == "mamba2" else {}
+
+
+def make(name: str, dtype: torch.dtype = torch.float64, seed: int = 0, **options):
+    torch.manual_seed(seed)
+    return build_mixer(name, D_MODEL, HEADS, **{**tiny(name), **options}).to(dtype)
+
+
+def inputs(dtype: torch.dtype = torch.float64, seed: int = 1) -> torch.Tensor:
+    return torch.randn(B, L, D_MODEL, generator=torch.Generator().manual_seed(seed), dtype=dtype)
+
+
+def stepped(mixer, x: torch.Tensor) -> torch.Tensor:
+    cache = mixer.init_cache(x.shape[0], x.device, x.dtype)
+    outs = []
+    for t in range(x.shape[1]):
+        y, cache = mixer.step(x[:, t], cache)
+        outs.append(y)
+    return torch.stack(outs, dim=1)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_forward_backward(name):
+    mixer = make(name, torch.float32)
+    x = inputs(torch.float32).requires_grad_()
+    y = mixer(x)
+    assert y.shape == x.shape and torch.isfinite(y).all()
+    y.square().mean().backward()
+    assert torch.isfinite(x.grad).all() and x.grad.abs().sum() > 0
+    for pname, p in mixer.named_parameters():
+        assert p.grad is not None, f"{name}: {pname} gets no gradient"
+        assert torch.isfinite(p.grad).all(), f"{name}: {pname} has a non-finite gradient"
+        assert p.grad.abs().sum() > 0, f"{name}: {pname} has an all-zero gradient"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_causal(name):
+    mixer = make(name)
+    x = inputs()
+    t = 5
+    x2 = x.clone()
+    x2[:, t] += torch.randn_like(x2[:, t])
+    y, y2 = mixer(x), mixer(x2)
+    torch.testing.assert_close(y2[:, :t], y[:, :t], rtol=0, atol=1e-12)
+    assert (y2[:, t:] - y[:, t:]).abs().max() > 1e-6  # the perturbation does reach position t onwards
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_parameter_count(name, record_property):
+    mixer = make(name)
+    count = sum(p.numel() for p in mixer.parameters())
+    record_property("parameters", count)
+    print(f"{name}: {count} parameters at d_model={D_MODEL}, n_heads={HEADS}")
+    assert count > 0
+    assert count == sum(p.numel() for _, p in mixer.named_parameters())
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_step_equals_forward_float64(name):
+    mixer = make(name)
+    x = inputs()
+    torch.testing.assert_close(stepped(mixer, x), mixer(x), rtol=0, atol=1e-8)
+
+
+@pytest.mark.parametrize("name", ["transformer", "falcon-1a.3", "falcon-3", "mamba2", "gated-deltanet"])
+def test_step_equals_forward_float32(name):
+    mixer = make(name, torch.float32)
+    x = inputs(torch.float32)
+    with torch.no_grad():
+        torch.testing.assert_close(stepped(mixer, x), mixer(x), rtol=0, atol=1e-4)
+
+
+@pytest.mark.parametrize("alignment", ["shifted", "same_time"])
+@pytest.mark.parametrize("timing", ["raw", "rbw"])
+@pytest.mark.parametrize("name", ["retnet", "mamba2", "deltanet", "gated-deltanet", "falcon-1", "falcon-2a",
+                                  "falcon-3a"])
+def test_alignment_timing_grid(name, alignment, timing):
+    """The 2×2 ablation runs on every recurrent family: causal and step ≡ forward in each cell."""
+    mixer = make(name, alignment=alignment, timing=timing)
+    x = inputs()
+    y = mixer(x)
+    torch.testing.assert_close(stepped(mixer, x), y, rtol=0, atol=1e-8)
+    x2 = x.clone()
+    x2[:, 6] += 1.0
+    torch.testing.assert_close(mixer(x2)[:, :6], y[:, :6], rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", RECURRENT)
+def test_chunk_backend_equals_recurrent(name):
+    x = inputs()
+    fast = make(name, backend="chunk", chunk_size=4)
+    slow = make(name, backend="recurrent")
+    torch.testing.assert_close(fast(x), slow(x), rtol=0, atol=1e-9)
+
+
+def test_unknown_name_lists_the_registry():
+    with pytest.raises(ValueError, match="unknown mixer 'falcon-9'; accepted: transformer, ") as err:
+        build_mixer("falcon-9", D_MODEL, HEADS)
+    assert "\n" not in str(err.value)
+    for name in NAMES:
+        assert name in str(err.value)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_unknown_option_lists_accepted(name):
+    with pytest.raises(ValueError, match=r"unknown option\(s\) 'not_an_option'") as err:
+        build_mixer(name, D_MODEL, HEADS, not_an_option=1)
+    message = str(err.value)
+    assert "\n" not in message
+    for option in default_options(name):
+        assert option in message
+
+
+@pytest.mark.parametrize("name, option, value, accepted", [
+    ("falcon-1a", "qk_norm", "layernorm", "rmsnorm, l2, none"),
+    ("falcon-1a", "gain", "beta", "ctx_beta, ctx_eta, const_beta"),
+    ("falcon-2", "ridge", "lambda", "ctx_lambda, const_lambda"),
+    ("falcon-3a", "alignment", "next", "shifted, same_time"),
+    ("falcon-1", "timing", "late", "raw, rbw"),
+    ("falcon-1", "backend", "cuda", "recurrent"),
+    ("retnet", "backend", "masked", "recurrent, chunk"),
+    ("mamba2", "timing", "early", "raw, rbw"),
+    ("deltanet", "alignment", "x", "shifted, same_time"),
+])
+def test_bad_choice_lists_accepted(name, option, value, accepted):
+    with pytest.raises(ValueError, match=f"{option}={value!r}; accepted: {accepted}"):
+        build_mixer(name, D_MODEL, HEADS, **{option: value})
+
+
+@pytest.mark.parametrize("options", [{"beta": 2.0}, {"beta": 0.0}, {"window": 0}, {"conv": 1},
+                                     {"decay_floor": 1.0}, {"lam": -0.1}, {"lam_init_max": 1.5},
+                                     {"eta_max": 0}, {"head_dim": 0}])
+def test_bad_falcon_values(options):
+    with pytest.raises(ValueError, match=next(iter(options))):
+        build_mixer("falcon-1a", D_MODEL, HEADS, **options)
+
+
+def test_heads_must_divide_width():
+    with pytest.raises(ValueError, match="not divisible by n_heads=3"):
+        build_mixer("falcon-1", D_MODEL, 3)
+    assert build_mixer("falcon-1", D_MODEL, 3, head_dim=8).head_dim == 8
+
+
+# ---- Falcon: presets, gates and options ----
+
+def test_falcon_presets():
+    dot3 = {"qk_norm": "rmsnorm", "gain": "ctx_eta", "ridge": "ctx_lambda"}
+    expected = {"falcon-1a.1": {"qk_norm": "l2", "gain": "ctx_beta", "ridge": "ctx_lambda"},
+                "falcon-1a.2": {"qk_norm": "l2", "gain": "ctx_eta", "ridge": "ctx_lambda"},
+                "falcon-1a.3": dot3, "falcon-3a.3": dot3, "falcon-1.3": dot3}
+    for name, settings in expected.items():
+        opts = default_options(name)
+        assert {k: opts[k] for k in settings} == settings, name
+        assert opts["alignment"] == "shifted" and opts["timing"] == "raw" and opts["backend"] == "chunk"
+    for rule in ("falcon-1", "falcon-2", "falcon-3", "falcon-1a", "falcon-2a", "falcon-3a"):
+        assert default_options(rule) == default_options("falcon-1.3"), rule
+    assert build_mixer("falcon-3a.3", D_MODEL, HEADS).rule == "falcon-3a"
+    assert build_mixer("falcon-1.3", D_MODEL, HEADS).rule == "falcon-1"
+    assert build_mixer("falcon-1a.1", D_MODEL, HEADS, qk_norm="rmsnorm").opts.qk_norm == "rmsnorm"
+
+
+@pytest.mark.parametrize("name, gain_shape", [("falcon-1a", (B, L, HEADS)), ("falcon-2", (B, L, HEADS, 16))])
+def test_falcon_gate_ranges(name, gain_shape):
+    h = 3.0 * inputs()  # wide pre-activations, short of float saturation at the ends of (0, 2)
+    beta, lam = make(name, gain="ctx_beta")._gates(h)
+    assert beta.shape == gain_shape and lam.shape == (B, L, HEADS)
+    assert ((beta > 0) & (beta < 2)).all() and (lam >= 0).all() and (lam <= 1).all()
+    eta_mixer = make(name, eta_max=2.0)
+    eta, _ = eta_mixer._gates(h)
+    assert eta_mixer.energy_ref == 16.0  # QK-RMSNorm: ‖x‖² ≤ Dk
+    assert ((eta > 0) & (eta * 16.0 < 2.0)).all()
+    assert make(name, qk_norm="l2").energy_ref == 1.0
+    const, _ = make(name, gain="const_beta", beta=1.5)._gates(h)
+    assert torch.all(const == 1.5)
+
+
+def test_falcon_initial_gates():
+    """At zero input: β = 1 (ctxβ), η·E_ref = 1 (ctxη), λ̄ log-spaced over heads in [lam_init_min, max]."""
+    torch.manual_seed(0)
+    mixer = build_mixer("falcon-1a", D_MODEL, 4, gain="ctx_beta", lam_init_min=1e-3, lam_init_max=1e-1)
+    beta, lam = mixer._gates(torch.zeros(1, 1, D_MODEL))
+    torch.testing.assert_close(beta, torch.ones_like(beta))
+    torch.testing.assert_close(lam[0, 0], torch.tensor([1e-3, 1e-3 ** (2 / 3) * 1e-1 ** (1 / 3),
+                                                        1e-3 ** (1 / 3) * 1e-1 ** (2 / 3), 1e-1]))
+    eta, _ = build_mixer("falcon-1a", D_MODEL, 4)._gates(torch.zeros(1, 1, D_MODEL))
+    torch.testing.assert_close(eta * 8.0, torch.ones_like(eta))
+
+
+@pytest.mark.parametrize("options", [
+    {"v_norm": True}, {"conv": False}, {"qk_norm": "none"}, {"output_gate": False},
+    {"gain": "const_beta", "beta": 1.5, "ridge": "const_lambda", "lam": 0.1},
+    {"scale_coupled_ridge": False, "ridge": "const_lambda", "lam": 2.0}, {"window": 2, "conv_size": 2},
+])
+@pytest.mark.parametrize("name", ["falcon-2", "falcon-3"])
+def test_falcon_options_run_and_step(name, options):
+    mixer = make(name, **options)
+    x = inputs()
+    y = mixer(x)
+    assert torch.isfinite(y).all()
+    torch.testing.assert_close(stepped(mixer, x), y, rtol=0, atol=1e-8)
+
+
+def test_falcon_options_change_the_output():
+    x = inputs()
+    base = make("falcon-1a")(x)
+    for options in ({"v_norm": True}, {"qk_norm": "l2"}, {"gain": "ctx_beta"}, {"alignment": "same_time"},
+                    {"timing": "rbw"}, {"ridge": "const_lambda"}):
+        assert (make("falcon-1a", **options)(x) - base).abs().max() > 1e-6, options
+
+
+# ---- baselines against plain loops from their papers ----
+
+def test_retnet_matches_retention_loop():
+    m = make("retnet")
+    x = inputs()
+    H, dk, dv = HEADS, m.dk, m.dv
+    gammas = 1 - 2.0 ** (-5 - torch.arange(H, dtype=torch.float64))
+    torch.testing.assert_close(m.log_decay.exp(), gammas)
+    pos = torch.arange(L)
+    q = rotary(m.q_proj(x).view(B, L, H, dk), pos, 10000.0)
+    k = rotary(m.k_proj(x).view(B, L, H, dk), pos, 10000.0)
+    v = m.v_proj(x).view(B, L, H, dv)
+    S = torch.zeros(B, H, dk, dv, dtype=torch.float64)
+    outs = []
+    for t in range(L):
+        S = gammas[None, :, None, None] * S + k[:, t, :, :, None] * v[:, t, :, None, :]
+        outs.append(torch.einsum("bhkv,bhk->bhv", S, q[:, t]) / math.sqrt(dk))
+    o = rms_norm(torch.stack(outs, 1), 1e-6).flatten(-2)
+    torch.testing.assert_close(m(x), m.o_proj(o * F.silu(m.g_proj(x))), rtol=0, atol=1e-10)
+
+
+def test_mamba2_matches_ssd_loop():
+    m = make("mamba2")
+    x = inputs()
+    d, N, H, P = m.d_inner, m.d_state, m.n_heads, m.head_dim
+    z, xBC, dt = m.in_proj(x).split([d, d + 2 * N, H], dim=-1)
+    xBC = F.silu(F.conv1d(xBC.transpose(1, 2), m.conv.conv.weight, padding=3, groups=xBC.shape[-1])[..., :L])
+    xs, Bm, Cm = xBC.transpose(1, 2).split([d, N, N], dim=-1)
+    xs = xs.view(B, L, H, P)
+    delta = F.softplus(dt + m.dt_bias)
+    A = -torch.exp(m.A_log)
+    h = torch.zeros(B, H, N, P, dtype=torch.float64)
+    ys = []
+    for t in range(L):
+        h = torch.exp(delta[:, t] * A)[..., None, None] * h \
+            + delta[:, t, :, None, None] * Bm[:, t, None, :, None] * xs[:, t, :, None, :]
+        ys.append(torch.einsum("bhnp,bn->bhp", h, Cm[:, t]) + m.D[:, None] * xs[:, t])
+    y = torch.stack(ys, 1).flatten(-2) * F.silu(z)
+    ref = m.out_proj(rms_norm(y, 1e-5) * m.norm_weight)
+    torch.testing.assert_close(m(x), ref, rtol=0, atol=1e-10)
+
+
+@pytest.mark.parametrize("name", ["deltanet", "gated-deltanet"])
+def test_deltanet_matches_delta_loop(name):
+    m = make(name)
+    x = inputs()
+    H, dk, dv = HEADS, m.dk, m.dv
+    q, k, v = (conv(p(x)) for conv, p in zip(m.convs, (m.q_proj, m.k_proj, m.v_proj)))
+    q, k = l2_norm(q.view(B, L, H, dk), 1e-6), l2_norm(k.view(B, L, H, dk), 1e-6)
+    v = v.view(B, L, H, dv)
+    beta = torch.sigmoid(m.b_proj(x))
+    gate = torch.ones_like(beta)
+    if name == "gated-deltanet":
+        gate = torch.exp(-torch.exp(m.A_log) * F.softplus(m.a_proj(x) + m.dt_bias))
+    S = torch.zeros(B, H, dk, dv, dtype=torch.float64)
+    eye = torch.eye(dk, dtype=torch.float64)
+    outs = []
+    for t in range(L):
+        kt, bt = k[:, t], beta[:, t, :, None, None]
+        S = gate[:, t, :, None, None] * ((eye - bt * kt[..., :, None] * kt[..., None, :]) @ S) \
+            + bt * kt[..., :, None] * v[:, t, :, None, :]
+        outs.append(torch.einsum("bhkv,bhk->bhv", S, q[:, t]) / math.sqrt(dk))
+    o = m.o_norm(torch.stack(outs, 1))
+    if m.g_proj is not None:
+        o = o * F.silu(m.g_proj(x)).view(B, L, H, dv)
+    torch.testing.assert_close(m(x), m.o_proj(o.flatten(-2)), rtol=0, atol=1e-10)
+    assert (m.g_proj is not None) == (name == "gated-deltanet")
+    assert m.dv == (2 * dk if name == "gated-deltanet" else dk)
+
+
+def test_transformer_matches_softmax_attention():
+    m = make("transformer")
+    x = inputs()
+    H, D = HEADS, m.head_dim
+    pos = torch.arange(L)
+    q = rotary(m.q_proj(x).view(B, L, H, D), pos, 10000.0).transpose(1, 2)
+    k = rotary(m.k_proj(x).view(B, L, H, D), pos, 10000.0).transpose(1, 2)
+    v = m.v_proj(x).view(B, L, H, D).transpose(1, 2)
+    scores = q @ k.transpose(-1, -2) / math.sqrt(D)
+    scores = scores.masked_fill(torch.ones(L, L, dtype=torch.bool).triu(1), float("-inf"))
+    o = (scores.softmax(-1) @ v).transpose(1, 2).reshape(B, L, -1)
+    torch.testing.assert_close(m(x), m.o_proj(o), rtol=0, atol=1e-10)
