@@ -1,0 +1,408 @@
+"""Typed run configuration: dataclasses, YAML presets, a `--config` file, `--set key=value` overrides.
+
+A configuration resolves in layers, each overriding the one before: the dataclass defaults, the
+preset (`lab/presets/<name>.yaml`), the `--config` file, the `--set` overrides, then the explicit
+command-line flags. Every mistake (an unknown key, a value of the wrong type, an unknown mixer, an
+impossible shape) raises `ConfigError`, whose message is one line naming what is accepted.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import types
+import typing
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+PRESETS_DIR = Path(__file__).resolve().parent / "presets"
+TASKS = ("addition", "random")
+PRECISIONS = ("auto", "32-true", "bf16-mixed", "16-mixed", "64-true")
+STRATEGIES = ("auto", "ddp", "ddp_find_unused_parameters_true")
+ACCELERATORS = ("auto", "cpu", "gpu")
+# Random-token runs with no data.seq_len train on rows of this many positions.
+DEFAULT_RANDOM_SEQ_LEN = 128
+# Keys that change where a run executes but not what it computes: the data of a step is a pure
+# function of (seed, step, global row), so a run may resume on another number of devices.
+PLACEMENT_KEYS = ("train.devices", "train.num_nodes", "train.strategy", "train.accelerator")
+
+
+class ConfigError(ValueError):
+    """A configuration mistake; its message is one line that says what is accepted."""
+
+
+@dataclass
+class ModelConfig:
+    """Model shape: width, depth, heads, options passed to the mixer, and μP-style width scaling."""
+
+    d_model: int = 64
+    n_layers: int = 2
+    n_heads: int = 2
+    mixer_options: dict[str, Any] = field(default_factory=dict)
+    mup: bool = False
+
+
+@dataclass
+class OptimConfig:
+    """AdamW with linear warm-up then cosine decay to `min_lr_ratio * lr`; `grad_clip` 0 disables clipping."""
+
+    lr: float = 1e-3
+    betas: tuple[float, float] = (0.9, 0.95)
+    weight_decay: float = 0.1
+    warmup_steps: int = 100
+    min_lr_ratio: float = 0.1
+    grad_clip: float = 1.0
+
+
+@dataclass
+class TrainConfig:
+    """Length, global batch, seed, numerics and placement of a run, and how often it logs and saves."""
+
+    max_steps: int = 2000
+    batch_size: int = 64
+    seed: int = 0
+    precision: str = "auto"
+    accelerator: str = "auto"
+    devices: int = 1
+    num_nodes: int = 1
+    strategy: str = "auto"
+    log_every: int = 10
+    val_every: int = 100
+    ckpt_every: int = 100
+
+
+@dataclass
+class DataConfig:
+    """Task options: addition widths (inclusive), row length, packing, validation size, random vocabulary.
+
+    `seq_len` None means the task's natural length: the widest addition sample, or
+    DEFAULT_RANDOM_SEQ_LEN random tokens. `curriculum` is reserved: only None is accepted today.
+    """
+
+    widths: tuple[int, int] = (1, 32)
+    seq_len: int | None = None
+    packing: bool = False
+    curriculum: str | None = None
+    val_per_length: int = 4
+    vocab_size: int = 256
+
+
+@dataclass
+class RunConfig:
+    """Everything that defines a run; its hash names the run."""
+
+    task: str = "addition"
+    mixer: str = "transformer"
+    preset: str = "tiny"
+    model: ModelConfig = field(default_factory=ModelConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+
+
+def presets() -> list[str]:
+    """Names of the presets shipped in lab/presets."""
+    return sorted(p.stem for p in PRESETS_DIR.glob("*.yaml"))
+
+
+def to_dict(cfg: RunConfig) -> dict[str, Any]:
+    """The configuration as plain nested dicts and lists (YAML- and JSON-ready)."""
+    return json.loads(json.dumps(dataclasses.asdict(cfg)))
+
+
+def from_dict(data: Mapping[str, Any]) -> RunConfig:
+    """Build and validate a RunConfig from nested dicts; missing keys take their defaults."""
+    cfg = _build(RunConfig, data, "")
+    validate(cfg)
+    return cfg
+
+
+def config_hash(cfg: RunConfig, length: int = 10) -> str:
+    """Short sha256 of the configuration without its placement keys: the run id."""
+    data = to_dict(cfg)
+    for key in PLACEMENT_KEYS:
+        section, name = key.split(".")
+        data[section].pop(name)
+    text = json.dumps(data, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:length]
+
+
+def dump_yaml(cfg: RunConfig) -> str:
+    """The configuration as YAML text that `load_config(config_file=...)` reads back to an equal config."""
+    return yaml.safe_dump(to_dict(cfg), sort_keys=False, default_flow_style=False)
+
+
+def read_yaml(path: str | Path) -> dict[str, Any]:
+    """The mapping in a YAML file; ConfigError if it is missing, malformed or not a mapping."""
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as err:
+        raise ConfigError(f"cannot read config file {path}: {err.strerror}") from None
+    except yaml.YAMLError as err:
+        raise ConfigError(f"config file {path} is not valid YAML: {str(err).splitlines()[0]}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path} must hold a mapping of keys, got {type(data).__name__}")
+    return data
+
+
+def load_config(
+    preset: str | None = None,
+    config_file: str | Path | None = None,
+    overrides: Sequence[str] = (),
+    **flags: Any,
+) -> RunConfig:
+    """Resolve defaults <- preset <- config file <- `key=value` overrides <- flags, then validate.
+
+    `preset` defaults to the config file's `preset` key, else "tiny". `flags` take dotted keys with
+    '.' written as '__' (e.g. `train__max_steps=5`) or top-level keys (`task=`, `mixer=`); a flag
+    whose value is None is not applied.
+    """
+    file_data = read_yaml(config_file) if config_file is not None else {}
+    name = preset or file_data.get("preset") or "tiny"
+    known = presets()
+    if name not in known:
+        raise ConfigError(f"unknown preset {name!r}; accepted: {', '.join(known)}")
+    data = _merge(read_yaml(PRESETS_DIR / f"{name}.yaml"), file_data)
+    data["preset"] = name
+    for item in overrides:
+        key, sep, text = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"override {item!r} must look like key=value, e.g. optim.lr=3e-3")
+        _set(data, key.strip(), _parse_text(text.strip(), _hint_of(key.strip())))
+    for key, value in flags.items():
+        if value is not None:
+            _set(data, key.replace("__", "."), value)
+    return from_dict(data)
+
+
+def validate(cfg: RunConfig) -> None:
+    """Check values and shapes that types alone cannot; raise ConfigError naming what is accepted."""
+    _choice("task", cfg.task, TASKS)
+    _choice("train.precision", cfg.train.precision, PRECISIONS)
+    _choice("train.strategy", cfg.train.strategy, STRATEGIES)
+    _choice("train.accelerator", cfg.train.accelerator, ACCELERATORS)
+    m, o, t, d = cfg.model, cfg.optim, cfg.train, cfg.data
+    for key, value in (("model.d_model", m.d_model), ("model.n_layers", m.n_layers),
+                       ("model.n_heads", m.n_heads), ("train.max_steps", t.max_steps),
+                       ("train.batch_size", t.batch_size), ("train.devices", t.devices),
+                       ("train.num_nodes", t.num_nodes), ("train.log_every", t.log_every),
+                       ("train.val_every", t.val_every), ("train.ckpt_every", t.ckpt_every),
+                       ("data.val_per_length", d.val_per_length), ("data.vocab_size", d.vocab_size)):
+        if value < 1:
+            raise ConfigError(f"{key} must be >= 1, got {value}")
+    if m.d_model % m.n_heads and "head_dim" not in m.mixer_options:
+        raise ConfigError(f"model.d_model={m.d_model} is not divisible by model.n_heads={m.n_heads}; "
+                          f"accepted n_heads: {', '.join(map(str, _divisors(m.d_model)))}")
+    if not o.lr > 0:
+        raise ConfigError(f"optim.lr must be > 0, got {o.lr}")
+    if not all(0 <= b < 1 for b in o.betas):
+        raise ConfigError(f"optim.betas must lie in [0, 1), got {list(o.betas)}")
+    for key, value in (("optim.weight_decay", o.weight_decay), ("optim.warmup_steps", o.warmup_steps),
+                       ("optim.grad_clip", o.grad_clip)):
+        if value < 0:
+            raise ConfigError(f"{key} must be >= 0, got {value}")
+    if not 0 <= o.min_lr_ratio <= 1:
+        raise ConfigError(f"optim.min_lr_ratio must lie in [0, 1], got {o.min_lr_ratio}")
+    world = t.devices * t.num_nodes
+    if t.batch_size % world:
+        raise ConfigError(f"train.batch_size={t.batch_size} (global) is not divisible by "
+                          f"devices*num_nodes={world}; accepted: a multiple of {world}")
+    _validate_data(cfg)
+    _validate_mixer(cfg)
+
+
+def _validate_data(cfg: RunConfig) -> None:
+    d = cfg.data
+    lo, hi = d.widths
+    if not 1 <= lo <= hi:
+        raise ConfigError(f"data.widths must satisfy 1 <= lo <= hi, got {list(d.widths)}")
+    if d.curriculum is not None:
+        raise ConfigError(f"data.curriculum={d.curriculum!r} is not built yet; accepted: null")
+    if d.seq_len is not None and d.seq_len < 1:
+        raise ConfigError(f"data.seq_len must be >= 1 or null, got {d.seq_len}")
+    if cfg.task == "addition":
+        from tasks.addition import positions_needed
+
+        need = positions_needed(hi)
+        if d.packing and d.seq_len is None:
+            raise ConfigError(f"data.packing needs data.seq_len (>= {need} for widths up to {hi})")
+        if d.seq_len is not None and d.seq_len < need:
+            raise ConfigError(f"data.seq_len={d.seq_len} is too short for width {hi}; accepted: >= {need}")
+    elif d.packing:
+        raise ConfigError("data.packing applies to task 'addition' only; accepted for 'random': false")
+
+
+def _validate_mixer(cfg: RunConfig) -> None:
+    """The mixer must be registered and accept the shape and options (one layer is built to check)."""
+    try:
+        from mixers import MIXERS, build_mixer
+    except ImportError as err:
+        raise ConfigError(f"mixer {cfg.mixer!r} cannot be checked: the mixers package does not import ({err})") from None
+    if cfg.mixer not in MIXERS:
+        raise ConfigError(f"unknown mixer {cfg.mixer!r}; accepted: {', '.join(sorted(MIXERS))}")
+    try:
+        build_mixer(cfg.mixer, cfg.model.d_model, cfg.model.n_heads, **cfg.model.mixer_options)
+    except (TypeError, ValueError) as err:
+        raise ConfigError(f"model.mixer_options: {err}".splitlines()[0]) from None
+
+
+def _choice(key: str, value: str, accepted: Sequence[str]) -> None:
+    if value not in accepted:
+        raise ConfigError(f"{key}={value!r} is not accepted; accepted: {', '.join(accepted)}")
+
+
+def _divisors(n: int) -> list[int]:
+    return [k for k in range(1, n + 1) if n % k == 0]
+
+
+def _merge(base: dict[str, Any], top: Mapping[str, Any]) -> dict[str, Any]:
+    """Recursive dict merge: `top` wins; nested mappings merge key by key."""
+    out = dict(base)
+    for key, value in top.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def _set(data: dict[str, Any], dotted: str, value: Any) -> None:
+    """Set `data[a][b][c] = value` for dotted key 'a.b.c', creating sections on the way."""
+    *parents, last = dotted.split(".")
+    node = data
+    for part in parents:
+        child = node.get(part)
+        if not isinstance(child, dict):
+            child = node[part] = {}
+        node = child
+    node[last] = value
+
+
+def _hint_of(dotted: str) -> Any:
+    """The declared type of a dotted key, or Any inside free-form mappings; ConfigError if unknown."""
+    cls: Any = RunConfig
+    parts = dotted.split(".")
+    for i, part in enumerate(parts):
+        if not dataclasses.is_dataclass(cls):
+            return Any  # below a dict field such as model.mixer_options
+        hints = typing.get_type_hints(cls)
+        if part not in hints:
+            where = ".".join(parts[:i]) or "the top level"
+            raise ConfigError(f"unknown key {dotted!r}; accepted keys in {where}: {', '.join(hints)}")
+        cls = hints[part]
+        if typing.get_origin(cls) is dict and i < len(parts) - 1:
+            return Any
+    return cls
+
+
+def _build(cls: type, data: Any, prefix: str) -> Any:
+    """Instantiate dataclass `cls` from mapping `data`, coercing each value to its declared type."""
+    where = prefix.rstrip(".") or "the top level"
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{where} must be a mapping, got {data!r}")
+    hints = typing.get_type_hints(cls)
+    unknown = [k for k in data if k not in hints]
+    if unknown:
+        raise ConfigError(f"unknown key {prefix + str(unknown[0])!r}; accepted keys in {where}: {', '.join(hints)}")
+    kwargs = {}
+    for key, value in data.items():
+        hint = hints[key]
+        if dataclasses.is_dataclass(hint):
+            kwargs[key] = _build(hint, value, f"{prefix}{key}.")
+        else:
+            kwargs[key] = _coerce(value, hint, prefix + key)
+    return cls(**kwargs)
+
+
+def _type_name(hint: Any) -> str:
+    if hint is type(None):
+        return "null"
+    if isinstance(hint, type) and not typing.get_args(hint):
+        return hint.__name__
+    return str(hint).replace("typing.", "")
+
+
+def _coerce(value: Any, hint: Any, key: str) -> Any:
+    """`value` as type `hint`, or ConfigError naming the key, the expected type and the value."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    bad = ConfigError(f"{key} expects {_type_name(hint)}, got {value!r}")
+    if hint is Any:
+        return value
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        (inner,) = [a for a in args if a is not type(None)]
+        return _coerce(value, inner, key)
+    if value is None:
+        raise bad
+    if origin is tuple:
+        if isinstance(value, str):
+            value = [v.strip() for v in value.strip("()[] ").split(",")]
+        if not isinstance(value, (list, tuple)) or len(value) != len(args):
+            raise bad
+        return tuple(_coerce(v, a, f"{key}[{i}]") for i, (v, a) in enumerate(zip(value, args)))
+    if origin is dict:
+        if not isinstance(value, Mapping):
+            raise bad
+        return dict(value)
+    if hint is bool:
+        if isinstance(value, bool):
+            return value
+        raise bad
+    if hint is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, str):
+            try:
+                return int(value)
+            except ValueError:
+                raise bad from None
+        raise bad
+    if hint is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str):
+            # YAML 1.1 reads 3e-3 (no dot) as a string; accept it as the number it plainly is.
+            try:
+                return float(value)
+            except ValueError:
+                raise bad from None
+        raise bad
+    if hint is str:
+        if isinstance(value, str):
+            return value
+        raise bad
+    raise bad
+
+
+def _parse_text(text: str, hint: Any) -> Any:
+    """Parse the right-hand side of a `--set` override, guided by the key's declared type."""
+    if text.lower() in ("null", "none", "~"):
+        return None
+    if hint is str:
+        return text
+    if hint is bool:
+        lowered = text.lower()
+        if lowered in ("true", "yes", "on", "1"):
+            return True
+        if lowered in ("false", "no", "off", "0"):
+            return False
+        return text  # _coerce names the key and the accepted type
+    try:
+        value = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+    if isinstance(value, str):
+        try:
+            return float(value) if any(c in value for c in ".eE") else int(value)
+        except ValueError:
+            return value
+    return value
