@@ -25,7 +25,7 @@ from torch import Tensor, nn
 
 from kernels import ALIGNMENTS, TIMINGS, gated_delta_rule
 from kernels.delta import DELTA_BACKENDS
-from mixers.layers import Mixer, RMSNorm, ShortConv, dt_bias_init, l2_norm, residual_out
+from mixers.layers import Mixer, RMSNorm, ShortConv, dt_bias_init, full_precision, l2_norm, residual_out
 from mixers.options import check_bool, check_choice, check_int, check_range, head_dim_of
 
 
@@ -121,9 +121,11 @@ class DeltaNet(Mixer):
         return self.o_proj(o.flatten(-2))
 
     def _rule(self, q, k, v, g, beta, backend: str, state=None):
-        return gated_delta_rule(q, k, v, g, beta, scale=1.0 / math.sqrt(self.dk), alignment=self.opts.alignment,
-                                timing=self.opts.timing, backend=backend, chunk_size=self.opts.chunk_size,
-                                initial_state=state, output_final_state=state is not None)
+        with full_precision(q):
+            return gated_delta_rule(q, k, v, g, beta, scale=1.0 / math.sqrt(self.dk),
+                                    alignment=self.opts.alignment, timing=self.opts.timing, backend=backend,
+                                    chunk_size=self.opts.chunk_size, initial_state=state,
+                                    output_final_state=state is not None)
 
     def forward(self, x: Tensor) -> Tensor:
         q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)

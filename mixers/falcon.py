@@ -40,7 +40,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from kernels import ALIGNMENTS, BACKENDS, TIMINGS, fast_weight_rule, fast_weight_step
-from mixers.layers import Mixer, RMSNorm, ShortConv, l2_norm, residual_out, rms_norm
+from mixers.layers import Mixer, RMSNorm, ShortConv, full_precision, l2_norm, residual_out, rms_norm
 from mixers.options import check_bool, check_choice, check_int, check_range, head_dim_of
 
 GAINS = ("ctx_beta", "ctx_eta", "const_beta")
@@ -128,14 +128,13 @@ class FalconMixer(Mixer):
 
     def _rule_options(self) -> dict:
         o = self.opts
-        return dict(rule=self.rule, window=o.window, eps=o.eps, decay_floor=o.decay_floor,
-                    scale_coupled_ridge=o.scale_coupled_ridge, alignment=o.alignment, timing=o.timing,
-                    normalize=o.gain != "ctx_eta")
+        return {"rule": self.rule, "window": o.window, "eps": o.eps, "decay_floor": o.decay_floor,
+                "scale_coupled_ridge": o.scale_coupled_ridge, "alignment": o.alignment, "timing": o.timing,
+                "normalize": o.gain != "ctx_eta"}
 
     def _featurise(self, q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """``[..., H·D]`` -> per-head ``[..., H, D]`` with QK-norm and optional VNorm."""
-        split = lambda t: t.unflatten(-1, (self.n_heads, self.head_dim))  # noqa: E731
-        q, k, v = split(q), split(k), split(v)
+        q, k, v = (t.unflatten(-1, (self.n_heads, self.head_dim)) for t in (q, k, v))
         eps = self.opts.norm_eps
         if self.opts.qk_norm == "rmsnorm":
             q, k = rms_norm(q, eps), rms_norm(k, eps)
@@ -177,8 +176,9 @@ class FalconMixer(Mixer):
             q, k, v = (conv(t) for conv, t in zip(self.convs, (q, k, v)))
         q, k, v = self._featurise(q, k, v)
         gain, lam = self._gates(x)
-        o, _ = fast_weight_rule(q, k, v, gain, lam, backend=self.opts.backend, chunk_size=self.opts.chunk_size,
-                                **self._rule_options())
+        with full_precision(q):
+            o, _ = fast_weight_rule(q, k, v, gain, lam, backend=self.opts.backend,
+                                    chunk_size=self.opts.chunk_size, **self._rule_options())
         return self._output(o, x)
 
     def init_cache(self, batch: int, device: torch.device | str, dtype: torch.dtype) -> dict:
@@ -195,7 +195,8 @@ class FalconMixer(Mixer):
             convs = list(convs)
         q, k, v = self._featurise(q, k, v)
         gain, lam = self._gates(x_t)
-        o, state = fast_weight_step(cache["state"], q, k, v, gain, lam, **self._rule_options())
+        with full_precision(q):
+            o, state = fast_weight_step(cache["state"], q, k, v, gain, lam, **self._rule_options())
         return self._output(o, x_t), {"conv": convs, "state": state}
 
 

@@ -95,6 +95,13 @@ def dt_bias_init(n: int, dt_min: float, dt_max: float, floor: float) -> Tensor:
     return dt + torch.log(-torch.expm1(-dt))  # the inverse of softplus
 
 
+def full_precision(x: Tensor) -> torch.autocast:
+    """A region where autocast is off, around the fast-weight ops: they cast their inputs to fp32 (float64
+    for float64) and keep state and accumulation there; autocast would silently run their matmuls, Gram
+    solves and eigenvalue problems in half precision again."""
+    return torch.autocast(device_type=x.device.type, enabled=False)
+
+
 def rotary(x: Tensor, positions: Tensor, base: float) -> Tensor:
     """Rotary position embedding (half-split pairs) of ``x [B, L, H, D]`` at integer ``positions [L]``."""
     D = x.shape[-1]

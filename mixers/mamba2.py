@@ -20,7 +20,7 @@ from torch import Tensor, nn
 
 from kernels import ALIGNMENTS, TIMINGS, linear_attention
 from kernels.linear_attention import BACKENDS as LINEAR_BACKENDS
-from mixers.layers import Mixer, ShortConv, dt_bias_init, residual_out, rms_norm
+from mixers.layers import Mixer, ShortConv, dt_bias_init, full_precision, residual_out, rms_norm
 from mixers.options import check_bool, check_choice, check_int, check_range
 
 
@@ -98,24 +98,29 @@ class Mamba2(Mixer):
         x, Bm, Cm = xBC.split([d, GN, GN], dim=-1)
         x = x.unflatten(-1, (self.n_heads, self.head_dim))
         per_group = self.n_heads // self.n_groups
-        heads = lambda t: t.unflatten(-1, (self.n_groups, self.d_state)).repeat_interleave(per_group, -2)  # noqa: E731
+
+        def heads(t: Tensor) -> Tensor:  # [..., G·N] -> [..., H, N], each group shared by its heads
+            return t.unflatten(-1, (self.n_groups, self.d_state)).repeat_interleave(per_group, -2)
+
+        # the scan runs in full precision anyway: form Δ·B there rather than in half precision
         dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
         delta = F.softplus(dt.to(dtype) + self.dt_bias.to(dtype))  # [B, L, H]
         log_decay = delta * -torch.exp(self.A_log.to(dtype))
-        k = heads(Bm) * delta[..., None].to(x.dtype)
-        return heads(Cm), k, x, log_decay
+        k = heads(Bm.to(dtype)) * delta[..., None]
+        return heads(Cm.to(dtype)), k, x.to(dtype), log_decay
 
     def _output(self, y: Tensor, x: Tensor, z: Tensor) -> Tensor:
         y = y + self.D.to(y.dtype)[:, None] * x  # the skip D ⊙ x
-        gated = y.flatten(-2) * F.silu(z)
+        gated = y.flatten(-2) * F.silu(z.to(y.dtype))
         groups = gated.unflatten(-1, (self.n_groups, -1))
         normed = rms_norm(groups, self.opts.norm_eps).flatten(-2) * self.norm_weight.to(y.dtype)
-        return self.out_proj(normed)
+        return self.out_proj(normed.to(z.dtype))
 
     def _scan(self, q: Tensor, k: Tensor, v: Tensor, g: Tensor, backend: str, state=None):
-        return linear_attention(q, k, v, g, alignment=self.opts.alignment, timing=self.opts.timing,
-                                backend=backend, chunk_size=self.opts.chunk_size, initial_state=state,
-                                output_final_state=state is not None)
+        with full_precision(q):
+            return linear_attention(q, k, v, g, alignment=self.opts.alignment, timing=self.opts.timing,
+                                    backend=backend, chunk_size=self.opts.chunk_size, initial_state=state,
+                                    output_final_state=state is not None)
 
     def forward(self, h: Tensor) -> Tensor:
         z, xBC, dt = self._split(self.in_proj(h))

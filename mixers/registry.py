@@ -8,8 +8,9 @@ given explicitly override the preset; unknown names and options raise a one-line
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from kernels import RULES
 from mixers.deltanet import DeltaNet, DeltaNetOptions, GatedDeltaNetOptions

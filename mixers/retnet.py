@@ -20,7 +20,7 @@ from torch import Tensor, nn
 
 from kernels import ALIGNMENTS, TIMINGS, linear_attention
 from kernels.linear_attention import BACKENDS as LINEAR_BACKENDS
-from mixers.layers import Mixer, residual_out, rms_norm, rotary
+from mixers.layers import Mixer, full_precision, residual_out, rms_norm, rotary
 from mixers.options import check_bool, check_choice, check_int, check_range, head_dim_of
 
 
@@ -85,9 +85,10 @@ class Retention(Mixer):
         return self.o_proj(o * F.silu(self.g_proj(x)))
 
     def _retain(self, q: Tensor, k: Tensor, v: Tensor, g: Tensor, backend: str, state=None):
-        return linear_attention(q, k, v, g, scale=1.0 / math.sqrt(self.dk), alignment=self.opts.alignment,
-                                timing=self.opts.timing, backend=backend, chunk_size=self.opts.chunk_size,
-                                initial_state=state, output_final_state=state is not None)
+        with full_precision(q):
+            return linear_attention(q, k, v, g, scale=1.0 / math.sqrt(self.dk), alignment=self.opts.alignment,
+                                    timing=self.opts.timing, backend=backend, chunk_size=self.opts.chunk_size,
+                                    initial_state=state, output_final_state=state is not None)
 
     def forward(self, x: Tensor) -> Tensor:
         q, k, v, g = self._qkv(x, torch.arange(x.shape[1], device=x.device))

@@ -40,10 +40,9 @@ class Attention(Mixer):
     def _qkv(self, x: Tensor, positions: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """Heads-first ``[B, H, L, D]`` q, k (rotated) and v."""
         B, L, _ = x.shape
-        split = lambda t: t.view(B, L, self.n_heads, self.head_dim)  # noqa: E731
-        q = rotary(split(self.q_proj(x)), positions, self.rope_base)
-        k = rotary(split(self.k_proj(x)), positions, self.rope_base)
-        return q.transpose(1, 2), k.transpose(1, 2), split(self.v_proj(x)).transpose(1, 2)
+        q, k, v = (p(x).view(B, L, self.n_heads, self.head_dim) for p in (self.q_proj, self.k_proj, self.v_proj))
+        q, k = rotary(q, positions, self.rope_base), rotary(k, positions, self.rope_base)
+        return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
 
     def forward(self, x: Tensor) -> Tensor:
         B, L, _ = x.shape

@@ -16,7 +16,8 @@ V, D_MODEL, HEADS, LAYERS, B, L = 37, 32, 2, 2, 2, 12
 
 def config(mixer: str = "transformer", **overrides) -> LMConfig:
     options = {"d_state": 8} if mixer == "mamba2" else {}
-    base = dict(vocab_size=V, d_model=D_MODEL, n_layers=LAYERS, n_heads=HEADS, mixer=mixer, mixer_options=options)
+    base = {"vocab_size": V, "d_model": D_MODEL, "n_layers": LAYERS, "n_heads": HEADS, "mixer": mixer,
+            "mixer_options": options}
     return LMConfig(**{**base, **overrides})
 
 
