@@ -3,6 +3,7 @@ baselines against plain loops written from their papers' equations; the Falcon g
 
 from __future__ import annotations
 
+import importlib
 import math
 
 import pytest
@@ -313,13 +314,30 @@ def test_transformer_matches_softmax_attention():
     torch.testing.assert_close(m(x), m.o_proj(o), rtol=0, atol=1e-10)
 
 
-@pytest.mark.parametrize("name", NAMES)
-def test_bf16_autocast(name):
-    """Under autocast the projections run in bf16 while the fast-weight ops keep fp32 (falcon-3's eigenvalue
-    problem has no half-precision kernel at all)."""
+OPS = {"falcon": "fast_weight_rule", "retnet": "linear_attention", "mamba2": "linear_attention",
+       "deltanet": "gated_delta_rule"}
+
+
+@pytest.mark.parametrize("name", RECURRENT)
+def test_ops_run_without_autocast(name, monkeypatch):
+    """Under bf16 autocast the projections run in bf16 while the fast-weight ops see autocast off, so their
+    state, solves and falcon-3's eigenvalue problem (no bf16 CUDA kernel) stay in fp32."""
+    module_name = "falcon" if name.startswith("falcon") else name.replace("gated-", "")
+    module = importlib.import_module(f"mixers.{module_name}")
+    op = getattr(module, OPS[module_name])
+    seen = []
+
+    def spy(*args, **kwargs):
+        seen.append(torch.is_autocast_enabled("cpu"))
+        return op(*args, **kwargs)
+
+    monkeypatch.setattr(module, OPS[module_name], spy)
     mixer = make(name, torch.float32)
     x = inputs(torch.float32).requires_grad_()
     with torch.autocast("cpu", dtype=torch.bfloat16):
         y = mixer(x)
+        assert torch.is_autocast_enabled("cpu")
+    assert seen == [False]
+    assert y.dtype == torch.bfloat16
     y.float().square().mean().backward()
     assert torch.isfinite(y).all() and torch.isfinite(x.grad).all()
