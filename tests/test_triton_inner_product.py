@@ -1,0 +1,178 @@
+"""backend="triton" for falcon-1a/2a against the float64 recurrent oracle: outputs, final state and every
+gradient (q, k, v, beta, lam, initial S). Without CUDA the kernels run in Triton's interpreter at tiny sizes.
+
+Every buffer the kernels write is allocated full of NaN here, so an element a kernel fails to write shows.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import Tensor
+
+import kernels.falcon.triton_inner_product as tip
+from kernels import FastWeightState, fast_weight_rule
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+# the interpreter does every dot in exact fp32; a GPU runs fp32 dots at full precision too ("ieee")
+TOL_FP32 = 1e-5 if DEVICE == "cpu" else 1e-3
+NAMES = ("o", "S", "dq", "dk", "dv", "dbeta", "dlam", "dS0")
+
+
+@pytest.fixture(autouse=True)
+def poisoned(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tip, "_alloc", lambda shape, dtype, device: torch.full(shape, float("nan"), dtype=dtype,
+                                                                               device=device))
+
+
+def inputs(rule: str, B: int, T: int, H: int, D: int, seed: int, lam_scale: float = 1.0) -> dict[str, Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    beta_shape = (B, T, H, D) if rule == "falcon-2a" else (B, T, H)
+    return {
+        "q": torch.randn(B, T, H, D, generator=g),
+        "k": torch.randn(B, T, H, D, generator=g) / D ** 0.5,
+        "v": torch.randn(B, T, H, D, generator=g),
+        "beta": 0.05 + 1.9 * torch.rand(*beta_shape, generator=g),
+        "lam": lam_scale * torch.rand(B, T, H, generator=g),
+        "S0": torch.randn(B, H, D, D, generator=g) / D,
+        "w": torch.randn(B, T, H, D, generator=g),  # cotangent of o
+        "wS": torch.randn(B, H, D, D, generator=g),  # cotangent of the final S
+    }
+
+
+def run(x: dict[str, Tensor], backend: str, dtype: torch.dtype, state: FastWeightState | None = None,
+        **opts) -> list[Tensor]:
+    """Outputs, final S and the gradients of <o, w> + <S, wS> with respect to the inputs and initial S."""
+    leaves = [x[n].detach().to(DEVICE, dtype).clone().requires_grad_(True) for n in ("q", "k", "v", "beta", "lam")]
+    sdtype = torch.float64 if dtype == torch.float64 else torch.float32
+    S0 = (x["S0"] if state is None else state.S).detach().to(DEVICE, sdtype).clone().requires_grad_(True)
+    init = S0 if state is None else FastWeightState(S0, *(t.to(DEVICE) for t in state[1:]))
+    if state is not None:
+        init = FastWeightState(S0, init.last_key.to(sdtype), init.x_tail.to(sdtype), init.v_tail.to(sdtype),
+                               init.tail_mask)
+    o, final = fast_weight_rule(*leaves, backend=backend, initial_state=init, output_final_state=True, **opts)
+    loss = (o.double() * x["w"].to(DEVICE, torch.float64)).sum() + \
+        (final.S.double() * x["wS"].to(DEVICE, torch.float64)).sum()
+    loss.backward()
+    return [o, final.S] + [t.grad for t in leaves] + [S0.grad]
+
+
+def rms_rel(out: Tensor, ref: Tensor) -> float:
+    out, ref = out.double().cpu(), ref.double().cpu()
+    return ((out - ref).pow(2).mean().sqrt() / ref.pow(2).mean().sqrt().clamp(min=1e-30)).item()
+
+
+def check(out: list[Tensor], ref: list[Tensor], tol: float) -> None:
+    for name, a, b in zip(NAMES, out, ref):
+        assert a is not None, f"{name}: no gradient"
+        assert not torch.isnan(a).any(), f"{name}: NaN (an element was not written)"
+        err = rms_rel(a, b)
+        assert err <= tol, f"{name}: relative RMS error {err:.2e} > {tol:.0e}"
+
+
+@pytest.mark.parametrize("rule", ["falcon-1a", "falcon-2a"])
+@pytest.mark.parametrize("timing", ["raw", "rbw"])
+@pytest.mark.parametrize("alignment", ["shifted", "same_time"])
+def test_forward_and_gradients_match_the_oracle(rule: str, timing: str, alignment: str) -> None:
+    x = inputs(rule, B=2, T=37, H=1, D=16, seed=hash((rule, timing, alignment)) % 1000)
+    opts = dict(rule=rule, timing=timing, alignment=alignment)
+    check(run(x, "triton", torch.float32, chunk_size=16, **opts), run(x, "recurrent", torch.float64, **opts),
+          TOL_FP32)
+
+
+@pytest.mark.parametrize("rule", ["falcon-1a", "falcon-2a"])
+@pytest.mark.parametrize("timing", ["raw", "rbw"])
+@pytest.mark.parametrize("chunk_size", [32, 64])
+def test_chunks_longer_than_the_sequence_and_inner_blocks(rule: str, timing: str, chunk_size: int) -> None:
+    """T = 40 with chunks of 32/64: a short last chunk, and falcon-2a's 16-token blocks inside a chunk."""
+    x = inputs(rule, B=1, T=40, H=2, D=16, seed=chunk_size + (timing == "rbw"))
+    opts = dict(rule=rule, timing=timing)
+    check(run(x, "triton", torch.float32, chunk_size=chunk_size, **opts), run(x, "recurrent", torch.float64, **opts),
+          TOL_FP32)
+
+
+@pytest.mark.parametrize("rule", ["falcon-1a", "falcon-2a"])
+@pytest.mark.parametrize("alignment", ["shifted", "same_time"])
+def test_continuing_from_a_state_equals_one_pass(rule: str, alignment: str) -> None:
+    """A first segment by the oracle, the second by the kernels from its state (last key, S)."""
+    x = inputs(rule, B=1, T=30, H=2, D=16, seed=7)
+    first = {n: (t[:, :11] if t.dim() >= 3 and t.shape[1] == 30 else t) for n, t in x.items()}
+    second = {n: (t[:, 11:] if t.dim() >= 3 and t.shape[1] == 30 else t) for n, t in x.items()}
+    opts = dict(rule=rule, alignment=alignment)
+    ins = [first[n].double() for n in ("q", "k", "v", "beta", "lam")]
+    _, state = fast_weight_rule(*ins, backend="recurrent", initial_state=first["S0"].double(),
+                                output_final_state=True, **opts)
+    state = FastWeightState(*(t.detach() for t in state))
+    out = run(second, "triton", torch.float32, state=FastWeightState(*(t.float() if t.is_floating_point() else t
+                                                                       for t in state)), chunk_size=16, **opts)
+    check(out, run(second, "recurrent", torch.float64, state=state, **opts), TOL_FP32)
+
+
+@pytest.mark.parametrize("rule", ["falcon-1a", "falcon-2a"])
+def test_packed_sequences_match_one_call_each(rule: str) -> None:
+    """cu_seqlens with a one-token sequence and lengths that do not divide the chunk; one S0 row each."""
+    bounds = [0, 5, 21, 22, 40]
+    x = inputs(rule, B=1, T=40, H=2, D=16, seed=11)
+    x["S0"] = torch.randn(len(bounds) - 1, 2, 16, 16, generator=torch.Generator().manual_seed(12)) / 16
+    x["wS"] = torch.randn(len(bounds) - 1, 2, 16, 16, generator=torch.Generator().manual_seed(13))
+    cu = torch.tensor(bounds, device=DEVICE)
+    out = run(x, "triton", torch.float32, chunk_size=16, cu_seqlens=cu, rule=rule)
+    check(out, run(x, "recurrent", torch.float64, cu_seqlens=cu, rule=rule), TOL_FP32)
+
+
+@pytest.mark.parametrize("rule", ["falcon-1a", "falcon-2a"])
+@pytest.mark.parametrize("variant", ["scale_coupled_ridge", "ctx_eta", "clamped", "timing_rbw_clamped"])
+def test_ridge_options_and_the_decay_clamp(rule: str, variant: str) -> None:
+    """λ̄·‖x‖², η given directly (normalize=False), and λ large enough that α = min(ηλ, 1 − ε_γ) clamps."""
+    clamped = variant.endswith("clamped")
+    x = inputs(rule, B=1, T=26, H=2, D=16, seed=len(variant), lam_scale=40.0 if clamped else 1.0)
+    opts = dict(rule=rule, scale_coupled_ridge=variant == "scale_coupled_ridge", normalize=variant != "ctx_eta",
+                timing="rbw" if variant.startswith("timing_rbw") else "raw")
+    if variant == "ctx_eta":
+        x["beta"] = x["beta"] * 0.1
+    ref = run(x, "recurrent", torch.float64, **opts)
+    check(run(x, "triton", torch.float32, chunk_size=16, **opts), ref, TOL_FP32)
+
+
+@pytest.mark.parametrize("rule", ["falcon-1a", "falcon-2a"])
+def test_zero_keys_with_eps_zero_stay_finite(rule: str) -> None:
+    """‖x‖² + λ + ε = 0: the step is a no-op, nothing is NaN or inf (outputs and gradients)."""
+    x = inputs(rule, B=1, T=20, H=1, D=16, seed=3)
+    x["k"] = torch.zeros_like(x["k"])
+    x["lam"] = torch.zeros_like(x["lam"])
+    opts = dict(rule=rule, eps=0.0)
+    out = run(x, "triton", torch.float32, chunk_size=16, **opts)
+    for name, t in zip(NAMES, out):
+        assert torch.isfinite(t).all(), f"{name} is not finite"
+    check(out, run(x, "recurrent", torch.float64, **opts), TOL_FP32)
+
+
+def test_bad_inputs_are_refused_by_name() -> None:
+    x = inputs("falcon-2a", B=1, T=4, H=1, D=16, seed=0)
+    args = [x[n].to(DEVICE) for n in ("q", "k", "v", "beta", "lam")]
+    with pytest.raises(ValueError, match="chunk_size"):
+        fast_weight_rule(*args, rule="falcon-2a", backend="triton", chunk_size=24)
+    with pytest.raises(ValueError, match="decay_floor"):
+        fast_weight_rule(*args, rule="falcon-2a", backend="triton", decay_floor=1e-5)
+    with pytest.raises(ValueError, match="float64"):
+        fast_weight_rule(*(t.double() for t in args), rule="falcon-2a", backend="triton")
+
+
+GPU_SHAPES = [(2, 2048, 4, 64), (1, 4096, 2, 128), (1, 1000, 3, 64)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("rule", ["falcon-1a", "falcon-2a"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("shape", GPU_SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_real_sizes_on_the_gpu(rule: str, dtype: torch.dtype, shape: tuple[int, int, int, int]) -> None:
+    """Real sizes against the float64 chunk form (itself held to the oracle): bf16 <= 1e-2, fp32 <= 1e-3."""
+    B, T, H, D = shape
+    x = inputs(rule, B=B, T=T, H=H, D=D, seed=T + D)
+    x["k"] = x["k"] * 2.0  # ‖x‖² ~ 4: η of order 0.3, carries well inside (0, 1)
+    opts = dict(rule=rule, timing="raw")
+    ref = run(x, "chunk", torch.float64, chunk_size=64, **opts)
+    out = run(x, "triton", dtype, chunk_size=64, **opts)
+    errs = {name: rms_rel(a, b) for name, a, b in zip(NAMES, out, ref)}
+    print(f"\n{rule} {str(dtype)[6:]} {shape}: " + " ".join(f"{n}={e:.1e}" for n, e in errs.items()))
+    check(out, ref, 1e-2 if dtype == torch.bfloat16 else 1e-3)
