@@ -25,5 +25,6 @@ __all__ = [
     "RuleConfig",
     "fast_weight_rule",
     "fast_weight_step",
+    "gated_delta_rule",
     "linear_attention",
 ]

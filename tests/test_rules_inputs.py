@@ -113,3 +113,12 @@ def test_bad_cu_seqlens(cu, match):
     x = rule_inputs("falcon-1", B=1, T=5, seed=28)
     with pytest.raises(ValueError, match=match):
         fast_weight_rule(**x, rule="falcon-1", cu_seqlens=cu)
+
+
+def test_autocast_does_not_reach_inside_the_op():
+    """Under bf16 autocast the op still computes in fp32: the same result as without autocast."""
+    x = {k: v.float() for k, v in rule_inputs("falcon-3", T=9, seed=29).items()}
+    ref, _ = fast_weight_rule(**x, rule="falcon-3", backend="chunk")
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out, _ = fast_weight_rule(**x, rule="falcon-3", backend="chunk")
+    assert out.dtype == torch.float32 and torch.allclose(out, ref, rtol=1e-5, atol=1e-6)

@@ -10,6 +10,7 @@ from torch import Tensor
 from kernels.delta.naive import recurrent_gated_delta_rule
 from kernels.falcon.config import ALIGNMENTS, TIMINGS
 from kernels.falcon.state import FastWeightState, fresh_state
+from kernels.precision import autocast_off
 
 Backend = Callable[..., tuple[Tensor, Tensor]]
 
@@ -84,6 +85,7 @@ def _start(q: Tensor, v: Tensor, initial_state: FastWeightState | Tensor | None,
         last_key=initial_state.last_key.to(dtype)), False
 
 
+@autocast_off
 def gated_delta_rule(
     q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, *, scale: float = 1.0,
     alignment: str = "same_time", timing: str = "raw", backend: str = "chunk", chunk_size: int = 64,

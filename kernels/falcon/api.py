@@ -11,6 +11,7 @@ from kernels.falcon.checks import check_inputs, check_state
 from kernels.falcon.config import RuleConfig
 from kernels.falcon.naive import advance, recurrent_forward
 from kernels.falcon.state import FastWeightState, fresh_state
+from kernels.precision import autocast_off
 
 Backend = Callable[..., tuple[Tensor, FastWeightState]]
 
@@ -69,6 +70,7 @@ def _start(q: Tensor, v: Tensor, cfg: RuleConfig, initial_state: FastWeightState
                            st.tail_mask.bool()), False
 
 
+@autocast_off
 def fast_weight_rule(
     q: Tensor, k: Tensor, v: Tensor, beta: Tensor, lam: Tensor, *, rule: str, window: int = 4,
     eps: float = 1e-6, decay_floor: float = 1e-3, scale_coupled_ridge: bool = False,
@@ -160,6 +162,7 @@ def _packed(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, lam: Tensor, cfg: Rul
     return torch.cat(outs, dim=1), (final if output_final_state else None)
 
 
+@autocast_off
 def fast_weight_step(
     state: FastWeightState | None, q_t: Tensor, k_t: Tensor, v_t: Tensor, beta_t: Tensor, lam_t: Tensor, *,
     rule: str, window: int = 4, eps: float = 1e-6, decay_floor: float = 1e-3,

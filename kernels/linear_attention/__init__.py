@@ -19,6 +19,7 @@ from kernels.falcon.config import ALIGNMENTS, TIMINGS
 from kernels.falcon.state import FastWeightState, fresh_state
 from kernels.linear_attention.chunk import chunk_decayed_attention, chunk_linear_attention
 from kernels.linear_attention.naive import recurrent_linear_attention
+from kernels.precision import autocast_off
 
 LinearAttentionBackend = Callable[..., tuple[Tensor, FastWeightState]]
 
@@ -88,6 +89,7 @@ def _start(q: Tensor, v: Tensor, initial_state: FastWeightState | Tensor | None,
                            st.tail_mask.bool())
 
 
+@autocast_off
 def linear_attention(
     q: Tensor, k: Tensor, v: Tensor, log_decay: Tensor, *, scale: float = 1.0, alignment: str = "same_time",
     timing: str = "raw", backend: str = "chunk", chunk_size: int = 64,
