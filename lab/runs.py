@@ -1,0 +1,244 @@
+"""Run folders, provenance and the SQLite run registry.
+
+A run lives in `results/runs/<id>/` (id: a short hash of its configuration) and holds
+`config.yaml`, `metrics.csv`, `checkpoints/`, `provenance.json` (where, when, from which code and
+command) and `run.json` (its status). The registry `results/lab.db` indexes every run in the table
+`runs`, one row per id; `pandas.read_sql("select * from runs", sqlite3.connect(path))` reads it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import socket
+import sqlite3
+import subprocess
+import sys
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+STATUSES = ("running", "finished", "failed", "interrupted")
+
+
+def now() -> str:
+    """The current time in UTC, ISO 8601, to the second."""
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def file_mode() -> int:
+    """The mode a plainly created file gets under the current umask (temporary files start at 0600)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
+def atomic_write_text(path: str | Path, text: str) -> None:
+    """Write `text` to `path` through a temporary file in the same folder and os.replace."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        os.fchmod(fd, file_mode())
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def results_root() -> Path:
+    """Where runs and the registry live: $LAB_RESULTS, else the checkout's `results/` when lab runs
+    from a source checkout, else `./results`."""
+    if os.environ.get("LAB_RESULTS"):
+        return Path(os.environ["LAB_RESULTS"]).resolve()
+    if (REPO_ROOT / "pyproject.toml").exists():
+        return REPO_ROOT / "results"
+    return Path("results").resolve()
+
+
+@dataclass(frozen=True)
+class RunDir:
+    """The files of one run folder."""
+
+    root: Path
+
+    @property
+    def config(self) -> Path:
+        return self.root / "config.yaml"
+
+    @property
+    def metrics(self) -> Path:
+        return self.root / "metrics.csv"
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.root / "checkpoints"
+
+    @property
+    def last_checkpoint(self) -> Path:
+        return self.checkpoints / "last.ckpt"
+
+    @property
+    def provenance(self) -> Path:
+        return self.root / "provenance.json"
+
+    @property
+    def state(self) -> Path:
+        return self.root / "run.json"
+
+    def read_state(self) -> dict[str, Any]:
+        """The run's status record ({} when the folder holds no run yet)."""
+        if not self.state.exists():
+            return {}
+        return json.loads(self.state.read_text(encoding="utf-8"))
+
+    def write_state(self, **fields: Any) -> dict[str, Any]:
+        """Update the status record with `fields` (and `updated_at`), atomically; return it."""
+        state = {**self.read_state(), **fields, "updated_at": now()}
+        atomic_write_text(self.state, json.dumps(state, indent=2) + "\n")
+        return state
+
+
+def run_dir_for(run_id: str, out: str | Path | None = None, results: str | Path | None = None) -> RunDir:
+    """`out` when given, else `<results>/runs/<run_id>`."""
+    if out is not None:
+        return RunDir(Path(out).resolve())
+    return RunDir((Path(results) if results is not None else results_root()).resolve() / "runs" / run_id)
+
+
+def _git(*args: str) -> str | None:
+    try:
+        proc = subprocess.run(["git", "-C", str(REPO_ROOT), *args], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return proc.stdout.strip() if proc.returncode == 0 else None
+
+
+def git_state() -> dict[str, Any]:
+    """{"commit", "dirty"} of the code checkout (None/None outside a git checkout)."""
+    commit = _git("rev-parse", "HEAD")
+    if commit is None:
+        return {"commit": None, "dirty": None}
+    status = _git("status", "--porcelain", "--untracked-files=no")
+    return {"commit": commit, "dirty": bool(status)}
+
+
+def device_name() -> str:
+    """The GPU's name when CUDA is available, else the CPU's model name."""
+    import torch
+
+    if torch.cuda.is_available():
+        return f"{torch.cuda.get_device_name(0)} x{torch.cuda.device_count()}"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def provenance(argv: Sequence[str] | None = None, **extra: Any) -> dict[str, Any]:
+    """Where and from what a run is made: code version, command, machine, library versions, date."""
+    import lightning
+    import torch
+
+    return {
+        **git_state(),
+        "command": list(sys.argv if argv is None else argv),
+        "cwd": os.getcwd(),
+        "hostname": socket.gethostname(),
+        "device": device_name(),
+        "cuda": torch.version.cuda,
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "lightning": lightning.__version__,
+        "date": now(),
+        **extra,
+    }
+
+
+def record_provenance(run: RunDir, info: Mapping[str, Any]) -> None:
+    """Write provenance.json; when it exists, keep the original and append `info` to its `resumes`."""
+    if run.provenance.exists():
+        data = json.loads(run.provenance.read_text(encoding="utf-8"))
+        data.setdefault("resumes", []).append(dict(info))
+    else:
+        data = dict(info)
+    atomic_write_text(run.provenance, json.dumps(data, indent=2) + "\n")
+
+
+COLUMNS = {
+    "id": "TEXT PRIMARY KEY", "task": "TEXT", "mixer": "TEXT", "preset": "TEXT", "status": "TEXT",
+    "steps": "INTEGER", "max_steps": "INTEGER", "final_loss": "REAL", "final_val_loss": "REAL",
+    "final_val_acc": "REAL", "n_params": "INTEGER", "metrics": "TEXT", "run_dir": "TEXT",
+    "checkpoint_dir": "TEXT", "config": "TEXT", "commit": "TEXT", "dirty": "INTEGER",
+    "host": "TEXT", "device": "TEXT", "message": "TEXT", "created_at": "TEXT", "updated_at": "TEXT",
+    "finished_at": "TEXT",
+}
+
+
+class Registry:
+    """The SQLite table `runs` at `path`: one row per run id, upserted as the run progresses.
+
+    Each call opens its own short connection, so concurrent runs and readers only wait on SQLite's
+    lock (up to `timeout` seconds).
+    """
+
+    def __init__(self, path: str | Path, timeout: float = 30.0) -> None:
+        self.path, self.timeout = Path(path), timeout
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self._connect() as db:
+            # Identifiers are quoted: `commit` is an SQL keyword.
+            columns = ", ".join(f'"{name}" {kind}' for name, kind in COLUMNS.items())
+            db.execute(f"CREATE TABLE IF NOT EXISTS runs ({columns})")
+
+    def _connect(self) -> sqlite3.Connection:
+        db = sqlite3.connect(self.path, timeout=self.timeout)
+        db.row_factory = sqlite3.Row
+        return db
+
+    def upsert(self, run_id: str, **fields: Any) -> None:
+        """Insert the run or update the given fields; dicts are stored as JSON; `updated_at` is set."""
+        unknown = set(fields) - set(COLUMNS)
+        if unknown:
+            raise ValueError(f"unknown registry column(s) {sorted(unknown)}; accepted: {', '.join(COLUMNS)}")
+        fields = {k: json.dumps(v) if isinstance(v, (dict, list)) else v for k, v in fields.items()}
+        fields["updated_at"] = now()
+        names = ", ".join(f'"{name}"' for name in ["id", *fields])
+        marks = ", ".join("?" * (len(fields) + 1))
+        updates = ", ".join(f'"{name}" = excluded."{name}"' for name in fields)
+        sql = (f"INSERT INTO runs ({names}) VALUES ({marks}) "
+               f"ON CONFLICT(id) DO UPDATE SET {updates}")
+        db = self._connect()
+        try:
+            with db:
+                db.execute(sql, [run_id, *fields.values()])
+        finally:
+            db.close()
+
+    def get(self, run_id: str) -> dict[str, Any] | None:
+        """The row of `run_id` as a dict, or None."""
+        db = self._connect()
+        try:
+            row = db.execute("SELECT * FROM runs WHERE id = ?", (run_id,)).fetchone()
+        finally:
+            db.close()
+        return None if row is None else dict(row)
+
+    def rows(self) -> list[dict[str, Any]]:
+        """Every row, oldest first."""
+        db = self._connect()
+        try:
+            return [dict(r) for r in db.execute("SELECT * FROM runs ORDER BY created_at, id")]
+        finally:
+            db.close()

@@ -1,0 +1,151 @@
+"""Callbacks of a run: the metrics file, step checkpoints, and progress on a terminal or in a log."""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as pl
+from lightning.pytorch.callbacks import Callback, RichProgressBar
+
+from lab.runs import atomic_write_text
+
+COLUMNS = ("step", "loss", "lr", "grad_norm", "tokens_per_s", "tokens", "elapsed_s", "val_loss", "val_acc")
+
+
+def read_metrics(path: str | Path) -> list[dict[str, Any]]:
+    """Rows of a metrics.csv as dicts of floats (step as int); empty cells are absent."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    rows = []
+    with path.open(newline="", encoding="utf-8") as f:
+        for raw in csv.DictReader(f):
+            row: dict[str, Any] = {k: float(v) for k, v in raw.items() if k in COLUMNS and v not in ("", None)}
+            row["step"] = int(row["step"])
+            rows.append(row)
+    return rows
+
+
+class MetricsLogger(Callback):
+    """Writes `metrics.csv`: one row every `log_every` steps (step, loss, lr, grad_norm, tokens/s, ...)
+    plus the validation metrics at each validation.
+
+    The file is rewritten whole through a temporary file and os.replace, at every checkpoint step,
+    after validation, at the end, and at most every `flush_seconds` in between, so a reader or a
+    crash never sees half a line. On resume, rows after the restored step are dropped: the resumed
+    run writes them again.
+    """
+
+    def __init__(self, path: str | Path, log_every: int, flush_every: int, flush_seconds: float = 15.0) -> None:
+        self.path, self.log_every, self.flush_every = Path(path), log_every, flush_every
+        self.flush_seconds = flush_seconds
+        self.rows: list[dict[str, Any]] = []
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        start = trainer.global_step
+        self.rows = [r for r in read_metrics(self.path) if r["step"] <= start] if start else []
+        last = next((r for r in reversed(self.rows) if "tokens" in r), {})
+        self.tokens = int(last.get("tokens", 0))
+        self._elapsed0 = float(last.get("elapsed_s", 0.0))
+        self._t0 = self._t_log = self._t_flush = time.perf_counter()
+        self._tokens_log = self.tokens
+        self.flush(trainer)
+
+    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any,
+                           batch: Any, batch_idx: int) -> None:
+        step = trainer.global_step
+        self.tokens += batch[0].numel() * trainer.world_size
+        if step % self.log_every == 0 or step == trainer.max_steps:
+            now = time.perf_counter()
+            rate = (self.tokens - self._tokens_log) / max(now - self._t_log, 1e-9)
+            self._t_log, self._tokens_log = now, self.tokens
+            self.rows.append({
+                "step": step, "loss": float(pl_module.last_loss), "lr": pl_module.last_lr,
+                "grad_norm": float(pl_module.last_grad_norm), "tokens_per_s": rate, "tokens": self.tokens,
+                "elapsed_s": self._elapsed0 + now - self._t0,
+            })
+            pl_module.log("tok/s", rate, prog_bar=True, logger=False, rank_zero_only=True)
+        if step % self.flush_every == 0 or time.perf_counter() - self._t_flush > self.flush_seconds:
+            self.flush(trainer)
+
+    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if trainer.sanity_checking or not pl_module.val_metrics:
+            return
+        step = trainer.global_step
+        if not self.rows or self.rows[-1]["step"] != step:
+            self.rows.append({"step": step})
+        self.rows[-1].update(pl_module.val_metrics)
+        self.flush(trainer)
+
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.flush(trainer)
+
+    def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
+        self.flush(trainer)
+
+    def flush(self, trainer: pl.Trainer) -> None:
+        """Rewrite the file atomically (rank zero only)."""
+        self._t_flush = time.perf_counter()
+        if not trainer.is_global_zero:
+            return
+        out = io.StringIO()
+        writer = csv.DictWriter(out, fieldnames=COLUMNS, lineterminator="\n")
+        writer.writeheader()
+        for row in self.rows:
+            writer.writerow({k: (repr(v) if isinstance(v, float) else v) for k, v in row.items()})
+        atomic_write_text(self.path, out.getvalue())
+
+
+class StepCheckpoint(Callback):
+    """Saves the whole training state to `path` every `every` optimiser steps (replacing the last
+    one), then calls `on_save(step)` on rank zero."""
+
+    def __init__(self, path: str | Path, every: int, on_save: Callable[[int], None] | None = None) -> None:
+        self.path, self.every, self.on_save = Path(path), every, on_save
+
+    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any,
+                           batch: Any, batch_idx: int) -> None:
+        step = trainer.global_step
+        if step % self.every == 0:
+            trainer.save_checkpoint(self.path, weights_only=False)
+            if self.on_save is not None and trainer.is_global_zero:
+                self.on_save(step)
+
+
+class StepProgressBar(RichProgressBar):
+    """Rich progress over optimiser steps (not epochs) showing loss, tokens/s and validation."""
+
+    @property
+    def total_train_batches(self) -> int | float:
+        return self.trainer.max_steps
+
+    def _get_train_description(self, current_epoch: int) -> str:
+        return "train"
+
+    def get_metrics(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> dict[str, Any]:
+        metrics = super().get_metrics(trainer, pl_module)
+        metrics.pop("v_num", None)
+        return metrics
+
+
+class LinePrinter(Callback):
+    """Without a terminal: one line per validation interval (and at the end) on stdout."""
+
+    def __init__(self, every: int) -> None:
+        self.every = every
+
+    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any,
+                           batch: Any, batch_idx: int) -> None:
+        step = trainer.global_step
+        if trainer.is_global_zero and (step % self.every == 0 or step == trainer.max_steps):
+            metrics = trainer.progress_bar_metrics
+            parts = [f"step {step}/{trainer.max_steps}"]
+            parts += [f"{k} {v:.4g}" for k, v in metrics.items() if isinstance(v, float) and math.isfinite(v)]
+            print("  ".join(parts), file=sys.stdout, flush=True)

@@ -1,0 +1,97 @@
+"""Training and validation batches of a run, a pure function of (config, step, rank).
+
+The rows of a step are numbered globally: rank r of R holds rows r·b .. r·b + b − 1 of the step's
+global batch of R·b rows, so a run sees the same data on any number of devices and a resumed run
+sees exactly the batches an uninterrupted one would.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import lightning.pytorch as pl
+import torch
+from torch.utils.data import DataLoader, IterableDataset, get_worker_info
+
+from lab.config import DEFAULT_RANDOM_SEQ_LEN, RunConfig
+from tasks.addition import VOCAB_SIZE, generate_records, make_batch, positions_needed, teacher_forced_batch
+from tasks.random_tokens import random_token_batch
+
+Batch = tuple[torch.Tensor, torch.Tensor]
+
+
+def vocab_size(cfg: RunConfig) -> int:
+    """Vocabulary size the task needs."""
+    return VOCAB_SIZE if cfg.task == "addition" else cfg.data.vocab_size
+
+
+def seq_len(cfg: RunConfig) -> int:
+    """Positions per row: data.seq_len, or the task's natural length."""
+    if cfg.data.seq_len is not None:
+        return cfg.data.seq_len
+    if cfg.task == "addition":
+        return positions_needed(cfg.data.widths[1])
+    return DEFAULT_RANDOM_SEQ_LEN
+
+
+def train_batch(cfg: RunConfig, step: int, rank: int, world_size: int) -> Batch:
+    """(input_ids, labels) of `step` for `rank`: [batch_size / world_size, seq_len] int64 each."""
+    local = cfg.train.batch_size // world_size
+    if cfg.task == "addition":
+        d = cfg.data
+        batch = make_batch(cfg.train.seed, step, local, d.widths, seq_len(cfg), d.packing, rank=rank)
+        return batch.input_ids, batch.labels
+    # The random stream is drawn per step for the global batch, then sliced, so that its rows do
+    # not depend on the number of ranks either.
+    ids, labels = random_token_batch(vocab_size(cfg), seq_len(cfg), cfg.train.batch_size, cfg.train.seed, step)
+    rows = slice(rank * local, (rank + 1) * local)
+    return ids[rows].contiguous(), labels[rows].contiguous()
+
+
+class TrainBatches(IterableDataset):
+    """Batches of steps start_step, start_step + 1, ... for one rank; endless.
+
+    With W loader workers, worker w makes steps start_step + w, + w + W, ... so the loader still
+    yields them in order.
+    """
+
+    def __init__(self, cfg: RunConfig, rank: int, world_size: int, start_step: int = 0) -> None:
+        self.cfg, self.rank, self.world_size, self.start_step = cfg, rank, world_size, start_step
+
+    def __iter__(self) -> Iterator[Batch]:
+        info = get_worker_info()
+        worker, workers = (0, 1) if info is None else (info.id, info.num_workers)
+        step = self.start_step + worker
+        while True:
+            yield train_batch(self.cfg, step, self.rank, self.world_size)
+            step += workers
+
+
+class ValBatches(IterableDataset):
+    """The fixed in-distribution validation set of addition (the val split, data.val_per_length per
+    width), in batches of at most batch_size rows; every rank evaluates all of it."""
+
+    def __init__(self, cfg: RunConfig) -> None:
+        records = list(generate_records("val", cfg.data.widths, cfg.data.val_per_length, cfg.train.seed))
+        size = cfg.train.batch_size
+        self.batches = [teacher_forced_batch(records[i:i + size]) for i in range(0, len(records), size)]
+
+    def __iter__(self) -> Iterator[Batch]:
+        return iter(self.batches)
+
+
+class LabData(pl.LightningDataModule):
+    """The run's loaders. The training stream starts at the trainer's step, which on resume is the
+    restored one, so a resumed run continues with the very next batch."""
+
+    def __init__(self, cfg: RunConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+
+    def train_dataloader(self) -> DataLoader:
+        t = self.trainer
+        batches = TrainBatches(self.cfg, t.global_rank, t.world_size, start_step=t.global_step)
+        return DataLoader(batches, batch_size=None)
+
+    def val_dataloader(self) -> DataLoader | list:
+        return DataLoader(ValBatches(self.cfg), batch_size=None) if self.cfg.task == "addition" else []

@@ -1,0 +1,114 @@
+"""The LightningModule: next-token cross-entropy on labelled positions, AdamW, warm-up + cosine.
+
+The loss of a step is the mean over every labelled token of the global batch (all ranks), so that
+R ranks of b rows compute exactly the gradient one process of R·b rows would, even when ranks hold
+different numbers of labelled tokens (addition targets vary in length).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import lightning.pytorch as pl
+import torch
+import torch.nn.functional as F
+
+from lab.config import RunConfig, from_dict, to_dict
+from lab.train.data import vocab_size
+from lab.train.optim import make_optimizer
+from tasks.addition import IGNORE_INDEX, suffix_accuracy
+
+
+class NonFiniteError(RuntimeError):
+    """The loss or the gradient norm became NaN or infinite; names the step."""
+
+    def __init__(self, what: str, step: int, value: float) -> None:
+        super().__init__(f"the {what} is {value} at step {step}; the run stopped before applying that step")
+        self.what, self.step, self.value = what, step, value
+
+
+def lm_config(cfg: RunConfig) -> Any:
+    """The mixers' LMConfig for this run."""
+    from mixers import LMConfig
+
+    m = cfg.model
+    return LMConfig(vocab_size=vocab_size(cfg), d_model=m.d_model, n_layers=m.n_layers, n_heads=m.n_heads,
+                    mixer=cfg.mixer, mixer_options=dict(m.mixer_options), mup=m.mup)
+
+
+def token_loss_sum(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Summed cross-entropy over labelled positions (fp32) and their count."""
+    loss = F.cross_entropy(logits.float().flatten(0, -2), labels.flatten(), ignore_index=IGNORE_INDEX,
+                           reduction="sum")
+    return loss, (labels != IGNORE_INDEX).sum()
+
+
+class LabModule(pl.LightningModule):
+    """A LanguageModel from `mixers` trained as the RunConfig says."""
+
+    def __init__(self, config: RunConfig | dict[str, Any]) -> None:
+        super().__init__()
+        cfg = config if isinstance(config, RunConfig) else from_dict(config)
+        self.cfg = cfg
+        self.save_hyperparameters({"config": to_dict(cfg)})
+        from mixers import LanguageModel
+
+        self.model = LanguageModel(lm_config(cfg))
+        self.last_loss: torch.Tensor | None = None
+        self.last_grad_norm: torch.Tensor | None = None
+        self.last_lr = 0.0
+        self.val_metrics: dict[str, float] = {}
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return self.model(input_ids)
+
+    def _reduce(self, value: torch.Tensor, op: str) -> torch.Tensor:
+        # One process: the value as is; DDP: an all-reduce over ranks.
+        return self.trainer.strategy.reduce(value, reduce_op=op)
+
+    def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        input_ids, labels = batch
+        loss_sum, count = token_loss_sum(self(input_ids), labels)
+        global_count = self._reduce(count.float().clone(), "sum").clamp_min(1.0)
+        # DDP averages gradients over ranks, hence the factor world_size.
+        loss = loss_sum * (self.trainer.world_size / global_count)
+        mean = self._reduce(loss.detach().clone(), "mean")
+        step = self.global_step + 1
+        if not torch.isfinite(mean):
+            raise NonFiniteError("loss", step, mean.item())
+        self.last_loss = mean
+        self.log("loss", mean, prog_bar=True, logger=False)
+        return loss
+
+    def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+        """Check the (all-reduced, unscaled) gradient norm, then clip to optim.grad_clip."""
+        params = [p for p in self.parameters() if p.grad is not None]
+        norm = torch.nn.utils.get_total_norm([p.grad for p in params])
+        # fp16 loss scaling produces inf gradients by design and skips those steps itself.
+        if not torch.isfinite(norm) and self.trainer.precision != "16-mixed":
+            raise NonFiniteError("gradient norm", self.global_step + 1, norm.item())
+        if self.cfg.optim.grad_clip > 0:
+            torch.nn.utils.clip_grads_with_norm_(params, self.cfg.optim.grad_clip, norm)
+        self.last_grad_norm = norm
+        self.last_lr = optimizer.param_groups[0]["lr"] / optimizer.param_groups[0].get("lr_mult", 1.0)
+
+    def configure_optimizers(self) -> Any:
+        optimizer, schedule = make_optimizer(self.model, self.cfg.optim, self.cfg.train.max_steps)
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
+
+    def on_validation_epoch_start(self) -> None:
+        self._val = torch.zeros(4, dtype=torch.float64, device=self.device)
+
+    def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
+        input_ids, labels = batch
+        logits = self(input_ids)
+        loss_sum, count = token_loss_sum(logits, labels)
+        acc = suffix_accuracy(logits, labels)
+        rows = torch.tensor(float(len(labels)), dtype=torch.float64, device=self.device)
+        self._val += torch.stack([loss_sum.double(), count.double(), acc.whole_correct.sum().double(), rows])
+
+    def on_validation_epoch_end(self) -> None:
+        loss_sum, count, right, rows = self._val.tolist()
+        self.val_metrics = {"val_loss": loss_sum / max(count, 1.0), "val_acc": right / max(rows, 1.0)}
+        self.log("val_loss", self.val_metrics["val_loss"], prog_bar=True, logger=False, rank_zero_only=True)
+        self.log("val_acc", self.val_metrics["val_acc"], prog_bar=True, logger=False, rank_zero_only=True)

@@ -1,0 +1,90 @@
+"""The Lightning Trainer of a run: accelerator, precision, DDP, steps, validation, checkpoints, progress."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Sequence
+
+import lightning.pytorch as pl
+import torch
+from lightning.pytorch.callbacks import Callback
+
+from lab.config import RunConfig
+from lab.runs import RunDir
+from lab.train.callbacks import LinePrinter, MetricsLogger, StepCheckpoint, StepProgressBar
+from lab.train.checkpoint_io import AtomicCheckpointIO
+
+
+def resolve_accelerator(cfg: RunConfig) -> str:
+    """"gpu" or "cpu": train.accelerator, with "auto" meaning a GPU when CUDA is available."""
+    if cfg.train.accelerator == "auto":
+        return "gpu" if torch.cuda.is_available() else "cpu"
+    return cfg.train.accelerator
+
+
+def resolve_precision(cfg: RunConfig, accelerator: str) -> str:
+    """train.precision, with "auto" meaning bf16-mixed on a GPU and 32-true on a CPU."""
+    if cfg.train.precision == "auto":
+        return "bf16-mixed" if accelerator == "gpu" else "32-true"
+    return cfg.train.precision
+
+
+def resolve_strategy(cfg: RunConfig) -> str:
+    """DDP whenever the run spans several processes (devices × nodes > 1), unless another is set."""
+    if cfg.train.devices * cfg.train.num_nodes > 1:
+        return "ddp" if cfg.train.strategy == "auto" else cfg.train.strategy
+    return "auto"
+
+
+def has_validation(cfg: RunConfig) -> bool:
+    """Whether the task has a validation set (random tokens have nothing to validate)."""
+    return cfg.task == "addition"
+
+
+def make_trainer(
+    cfg: RunConfig,
+    run: RunDir,
+    callbacks: Sequence[Callback] = (),
+    progress: bool | None = None,
+    on_checkpoint: Callable[[int], None] | None = None,
+) -> pl.Trainer:
+    """A Trainer that runs `train.max_steps` optimiser steps, validates every `train.val_every`,
+    writes `run.metrics` and checkpoints `run.last_checkpoint` every `train.ckpt_every` (atomically).
+
+    `progress`: a rich progress bar (True), one printed line per validation interval (False), or
+    the bar only when stdout is a terminal (None). `on_checkpoint(step)` runs on rank zero after
+    each checkpoint.
+    """
+    t = cfg.train
+    accelerator = resolve_accelerator(cfg)
+    if accelerator == "gpu":
+        torch.set_float32_matmul_precision("high")
+    if progress is None:
+        progress = sys.stdout.isatty()
+    ours: list[Callback] = [
+        MetricsLogger(run.metrics, t.log_every, flush_every=t.ckpt_every),
+        StepCheckpoint(run.last_checkpoint, t.ckpt_every, on_checkpoint),
+        StepProgressBar() if progress else LinePrinter(t.val_every),
+    ]
+    validate = has_validation(cfg)
+    return pl.Trainer(
+        accelerator=accelerator,
+        devices=t.devices,
+        num_nodes=t.num_nodes,
+        strategy=resolve_strategy(cfg),
+        precision=resolve_precision(cfg, accelerator),
+        plugins=[AtomicCheckpointIO()],
+        max_steps=t.max_steps,
+        max_epochs=-1,
+        val_check_interval=t.val_every if validate else None,
+        check_val_every_n_epoch=None,
+        limit_val_batches=None if validate else 0,
+        num_sanity_val_steps=0,
+        callbacks=[*ours, *callbacks],
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=progress,
+        enable_model_summary=False,
+        use_distributed_sampler=False,
+        default_root_dir=run.root,
+    )
