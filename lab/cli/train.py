@@ -5,21 +5,65 @@ from typing import Annotated
 
 import typer
 
-from lab.cli._common import not_built
-
 app = typer.Typer(help="Train one mixer on one task with Lightning, on one or many GPUs.")
+
+
+def _quiet_lightning() -> None:
+    """Keep Lightning's banners and known deprecation chatter out of the run's output."""
+    import logging
+    import warnings
+
+    for name in ("lightning.pytorch", "lightning.fabric", "lightning"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    warnings.filterwarnings("ignore", message=".*treespec.*LeafSpec.*")
+    warnings.filterwarnings("ignore", message=".*does not have many workers.*")
 
 
 @app.callback(invoke_without_command=True)
 def train(
-    task: Annotated[str, typer.Option(help="Task: addition or fineweb.")] = "addition",
-    mixer: Annotated[str, typer.Option(help="Mixer name from the registry, e.g. falcon-1a.3.")] = "falcon-1a.3",
-    preset: Annotated[str, typer.Option(help="Size and schedule preset, e.g. tiny or paper.")] = "tiny",
+    task: Annotated[str | None, typer.Option(help="Task: addition or random (default: the preset's).")] = None,
+    mixer: Annotated[str | None, typer.Option(help="Mixer name from the registry, e.g. transformer.")] = None,
+    preset: Annotated[str | None, typer.Option(help="Size and schedule preset: tiny or small.")] = None,
     config: Annotated[Path | None, typer.Option(help="YAML file overriding the preset's settings.")] = None,
+    set_: Annotated[list[str] | None, typer.Option(
+        "--set", help="Override one setting, e.g. --set optim.lr=3e-3 (repeatable).")] = None,
     max_steps: Annotated[int | None, typer.Option(help="Stop after this many optimiser steps.")] = None,
-    out: Annotated[Path | None, typer.Option(help="Run folder; default results/runs/<run-id>.")] = None,
-    devices: Annotated[int, typer.Option(help="Number of devices (GPUs, or CPU processes).")] = 1,
-    seed: Annotated[int, typer.Option(help="Seed for initialisation and data order.")] = 0,
+    out: Annotated[Path | None, typer.Option(help="Run folder; default <results>/runs/<run-id>.")] = None,
+    results: Annotated[Path | None, typer.Option(
+        help="Results folder holding runs/ and the registry lab.db; default $LAB_RESULTS or results/.")] = None,
+    devices: Annotated[int | None, typer.Option(help="Number of devices (GPUs, or CPU processes).")] = None,
+    seed: Annotated[int | None, typer.Option(help="Seed for initialisation and data order.")] = None,
+    progress: Annotated[bool | None, typer.Option(
+        "--progress/--no-progress", help="Rich progress bar (default: when stdout is a terminal).")] = None,
 ) -> None:
-    """Train a model and record the run."""
-    not_built("training")
+    """Train a model and record the run; a finished run is skipped, an unfinished one resumes."""
+    from lab.config import ConfigError, load_config
+
+    try:
+        cfg = load_config(preset, config, set_ or (), task=task, mixer=mixer, train__max_steps=max_steps,
+                          train__devices=devices, train__seed=seed)
+    except ConfigError as err:
+        typer.echo(f"lab train: {err}", err=True)
+        raise typer.Exit(code=2) from None
+
+    from lightning.pytorch.utilities import rank_zero_only
+
+    from lab.train import RunFailed, run_training
+
+    _quiet_lightning()  # after importing lightning, which sets its own log levels
+
+    say = typer.echo if rank_zero_only.rank == 0 else (lambda *a, **k: None)
+    try:
+        result = run_training(cfg, out=out, results=results, progress=progress)
+    except ConfigError as err:
+        say(f"lab train: {err}", err=True)
+        raise typer.Exit(code=2) from None
+    except RunFailed as err:
+        say(f"lab train: {err}", err=True)
+        raise typer.Exit(code=1) from None
+    if result.status == "skipped":
+        say(f"run {result.run_id} is already finished ({result.steps} steps); skipped. Folder: {result.run_dir}")
+        return
+    how = f"resumed at step {result.resumed_from}, " if result.resumed_from else ""
+    metrics = "  ".join(f"{k} {result.metrics[k]:.4g}" for k in ("loss", "val_loss", "val_acc") if k in result.metrics)
+    say(f"run {result.run_id} {result.status} ({how}{result.steps} steps)  {metrics}  Folder: {result.run_dir}")

@@ -1,0 +1,159 @@
+"""Train one run end to end: its folder, provenance and registry row, skip or resume, fit, final state.
+
+Every rank of a DDP run executes this; only rank zero writes files and the registry.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as pl
+from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.utilities import rank_zero_only
+
+from lab.config import ConfigError, RunConfig, config_hash, dump_yaml, from_dict, read_yaml, to_dict
+from lab.runs import Registry, RunDir, atomic_write_text, now, provenance, record_provenance, results_root, run_dir_for
+from lab.train.callbacks import read_metrics
+from lab.train.data import LabData
+from lab.train.module import LabModule, NonFiniteError
+from lab.train.trainer import has_validation, make_trainer, resolve_accelerator, resolve_precision
+
+
+@dataclass
+class RunResult:
+    """What `run_training` did: status is "finished", "stopped" (ended before max_steps, resumable)
+    or "skipped" (the run was already finished)."""
+
+    run_id: str
+    run_dir: Path
+    status: str
+    steps: int
+    metrics: dict[str, float] = field(default_factory=dict)
+    resumed_from: int | None = None
+
+
+class RunFailed(RuntimeError):
+    """Training stopped on an error; the message names the run, the cause and the last checkpoint."""
+
+
+def final_metrics(rows: Sequence[dict[str, Any]]) -> dict[str, float]:
+    """The last logged value of each metric."""
+    out: dict[str, float] = {}
+    for row in rows:
+        out.update({k: v for k, v in row.items() if k != "step"})
+    return out
+
+
+def run_training(
+    cfg: RunConfig,
+    out: str | Path | None = None,
+    results: str | Path | None = None,
+    callbacks: Sequence[Callback] = (),
+    progress: bool | None = None,
+    argv: Sequence[str] | None = None,
+) -> RunResult:
+    """Train `cfg` in its run folder (`out`, else `<results>/runs/<id>`), recording it in
+    `<results>/lab.db`. A finished run is skipped; an unfinished one resumes from its last
+    checkpoint. Raises RunFailed when training stops on a non-finite loss or gradient (the run is
+    marked failed and keeps its last good checkpoint); ConfigError when the folder holds another run.
+    """
+    run_id = config_hash(cfg)
+    results = Path(results).resolve() if results is not None else results_root()
+    run = run_dir_for(run_id, out, results)
+    if run.config.exists():
+        held = config_hash(from_dict(read_yaml(run.config)))
+        if held != run_id:
+            raise ConfigError(f"folder {run.root} holds run {held}, whose configuration differs from this "
+                              f"one ({run_id}); choose another --out")
+    state = run.read_state()
+    if state.get("status") == "finished":
+        return RunResult(run_id, run.root, "skipped", state.get("steps", cfg.train.max_steps),
+                         state.get("metrics", {}))
+    ckpt = run.last_checkpoint if run.last_checkpoint.exists() else None
+    resumed_from = state.get("steps", 0) if ckpt else None
+    rank0 = rank_zero_only.rank == 0
+    registry = Registry(results / "lab.db") if rank0 else None
+
+    pl.seed_everything(cfg.train.seed, workers=True, verbose=False)
+    module = LabModule(cfg)
+    if rank0:
+        _start(cfg, run, run_id, registry, state, module.model.num_parameters(), argv, resumed_from)
+
+    def saved(step: int) -> None:
+        run.write_state(steps=step)
+        registry.upsert(run_id, steps=step)
+
+    trainer = make_trainer(cfg, run, callbacks, progress, on_checkpoint=saved)
+    data = LabData(cfg)
+    try:
+        trainer.fit(module, datamodule=data, ckpt_path=ckpt)
+        step = trainer.global_step
+        if step % cfg.train.ckpt_every:
+            trainer.save_checkpoint(run.last_checkpoint, weights_only=False)
+            if rank0:
+                saved(step)
+        if has_validation(cfg) and step % cfg.train.val_every and step == cfg.train.max_steps:
+            trainer.validate(module, datamodule=data, verbose=False)
+    except NonFiniteError as err:
+        message = f"{err}; last good checkpoint: {_last_good(run)}"
+        if rank0:
+            _end(run, run_id, registry, "failed", message=message)
+        raise RunFailed(f"run {run_id} failed: {message}") from err
+    except BaseException as err:
+        if rank0:
+            interrupted = isinstance(err, (KeyboardInterrupt, SystemExit))
+            _end(run, run_id, registry, "interrupted" if interrupted else "failed",
+                 message=f"{type(err).__name__}: {err}".splitlines()[0])
+        raise
+    status = "finished" if step >= cfg.train.max_steps else "stopped"
+    metrics = final_metrics(read_metrics(run.metrics))
+    if rank0:
+        _end(run, run_id, registry, status, steps=step, metrics=metrics)
+    return RunResult(run_id, run.root, status, step, metrics, resumed_from)
+
+
+def _last_good(run: RunDir) -> str:
+    steps = run.read_state().get("steps")
+    return f"{run.last_checkpoint} (step {steps})" if run.last_checkpoint.exists() else "none"
+
+
+def _start(cfg: RunConfig, run: RunDir, run_id: str, registry: Registry, state: dict[str, Any],
+           n_params: int, argv: Sequence[str] | None, resumed_from: int | None) -> None:
+    """Write config.yaml, provenance.json, run.json and the registry row of a starting run."""
+    run.checkpoints.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(run.config, dump_yaml(cfg))
+    accelerator = resolve_accelerator(cfg)
+    info = provenance(argv, run_id=run_id, accelerator=accelerator, precision=resolve_precision(cfg, accelerator),
+                      world_size=cfg.train.devices * cfg.train.num_nodes, resumed_from_step=resumed_from)
+    record_provenance(run, info)
+    started = state.get("created_at") or now()
+    run.write_state(id=run_id, status="running", steps=resumed_from or 0, max_steps=cfg.train.max_steps,
+                    created_at=started)
+    registry.upsert(
+        run_id, task=cfg.task, mixer=cfg.mixer, preset=cfg.preset, status="running", steps=resumed_from or 0,
+        max_steps=cfg.train.max_steps, n_params=n_params, run_dir=str(run.root),
+        checkpoint_dir=str(run.checkpoints), config=to_dict(cfg), commit=info["commit"],
+        dirty=info["dirty"], host=info["hostname"], device=info["device"], message=None, created_at=started,
+        finished_at=None,
+    )
+
+
+def _end(run: RunDir, run_id: str, registry: Registry, status: str, steps: int | None = None,
+         metrics: dict[str, float] | None = None, message: str | None = None) -> None:
+    """Record how a run ended in run.json and the registry."""
+    fields: dict[str, Any] = {"status": status, "message": message}
+    if steps is not None:
+        fields["steps"] = steps
+    if metrics is not None:
+        fields["metrics"] = metrics
+    state = run.write_state(**fields)
+    row: dict[str, Any] = {"status": status, "message": message, "steps": state.get("steps")}
+    if metrics is not None:
+        row.update(metrics=metrics, final_loss=metrics.get("loss"), final_val_loss=metrics.get("val_loss"),
+                   final_val_acc=metrics.get("val_acc"))
+    if status == "finished":
+        row["finished_at"] = now()
+    registry.upsert(run_id, **row)

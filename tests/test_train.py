@@ -1,0 +1,181 @@
+"""Training pieces: schedule, optimiser groups, loss masking, data by step and rank, the Trainer
+factory, and `lab train` for every registered mixer."""
+
+import math
+import re
+from pathlib import Path
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from lab.cli import app
+from lab.config import load_config
+from lab.train import LabModule, make_trainer, run_training
+from lab.train.callbacks import COLUMNS, LinePrinter, MetricsLogger, StepCheckpoint, StepProgressBar, read_metrics
+from lab.train.checkpoint_io import AtomicCheckpointIO
+from lab.train.data import TrainBatches, seq_len, train_batch, vocab_size
+from lab.train.module import token_loss_sum
+from lab.train.optim import lr_factor, make_optimizer
+from lab.train.trainer import resolve_precision, resolve_strategy
+from lab.runs import RunDir
+from tasks.addition import IGNORE_INDEX, VOCAB_SIZE
+
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def tiny(*overrides: str, **flags):
+    return load_config("tiny", overrides=list(overrides), **flags)
+
+
+def test_lr_schedule_warms_up_linearly_then_decays_by_cosine_to_the_floor() -> None:
+    warmup, total, floor = 10, 110, 0.1
+    factors = [lr_factor(s, warmup, total, floor) for s in range(130)]
+    assert factors[:warmup] == pytest.approx([(s + 1) / warmup for s in range(warmup)])
+    assert factors[warmup] == pytest.approx(1.0)
+    assert factors[60] == pytest.approx(floor + (1 - floor) * 0.5)  # half way through the decay
+    assert factors[total] == pytest.approx(floor) and factors[129] == pytest.approx(floor)
+    decay = factors[warmup:total + 1]
+    assert all(a >= b for a, b in zip(decay, decay[1:]))
+    assert lr_factor(0, 0, 100, 0.0) == pytest.approx(1.0)
+    assert lr_factor(50, 0, 100, 0.0) == pytest.approx(0.5)
+
+
+def test_adamw_groups_keep_vectors_out_of_weight_decay_and_follow_the_schedule() -> None:
+    module = LabModule(tiny("optim.weight_decay=0.1", "optim.lr=2e-3", "optim.warmup_steps=4"))
+    optimizer, schedule = make_optimizer(module.model, module.cfg.optim, module.cfg.train.max_steps)
+    assert isinstance(optimizer, torch.optim.AdamW)
+    assert all(g["betas"] == (0.9, 0.95) for g in optimizer.param_groups)
+    decayed = {id(p) for g in optimizer.param_groups if g["weight_decay"] > 0 for p in g["params"]}
+    exempt = {id(p) for g in optimizer.param_groups if g["weight_decay"] == 0 for p in g["params"]}
+    named = dict(module.model.named_parameters())
+    assert decayed | exempt == {id(p) for p in named.values()} and not decayed & exempt
+    assert any("norm" in n for n, p in named.items() if id(p) in exempt)
+    for name, p in named.items():
+        assert (id(p) in exempt) == (p.dim() < 2), name
+    for step in range(6):
+        assert optimizer.param_groups[0]["lr"] == pytest.approx(2e-3 * lr_factor(step, 4, 100, 0.1))
+        optimizer.step()
+        schedule.step()
+
+
+def test_loss_counts_only_labelled_positions() -> None:
+    logits = torch.randn(2, 5, 7)
+    labels = torch.full((2, 5), IGNORE_INDEX)
+    labels[0, 3:] = torch.tensor([1, 2])
+    labels[1, 4] = 6
+    total, count = token_loss_sum(logits, labels)
+    keep = labels != IGNORE_INDEX
+    expected = torch.nn.functional.cross_entropy(logits[keep], labels[keep], reduction="sum")
+    assert count.item() == 3
+    assert total.item() == pytest.approx(expected.item(), rel=1e-6)
+
+
+@pytest.mark.parametrize("task", ["addition", "random"])
+def test_batches_are_pure_in_step_and_split_across_ranks(task: str) -> None:
+    cfg = tiny("data.packing=true", "data.seq_len=40", task=task) if task == "addition" else tiny(task=task)
+    ids, labels = train_batch(cfg, 3, 0, 1)
+    assert ids.shape == (cfg.train.batch_size, seq_len(cfg)) and labels.shape == ids.shape
+    assert int(ids.max()) < vocab_size(cfg)
+    assert torch.equal(train_batch(cfg, 3, 0, 1)[0], ids)
+    assert not torch.equal(train_batch(cfg, 4, 0, 1)[0], ids)
+    halves = [train_batch(cfg, 3, r, 2) for r in range(2)]
+    assert not torch.equal(halves[0][0], halves[1][0])
+    assert torch.equal(torch.cat([h[0] for h in halves]), ids)
+    assert torch.equal(torch.cat([h[1] for h in halves]), labels)
+    stream = iter(TrainBatches(cfg, 0, 1, start_step=3))
+    assert torch.equal(next(stream)[0], ids) and torch.equal(next(stream)[0], train_batch(cfg, 4, 0, 1)[0])
+
+
+def test_addition_labels_cover_the_target_suffix_only() -> None:
+    cfg = tiny()
+    ids, labels = train_batch(cfg, 0, 0, 1)
+    assert vocab_size(cfg) == VOCAB_SIZE
+    labelled = labels != IGNORE_INDEX
+    # Each row's labels are one contiguous suffix: n + 1 reversed sum digits and the EOS.
+    for row, mask in zip(ids, labelled):
+        where = mask.nonzero().flatten()
+        assert len(where) >= 3 and torch.equal(where, torch.arange(int(where[0]), int(where[-1]) + 1))
+
+
+def test_precision_strategy_and_trainer_pieces(tmp_path: Path) -> None:
+    cfg = tiny()
+    assert resolve_precision(cfg, "cpu") == "32-true"
+    assert resolve_precision(cfg, "gpu") == "bf16-mixed"
+    assert resolve_precision(tiny("train.precision=16-mixed"), "gpu") == "16-mixed"
+    assert resolve_strategy(cfg) == "auto"
+    assert resolve_strategy(tiny("train.devices=2")) == "ddp"
+    assert resolve_strategy(tiny("train.num_nodes=2")) == "ddp"
+    trainer = make_trainer(cfg, RunDir(tmp_path), progress=True)
+    kinds = {type(c) for c in trainer.callbacks}
+    assert {MetricsLogger, StepCheckpoint, StepProgressBar} <= kinds
+    assert isinstance(trainer.strategy.checkpoint_io, AtomicCheckpointIO)
+    assert trainer.max_steps == cfg.train.max_steps and trainer.precision == "32-true"
+    assert LinePrinter in {type(c) for c in make_trainer(cfg, RunDir(tmp_path), progress=False).callbacks}
+
+
+def test_a_short_run_writes_metrics_with_the_schedule_and_throughput(tmp_path: Path) -> None:
+    cfg = tiny("train.max_steps=6", "train.log_every=1", "train.val_every=3", "train.ckpt_every=3",
+               "optim.warmup_steps=2")
+    result = run_training(cfg, out=tmp_path / "run", results=tmp_path, progress=True)
+    assert result.status == "finished" and result.steps == 6
+    rows = read_metrics(tmp_path / "run" / "metrics.csv")
+    assert (tmp_path / "run" / "metrics.csv").read_text().splitlines()[0] == ",".join(COLUMNS)
+    assert [r["step"] for r in rows] == [1, 2, 3, 4, 5, 6]
+    for r in rows:
+        assert r["lr"] == pytest.approx(cfg.optim.lr * lr_factor(r["step"] - 1, 2, 6, cfg.optim.min_lr_ratio))
+        assert r["tokens_per_s"] > 0 and math.isfinite(r["loss"]) and r["grad_norm"] > 0
+        assert r["tokens"] == r["step"] * cfg.train.batch_size * seq_len(cfg)
+    assert {"val_loss", "val_acc"} <= set(rows[2]) and {"val_loss", "val_acc"} <= set(rows[5])
+    assert "val_loss" not in rows[0]
+    assert rows[-1]["loss"] < rows[0]["loss"]
+
+
+def invoke(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(app, list(args))
+    return result.exit_code, ANSI.sub("", result.output)
+
+
+def mixer_names() -> list[str]:
+    from mixers import MIXERS
+
+    return sorted(MIXERS)
+
+
+@pytest.mark.parametrize("mixer", mixer_names())
+def test_lab_train_runs_every_registered_mixer(mixer: str, tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    # Narrow widths and few rows: some mixers run interpreted Triton kernels on a CPU.
+    code, text = invoke("train", "--task", "addition", "--mixer", mixer, "--preset", "tiny", "--max-steps", "2",
+                        "--out", str(out), "--results", str(tmp_path), "--no-progress",
+                        "--set", "data.widths=1,3", "--set", "train.batch_size=4", "--set", "data.val_per_length=1")
+    assert code == 0, text
+    assert "finished (2 steps)" in text
+    rows = read_metrics(out / "metrics.csv")
+    assert rows[-1]["step"] == 2 and math.isfinite(rows[-1]["loss"])
+    assert (out / "checkpoints" / "last.ckpt").exists()
+
+
+def test_lab_train_random_tokens(tmp_path: Path) -> None:
+    code, text = invoke("train", "--task", "random", "--mixer", "transformer", "--max-steps", "2",
+                        "--out", str(tmp_path / "run"), "--results", str(tmp_path), "--no-progress",
+                        "--set", "data.seq_len=16")
+    assert code == 0, text
+    assert "finished (2 steps)" in text
+
+
+@pytest.mark.parametrize(("args", "expected"), [
+    (("--set", "optim.lrr=3"), "unknown key 'optim.lrr'; accepted keys in optim: lr,"),
+    (("--mixer", "nope"), "unknown mixer 'nope'; accepted: "),
+    (("--preset", "huge"), "unknown preset 'huge'; accepted: "),
+    (("--task", "chess"), "accepted: addition, random"),
+    (("--set", "model.n_heads=3"), "not divisible by model.n_heads=3"),
+    (("--set", "optim.lr=fast"), "optim.lr expects float"),
+])
+def test_lab_train_rejects_mistakes_in_one_line_with_exit_2(args: tuple[str, ...], expected: str,
+                                                            tmp_path: Path) -> None:
+    code, text = invoke("train", *args, "--results", str(tmp_path))
+    assert code == 2
+    assert text.count("\n") == 1 and "Traceback" not in text
+    assert text.startswith("lab train: ") and expected in text
+    assert not (tmp_path / "runs").exists()
