@@ -1,0 +1,172 @@
+"""falcon-2 forward and state gradients in Triton: one batched per-channel solve sharing the chunk Gram.
+
+Every value column j has its own step η_{t,j} and carry γ_{t,j}, so inside a chunk (entered with state S)
+column j of the pseudo-values solves its own unit-lower-triangular system (paper Algorithm 1, appendix F)
+
+    u_{t,j} + η_{t,j} Σ_{s<t} e^{Gp_{t,j} − G_{s,j}} (x_tᵀ x_s) u_{s,j} = η_{t,j} (y_{t,j} − e^{Gp_{t,j}} (Sᵀ x_t)_j),
+
+all sharing the Gram X Xᵀ. The chunks are 16 tokens long and a program holds a block of columns: the solve
+is a 16-step substitution over a ``[16, BV]`` tile and the per-channel decay of the outputs a
+``[16, 16, BV]`` tile, with ratios e^{G_t − G_s} formed only for s ≤ t. The state passes through the chunks
+sequentially, so no chunk-wide inverse per channel is ever stored.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from kernels.falcon.triton_regression_parts import gates, is_pair, load_pairs, mm, seq_bounds
+
+
+@triton.jit
+def f2_chunk(q_ptr, k_ptr, v_ptr, beta_ptr, lam_ptr, lk_ptr, bos, T_n, i_c, i_n, i_h, offs_v, eps, floor,
+             H: tl.constexpr, Dk: tl.constexpr, Dv: tl.constexpr, C: tl.constexpr, BK: tl.constexpr,
+             SHIFTED: tl.constexpr, FRESH: tl.constexpr, NORMALIZE: tl.constexpr, COUPLED: tl.constexpr,
+             RBW: tl.constexpr, PREC: tl.constexpr):
+    """The fused front end of one chunk: pairs, queries, targets, the Gram, Q Xᵀ and the per-column gates."""
+    r = tl.arange(0, C)
+    t = i_c * C + r
+    valid = t < T_n
+    rows = bos + t
+    offs_k = tl.arange(0, BK)
+    mv = offs_v < Dv
+    m_v = valid[:, None] & mv[None, :]
+    x = load_pairs(k_ptr, lk_ptr, bos, t, valid, i_n, i_h, offs_k, H, Dk, SHIFTED, FRESH)
+    qk = tl.load(q_ptr + (rows * H + i_h)[:, None] * Dk + offs_k[None, :],
+                 mask=valid[:, None] & (offs_k < Dk)[None, :], other=0.0).to(tl.float32)
+    y = tl.load(v_ptr + (rows * H + i_h)[:, None] * Dv + offs_v[None, :], mask=m_v, other=0.0).to(tl.float32)
+    beta = tl.load(beta_ptr + (rows * H + i_h)[:, None] * Dv + offs_v[None, :], mask=m_v,
+                   other=0.0).to(tl.float32)
+    lam = tl.load(lam_ptr + rows * H + i_h, mask=valid, other=0.0).to(tl.float32)
+    energy = tl.sum(x * x, 1)
+    pair = is_pair(t, valid, SHIFTED, FRESH)
+    eta, g = gates(beta, lam[:, None], energy[:, None], pair[:, None], eps, floor, NORMALIZE, COUPLED)
+    G = tl.cumsum(g, 0)
+    Gp = G - g
+    G_last = tl.sum(tl.where(r[:, None] == C - 1, G, 0.0), 0)  # padded rows have g = 0
+    Gr = Gp if RBW else G
+    gram = mm(x, tl.trans(x), PREC)
+    qx = mm(qk, tl.trans(x), PREC)
+    return (r, t, valid, rows, x, qk, y, beta, lam, energy, pair, eta, g, G, Gp, G_last, Gr, gram, qx)
+
+
+@triton.jit
+def read_decay(G, Gr, valid, C: tl.constexpr, RBW: tl.constexpr):
+    """``[C, C, BV]``: e^{Gr_t − G_s} per column where token t reads token s's write (s ≤ t RAW, s < t RBW)."""
+    r = tl.arange(0, C)
+    if RBW:
+        m = r[:, None] > r[None, :]
+    else:
+        m = r[:, None] >= r[None, :]
+    m = (m & valid[:, None] & valid[None, :])[:, :, None]
+    return tl.where(m, tl.exp(tl.where(m, Gr[:, None, :] - G[None, :, :], 0.0)), 0.0)
+
+
+@triton.jit
+def solve_decay(G, Gp, valid, C: tl.constexpr):
+    """``[C, C, BV]``: e^{Gp_t − G_s} per column for s < t, the decay inside the system matrix."""
+    r = tl.arange(0, C)
+    m = ((r[:, None] > r[None, :]) & valid[:, None] & valid[None, :])[:, :, None]
+    return tl.where(m, tl.exp(tl.where(m, Gp[:, None, :] - G[None, :, :], 0.0)), 0.0)
+
+
+@triton.jit
+def f2_fwd_kernel(q_ptr, k_ptr, v_ptr, beta_ptr, lam_ptr, lk_ptr, S0_ptr, cu_ptr, coff_ptr, o_ptr, U_ptr, h_ptr,
+                  Sf_ptr, T, eps, floor, H: tl.constexpr, Dk: tl.constexpr, Dv: tl.constexpr, C: tl.constexpr,
+                  BK: tl.constexpr, BV: tl.constexpr, SHIFTED: tl.constexpr, FRESH: tl.constexpr,
+                  NORMALIZE: tl.constexpr, COUPLED: tl.constexpr, RBW: tl.constexpr, WRITE_O: tl.constexpr,
+                  STORE: tl.constexpr, IS_VARLEN: tl.constexpr, PREC: tl.constexpr):
+    """One sequence, a block of value columns, chunk after chunk: solve, read, carry the state. STORE keeps
+    U and every chunk's entry state for the backward."""
+    i_v, i_nh = tl.program_id(0), tl.program_id(1)
+    i_n, i_h = i_nh // H, i_nh % H
+    bos, T_n = seq_bounds(i_n, cu_ptr, T, IS_VARLEN)
+    if IS_VARLEN:
+        base = tl.load(coff_ptr + i_n).to(tl.int32)
+    else:
+        base = i_n * tl.cdiv(T, C)
+    offs_k = tl.arange(0, BK)
+    offs_v = i_v * BV + tl.arange(0, BV)
+    mk, mv = offs_k < Dk, offs_v < Dv
+    m_kv = mk[:, None] & mv[None, :]
+    p_S = offs_k[:, None] * Dv + offs_v[None, :]
+    S = tl.load(S0_ptr + (i_n * H + i_h) * Dk * Dv + p_S, mask=m_kv, other=0.0)
+    for i_c in range(0, tl.cdiv(T_n, C)):
+        (r, t, valid, rows, x, qk, y, beta, lam, energy, pair, eta, g, G, Gp, G_last, Gr, gram,
+         qx) = f2_chunk(q_ptr, k_ptr, v_ptr, beta_ptr, lam_ptr, lk_ptr, bos, T_n, i_c, i_n, i_h, offs_v, eps,
+                        floor, H, Dk, Dv, C, BK, SHIFTED, FRESH, NORMALIZE, COUPLED, RBW, PREC)
+        m_v = valid[:, None] & mv[None, :]
+        U = eta * (y - tl.exp(Gp) * mm(x, S, PREC))
+        for i in range(1, C):  # forward substitution, every column at once
+            sel = r[:, None] == i
+            k_i = tl.sum(tl.where(sel, gram, 0.0), 0)
+            gp_i = tl.sum(tl.where(sel, Gp, 0.0), 0)
+            eta_i = tl.sum(tl.where(sel, eta, 0.0), 0)
+            before = (r < i)[:, None]
+            dec = tl.where(before, tl.exp(tl.where(before, gp_i[None, :] - G, 0.0)), 0.0)
+            acc = tl.sum(k_i[:, None] * dec * U, 0)
+            U = tl.where(sel, U - (eta_i * acc)[None, :], U)
+        p_v = (rows * H + i_h)[:, None] * Dv + offs_v[None, :]
+        if WRITE_O:
+            read = tl.where(valid[:, None], tl.exp(Gr), 0.0)
+            o = read * mm(qk, S, PREC) + tl.sum(qx[:, :, None] * read_decay(G, Gr, valid, C, RBW) * U[None, :, :], 1)
+            tl.store(o_ptr + p_v, o.to(o_ptr.dtype.element_ty), mask=m_v)
+        if STORE:
+            tl.store(U_ptr + p_v, U, mask=m_v)
+            tl.store(h_ptr + ((base + i_c) * H + i_h) * Dk * Dv + p_S, S, mask=m_kv)
+        carry = tl.where(valid[:, None], tl.exp(G_last[None, :] - G), 0.0)
+        S = tl.exp(G_last)[None, :] * S + mm(tl.trans(x), carry * U, PREC)
+    tl.store(Sf_ptr + (i_n * H + i_h) * Dk * Dv + p_S, S, mask=m_kv)
+
+
+@triton.jit
+def f2_dstate_kernel(q_ptr, k_ptr, v_ptr, beta_ptr, lam_ptr, lk_ptr, do_ptr, U_ptr, dSf_ptr, cu_ptr, coff_ptr,
+                     dh_ptr, dB_ptr, dS0_ptr, T, eps, floor, H: tl.constexpr, Dk: tl.constexpr,
+                     Dv: tl.constexpr, C: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
+                     SHIFTED: tl.constexpr, FRESH: tl.constexpr, NORMALIZE: tl.constexpr, COUPLED: tl.constexpr,
+                     RBW: tl.constexpr, HAS_DSF: tl.constexpr, IS_VARLEN: tl.constexpr, PREC: tl.constexpr):
+    """The reverse recurrence: per chunk dU, the per-column transposed solve dB = A_jᵀ dU, and the entry
+    state's gradient; stores every chunk's exit-state gradient, dB and the initial state's gradient."""
+    i_v, i_nh = tl.program_id(0), tl.program_id(1)
+    i_n, i_h = i_nh // H, i_nh % H
+    bos, T_n = seq_bounds(i_n, cu_ptr, T, IS_VARLEN)
+    if IS_VARLEN:
+        base = tl.load(coff_ptr + i_n).to(tl.int32)
+    else:
+        base = i_n * tl.cdiv(T, C)
+    offs_k = tl.arange(0, BK)
+    offs_v = i_v * BV + tl.arange(0, BV)
+    mk, mv = offs_k < Dk, offs_v < Dv
+    m_kv = mk[:, None] & mv[None, :]
+    p_S = offs_k[:, None] * Dv + offs_v[None, :]
+    if HAS_DSF:
+        dS = tl.load(dSf_ptr + (i_n * H + i_h) * Dk * Dv + p_S, mask=m_kv, other=0.0)
+    else:
+        dS = tl.zeros([BK, BV], dtype=tl.float32)
+    for i_c in range(tl.cdiv(T_n, C) - 1, -1, -1):
+        tl.store(dh_ptr + ((base + i_c) * H + i_h) * Dk * Dv + p_S, dS, mask=m_kv)
+        (r, t, valid, rows, x, qk, y, beta, lam, energy, pair, eta, g, G, Gp, G_last, Gr, gram,
+         qx) = f2_chunk(q_ptr, k_ptr, v_ptr, beta_ptr, lam_ptr, lk_ptr, bos, T_n, i_c, i_n, i_h, offs_v, eps,
+                        floor, H, Dk, Dv, C, BK, SHIFTED, FRESH, NORMALIZE, COUPLED, RBW, PREC)
+        m_v = valid[:, None] & mv[None, :]
+        p_v = (rows * H + i_h)[:, None] * Dv + offs_v[None, :]
+        do = tl.load(do_ptr + p_v, mask=m_v, other=0.0).to(tl.float32)
+        carry = tl.where(valid[:, None], tl.exp(G_last[None, :] - G), 0.0)
+        dB = tl.sum(qx[:, :, None] * read_decay(G, Gr, valid, C, RBW) * do[:, None, :], 0)
+        dB += carry * mm(x, dS, PREC)
+        for j in range(1, C):  # back substitution with (I + L_j)ᵀ, rows C−2 .. 0
+            i = C - 1 - j
+            sel = r[:, None] == i
+            k_i = tl.sum(tl.where(sel, gram, 0.0), 0)
+            g_i = tl.sum(tl.where(sel, G, 0.0), 0)
+            after = (r > i)[:, None]
+            dec = tl.where(after, tl.exp(tl.where(after, Gp - g_i[None, :], 0.0)), 0.0)
+            acc = tl.sum(k_i[:, None] * eta * dec * dB, 0)
+            dB = tl.where(sel, dB - acc[None, :], dB)
+        tl.store(dB_ptr + p_v, dB, mask=m_v)
+        read = tl.where(valid[:, None], tl.exp(Gr), 0.0)
+        write = tl.where(valid[:, None], eta * tl.exp(Gp), 0.0)
+        dS = (tl.exp(G_last)[None, :] * dS + mm(tl.trans(qk), read * do, PREC)
+              - mm(tl.trans(x), write * dB, PREC))
+    tl.store(dS0_ptr + (i_n * H + i_h) * Dk * Dv + p_S, dS, mask=m_kv)
