@@ -2,7 +2,8 @@
 
 A run lives in `results/runs/<id>/` (id: a short hash of its configuration) and holds
 `config.yaml`, `metrics.csv`, `checkpoints/`, `provenance.json` (where, when, from which code and
-command) and `run.json` (its status). The registry `results/lab.db` indexes every run in the table
+command) and `run.json` (its status: running, finished, stopped (ended early, resumable), failed
+or interrupted). The registry `results/lab.db` indexes every run in the table
 `runs`, one row per id; `pandas.read_sql("select * from runs", sqlite3.connect(path))` reads it.
 """
 
@@ -23,7 +24,6 @@ from pathlib import Path
 from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-STATUSES = ("running", "finished", "failed", "interrupted")
 
 
 def now() -> str:
