@@ -84,21 +84,21 @@ def _dot(a, b, PREC: tl.constexpr):
 
 
 @triton.jit
-def _rows(ptr, bos, i_h, t, L, col, H: tl.constexpr, D: tl.constexpr):
+def _rows(ptr, bos, i_h, t, L, col, H, D: tl.constexpr):
     """``[len(t), len(col)]`` of a ``[tokens, H, D]`` tensor; rows outside [0, L) and columns >= D read 0."""
     m = ((t >= 0) & (t < L))[:, None] & (col < D)[None, :]
     return tl.load(ptr + ((bos + t)[:, None] * H + i_h) * D + col[None, :], mask=m, other=0.0)
 
 
 @triton.jit
-def _store_rows(ptr, val, bos, i_h, t, L, col, H: tl.constexpr, D: tl.constexpr):
+def _store_rows(ptr, val, bos, i_h, t, L, col, H, D: tl.constexpr):
     m = ((t >= 0) & (t < L))[:, None] & (col < D)[None, :]
     tl.store(ptr + ((bos + t)[:, None] * H + i_h) * D + col[None, :], val.to(ptr.dtype.element_ty), mask=m)
 
 
 @triton.jit
-def _load_x(k, last_key, i_n, i_h, bos, t, L, d, H: tl.constexpr, K: tl.constexpr, SHIFTED: tl.constexpr,
-            FRESH: tl.constexpr):
+def _load_x(k, last_key, i_n, i_h, bos, t, L, d, H, K: tl.constexpr, SHIFTED: tl.constexpr,
+            FRESH):
     """Write features x_t: k_{t−1} (shifted; the state's last key at t = 0, or 0 on a fresh sequence) or k_t."""
     if SHIFTED:
         x = _rows(k, bos, i_h, t - 1, L, d, H, K)
@@ -111,7 +111,7 @@ def _load_x(k, last_key, i_n, i_h, bos, t, L, d, H: tl.constexpr, K: tl.constexp
 
 
 @triton.jit
-def _gates(G, bos, i_h, t, L, j, H: tl.constexpr, V: tl.constexpr, PER_CHANNEL: tl.constexpr):
+def _gates(G, bos, i_h, t, L, j, H, V: tl.constexpr, PER_CHANNEL: tl.constexpr):
     """Chunk-local cumulative log-carries at tokens t (``[len(t)]``, or ``[len(t), len(j)]`` per channel).
     Tokens past the end repeat the last one: they carry γ = 1."""
     tc = tl.minimum(t, L - 1)
@@ -122,7 +122,7 @@ def _gates(G, bos, i_h, t, L, j, H: tl.constexpr, V: tl.constexpr, PER_CHANNEL: 
 
 
 @triton.jit
-def _gate_at(G, bos, i_h, idx, L, j, H: tl.constexpr, V: tl.constexpr, PER_CHANNEL: tl.constexpr):
+def _gate_at(G, bos, i_h, idx, L, j, H, V: tl.constexpr, PER_CHANNEL: tl.constexpr):
     """The cumulative log-carry at one token (a scalar, or ``[len(j)]`` per channel)."""
     ic = tl.minimum(idx, L - 1)
     if PER_CHANNEL:
@@ -132,7 +132,7 @@ def _gate_at(G, bos, i_h, idx, L, j, H: tl.constexpr, V: tl.constexpr, PER_CHANN
 
 
 @triton.jit
-def _read_gates(G, bos, i_h, t, t0, L, j, H: tl.constexpr, V: tl.constexpr, RAW: tl.constexpr,
+def _read_gates(G, bos, i_h, t, t0, L, j, H, V: tl.constexpr, RAW: tl.constexpr,
                 PER_CHANNEL: tl.constexpr):
     """G_{r(t)}: through t (RAW) or through t − 1 (RBW; 0 at the chunk's first token, which reads h_c)."""
     if RAW:
@@ -165,7 +165,7 @@ def _seen_by(source, reader, RAW: tl.constexpr):
 
 
 @triton.jit
-def _outputs(qh, A, Gr, Gc, ec, vc, G, bos, i_h, tr, tc, b0, t0, L, j, H: tl.constexpr, V: tl.constexpr,
+def _outputs(qh, A, Gr, Gc, ec, vc, G, bos, i_h, tr, tc, b0, t0, L, j, H, V: tl.constexpr,
              BR: tl.constexpr, RAW: tl.constexpr, PER_CHANNEL: tl.constexpr, DT: tl.constexpr,
              PREC: tl.constexpr):
     """o at reader rows tr from qh = q h_c and the scores A = q xᵀ over the chunk's sources tc."""
@@ -190,7 +190,7 @@ def _outputs(qh, A, Gr, Gc, ec, vc, G, bos, i_h, tr, tc, b0, t0, L, j, H: tl.con
 
 
 @triton.jit
-def _source_grads(xdh, At, Gs, Grc, Gl, doc, G, bos, i_h, ts, tc, b0, L, j, H: tl.constexpr,
+def _source_grads(xdh, At, Gs, Grc, Gl, doc, G, bos, i_h, ts, tc, b0, L, j, H,
                   V: tl.constexpr, BR: tl.constexpr, RAW: tl.constexpr, PER_CHANNEL: tl.constexpr,
                   DT: tl.constexpr, PREC: tl.constexpr):
     """dv' = Dᵀx at source rows ts from xdh = x dh_end and At = x qᵀ over the chunk's readers tc."""
@@ -218,8 +218,8 @@ def _source_grads(xdh, At, Gs, Grc, Gl, doc, G, bos, i_h, ts, tc, b0, L, j, H: t
 
 @triton.jit
 def _prep_kernel(k, last_key, beta, lam, eta, G, cu_seqlens, chunk_indices, chunk_offsets, eps, floor, T, NT,
-                 H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr,
-                 BV: tl.constexpr, SHIFTED: tl.constexpr, FRESH: tl.constexpr, PER_CHANNEL: tl.constexpr,
+                 H, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr,
+                 BV: tl.constexpr, SHIFTED: tl.constexpr, FRESH, PER_CHANNEL: tl.constexpr,
                  NORMALIZE: tl.constexpr, SCALE_RIDGE: tl.constexpr, IS_VARLEN: tl.constexpr):
     """η and the chunk-local cumulative log-carry G of every token of one chunk."""
     i_t, i_bh = tl.program_id(0), tl.program_id(1)
@@ -266,9 +266,9 @@ def _prep_kernel(k, last_key, beta, lam, eta, G, cu_seqlens, chunk_indices, chun
 
 
 @triton.jit
-def _fwd_h_kernel(k, v, last_key, eta, G, S0, h, ST, cu_seqlens, chunk_offsets, T, NT, H: tl.constexpr,
+def _fwd_h_kernel(k, v, last_key, eta, G, S0, h, ST, cu_seqlens, chunk_offsets, T, NT, H,
                   K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
-                  SHIFTED: tl.constexpr, FRESH: tl.constexpr, PER_CHANNEL: tl.constexpr,
+                  SHIFTED: tl.constexpr, FRESH, PER_CHANNEL: tl.constexpr,
                   IS_VARLEN: tl.constexpr, PREC: tl.constexpr):
     """The state before every chunk (h) and after the last one (ST), one (key block, value block) tile."""
     i_k, i_v, i_nh = tl.program_id(0), tl.program_id(1), tl.program_id(2)
@@ -303,8 +303,8 @@ def _fwd_h_kernel(k, v, last_key, eta, G, S0, h, ST, cu_seqlens, chunk_offsets, 
 
 @triton.jit
 def _fwd_o_kernel(q, k, v, last_key, eta, G, h, o, cu_seqlens, chunk_indices, chunk_offsets, T, NT,
-                  H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr, BR: tl.constexpr,
-                  BK: tl.constexpr, BV: tl.constexpr, SHIFTED: tl.constexpr, FRESH: tl.constexpr,
+                  H, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr, BR: tl.constexpr,
+                  BK: tl.constexpr, BV: tl.constexpr, SHIFTED: tl.constexpr, FRESH,
                   RAW: tl.constexpr, PER_CHANNEL: tl.constexpr, IS_VARLEN: tl.constexpr, PREC: tl.constexpr):
     """Outputs of BR rows of one chunk, one value block."""
     i_v, i_tr, i_bh = tl.program_id(0), tl.program_id(1), tl.program_id(2)
@@ -343,7 +343,7 @@ def _fwd_o_kernel(q, k, v, last_key, eta, G, h, o, cu_seqlens, chunk_indices, ch
 
 
 @triton.jit
-def _bwd_dh_kernel(q, do, G, h, dST, dhe, dS0, end, cu_seqlens, chunk_offsets, T, NT, NTT, H: tl.constexpr,
+def _bwd_dh_kernel(q, do, G, h, dST, dhe, dS0, end, cu_seqlens, chunk_offsets, T, NT, NTT, H,
                    K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
                    RAW: tl.constexpr, PER_CHANNEL: tl.constexpr, IS_VARLEN: tl.constexpr, HAS_DST: tl.constexpr,
                    PREC: tl.constexpr):
@@ -383,9 +383,9 @@ def _bwd_dh_kernel(q, do, G, h, dST, dhe, dS0, end, cu_seqlens, chunk_offsets, T
 
 @triton.jit
 def _bwd_dv_kernel(q, k, v, last_key, eta, G, h, dhe, do, dv, P, deta, cu_seqlens, chunk_indices, chunk_offsets,
-                   T, NT, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr, BR: tl.constexpr,
+                   T, NT, H, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr, BR: tl.constexpr,
                    BK: tl.constexpr, BV: tl.constexpr, NV: tl.constexpr, SHIFTED: tl.constexpr,
-                   FRESH: tl.constexpr, RAW: tl.constexpr, PER_CHANNEL: tl.constexpr, IS_VARLEN: tl.constexpr,
+                   FRESH, RAW: tl.constexpr, PER_CHANNEL: tl.constexpr, IS_VARLEN: tl.constexpr,
                    PREC: tl.constexpr):
     """For BR rows of one chunk, one value block: dv = η ⊙ dv', the recomputed o ⊙ do (P) and v ⊙ dv' (deta)."""
     i_v, i_tr, i_bh = tl.program_id(0), tl.program_id(1), tl.program_id(2)
@@ -449,7 +449,7 @@ def _bwd_dv_kernel(q, k, v, last_key, eta, G, h, dhe, do, dv, P, deta, cu_seqlen
 
 
 @triton.jit
-def _bwd_c_kernel(v, eta, G, do, C, cu_seqlens, chunk_indices, chunk_offsets, T, NT, H: tl.constexpr,
+def _bwd_c_kernel(v, eta, G, do, C, cu_seqlens, chunk_indices, chunk_offsets, T, NT, H,
                   V: tl.constexpr, BT: tl.constexpr, BR: tl.constexpr, BV: tl.constexpr, RAW: tl.constexpr,
                   IS_VARLEN: tl.constexpr, PREC: tl.constexpr):
     """falcon-2a: C[t, s] = Σ_j do_t[j] v'_s[j] e^{G_r(t)[j] − G_s[j]} for BR reader rows of one chunk."""
@@ -486,8 +486,8 @@ def _bwd_c_kernel(v, eta, G, do, C, cu_seqlens, chunk_indices, chunk_offsets, T,
 
 @triton.jit
 def _bwd_dqdx_kernel(q, k, v, last_key, eta, G, h, dhe, do, C, dq, dxd, cu_seqlens, chunk_indices, chunk_offsets,
-                     T, NT, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
-                     BK: tl.constexpr, BV: tl.constexpr, SHIFTED: tl.constexpr, FRESH: tl.constexpr,
+                     T, NT, H, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
+                     BK: tl.constexpr, BV: tl.constexpr, SHIFTED: tl.constexpr, FRESH,
                      RAW: tl.constexpr, PER_CHANNEL: tl.constexpr, IS_VARLEN: tl.constexpr, PREC: tl.constexpr):
     """dq = S_r(t) do_t and the direct part of dx = D_t v'_t for one chunk, one key block."""
     i_k, i_t, i_bh = tl.program_id(0), tl.program_id(1), tl.program_id(2)
@@ -541,9 +541,9 @@ def _bwd_dqdx_kernel(q, k, v, last_key, eta, G, h, dhe, do, C, dq, dxd, cu_seqle
 
 @triton.jit
 def _bwd_final_kernel(k, last_key, beta, lam, eta, G, P, deta, end, dxd, dk, dbeta, dlam, cu_seqlens,
-                      chunk_indices, chunk_offsets, eps, floor, T, NT, NTT, H: tl.constexpr, K: tl.constexpr,
+                      chunk_indices, chunk_offsets, eps, floor, T, NT, NTT, H, K: tl.constexpr,
                       V: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, NK: tl.constexpr,
-                      NV: tl.constexpr, SHIFTED: tl.constexpr, FRESH: tl.constexpr, RAW: tl.constexpr,
+                      NV: tl.constexpr, SHIFTED: tl.constexpr, FRESH, RAW: tl.constexpr,
                       PER_CHANNEL: tl.constexpr, NORMALIZE: tl.constexpr, SCALE_RIDGE: tl.constexpr,
                       IS_VARLEN: tl.constexpr):
     """Per chunk: d log γ (reverse cumulative sum of dG), then dβ, dλ, d‖x‖² and dk (shifted back to k)."""
@@ -639,7 +639,8 @@ def _bwd_final_kernel(k, last_key, beta, lam, eta, G, P, deta, end, dxd, dk, dbe
         x = _load_x(k, last_key, i_n, i_h, bos, t, L, d, H, K, SHIFTED, FRESH).to(tl.float32)
         dx = _rows(dxd, bos, i_h, t, L, d, H, K) + 2.0 * dE[:, None] * x
         if SHIFTED:
-            _store_rows(dk, dx, bos, i_h, t - 1, L, d, H, K)  # x_t = k_{t−1}; row −1 is the state's last key
+            # x_t = k_{t−1}; row −1 is the state's last key, and padded rows write nothing
+            _store_rows(dk, dx, bos, i_h, tl.where(rm, t - 1, -1), L, d, H, K)
             if t0 + BT >= L:  # the sequence's last key writes no pair inside it
                 tl.store(dk + ((bos + L - 1) * H + i_h) * K + d, tl.zeros([BK], dtype=tl.float32).to(
                     dk.dtype.element_ty), mask=d < K)

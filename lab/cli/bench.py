@@ -12,18 +12,26 @@ app = typer.Typer(help="Benchmark kernels and training throughput.")
 
 @app.command()
 def kernels(
-    rule: Annotated[list[str] | None, typer.Option("--rule", help="Rule to time (repeatable); default all.")] = None,
-    backend: Annotated[
-        list[str] | None, typer.Option("--backend", help="recurrent, masked or chunk (repeatable).")
-    ] = None,
-    shape: Annotated[
-        list[str] | None, typer.Option("--shape", help="B,T,H,D to time (repeatable).")
-    ] = None,
+    shapes: Annotated[list[str] | None, typer.Option(
+        "--shapes", "--shape", help="B,T,H,D to time (repeatable); default 8,2048,12,64 4,4096,16,128 1,16384,16,128."
+    )] = None,
+    rules: Annotated[list[str] | None, typer.Option(
+        "--rules", "--rule", help="falcon-1, falcon-2, falcon-1a or falcon-2a (repeatable); default all.")] = None,
     dtype: Annotated[str, typer.Option(help="bf16, fp16 or fp32.")] = "bf16",
-    out: Annotated[Path | None, typer.Option(help="CSV file for the table.")] = None,
+    out: Annotated[Path, typer.Option(help="Folder for kernels.csv and kernels.md.")] = Path("results/bench"),
+    rep: Annotated[int, typer.Option(help="Milliseconds of timed repetitions per row (do_bench rep).")] = 100,
 ) -> None:
-    """Forward and backward time of each rule and backend, with the bandwidth and FLOP floors."""
-    not_built("kernel benchmarks")
+    """Forward and forward+backward time of each rule's Triton kernel beside fla, SDPA and the PyTorch chunk
+    form, with the bandwidth and FLOP floors (needs a CUDA GPU)."""
+    from lab.bench.kernels import RULES, SHAPES, BenchError, parse_shape, run
+
+    try:
+        picked = [parse_shape(s) for text in shapes for s in text.split()] if shapes else list(SHAPES)
+        run(picked, tuple(rules) if rules else RULES, dtype, out, rep=rep, echo=typer.echo)
+    except BenchError as err:
+        typer.echo(f"lab bench kernels: {err}", err=True)
+        raise typer.Exit(code=1) from None
+    typer.echo(f"wrote {out / 'kernels.csv'} and {out / 'kernels.md'}")
 
 
 @app.command()

@@ -1,0 +1,1 @@
+"""Speed measurements against their floors: ``kernels`` (the Falcon kernels beside their anchors)."""
