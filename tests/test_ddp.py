@@ -111,3 +111,19 @@ def test_two_ranks_of_b_rows_train_as_one_process_of_2b(runs: dict) -> None:
     assert final.keys() == expected.keys()
     for name, value in expected.items():
         torch.testing.assert_close(final[name], value, rtol=0, atol=1e-5, msg=name)
+
+
+def test_lab_train_on_two_cpu_processes(tmp_path: Path) -> None:
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    for key in ("MASTER_PORT", "MASTER_ADDR", "WORLD_SIZE", "LOCAL_RANK", "NODE_RANK", "RANK"):
+        env.pop(key, None)
+    out = tmp_path / "run"
+    proc = subprocess.run([sys.executable, "-m", "lab", "train", "--devices", "2", "--max-steps", "2",
+                           "--set", "train.batch_size=4", "--set", "train.log_every=1", "--out", str(out),
+                           "--results", str(tmp_path), "--no-progress"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.count("finished (2 steps)") == 1  # rank 1 trains but says nothing
+    assert [r["step"] for r in read_metrics(out / "metrics.csv")] == [1, 2]
+    assert '"world_size": 2' in (out / "provenance.json").read_text()
+    assert "resumes" not in (out / "provenance.json").read_text()

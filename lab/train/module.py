@@ -110,5 +110,6 @@ class LabModule(pl.LightningModule):
     def on_validation_epoch_end(self) -> None:
         loss_sum, count, right, rows = self._val.tolist()
         self.val_metrics = {"val_loss": loss_sum / max(count, 1.0), "val_acc": right / max(rows, 1.0)}
-        self.log("val_loss", self.val_metrics["val_loss"], prog_bar=True, logger=False, rank_zero_only=True)
-        self.log("val_acc", self.val_metrics["val_acc"], prog_bar=True, logger=False, rank_zero_only=True)
+        # Every rank evaluates the whole validation set, so the all-reduced mean changes nothing.
+        self.log("val_loss", self.val_metrics["val_loss"], prog_bar=True, logger=False, sync_dist=True)
+        self.log("val_acc", self.val_metrics["val_acc"], prog_bar=True, logger=False, sync_dist=True)
