@@ -1,0 +1,220 @@
+"""backend="triton" for falcon-1 and falcon-2 against the float64 recurrent oracle: outputs, final state and every
+gradient (q, k, v, β, λ, the initial S and last key), at tiny shapes under Triton's interpreter on a CPU.
+
+Every buffer the kernels fill starts as NaN, so a row a kernel forgets to write cannot pass.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+import pytest
+import torch
+
+from kernels import FastWeightState, fast_weight_rule
+from kernels.falcon import triton_regression_parts as parts
+
+RULES = ("falcon-1", "falcon-2")
+D = 16  # tl.dot needs sizes of at least 16
+# the interpreter multiplies in exact fp32; a GPU runs three tf32 passes
+TOL = 1e-3 if torch.cuda.is_available() else 1e-4
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+@pytest.fixture(autouse=True)
+def poisoned_buffers(monkeypatch: pytest.MonkeyPatch) -> None:
+    def nan_buffer(*shape: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+        return torch.full(shape, float("nan"), dtype=dtype, device=device)
+
+    monkeypatch.setattr(parts, "new_buffer", nan_buffer)
+
+
+def rel(out: torch.Tensor | None, ref: torch.Tensor | None) -> float:
+    """RMS(ref − out) / RMS(ref); a gradient autograd never reached counts as zero."""
+    if ref is None:
+        ref = torch.zeros_like(out)
+    if out is None:
+        out = torch.zeros_like(ref)
+    out, ref = out.detach().double().cpu(), ref.detach().double().cpu()
+    return ((out - ref).norm() / ref.norm().clamp_min(1e-30)).item()
+
+
+def draw(rule: str, B: int, T: int, H: int, seed: int, beta=(0.1, 1.9), lam=(0.0, 0.5), d: int = D):
+    """q, v ~ N(0, 1); keys of squared norm about 1; β and λ uniform in the given ranges (float64)."""
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(B, T, H, d, generator=g)
+    k = torch.randn(B, T, H, d, generator=g) / d ** 0.5
+    v = torch.randn(B, T, H, d, generator=g)
+    shape = (B, T, H, d) if rule == "falcon-2" else (B, T, H)
+    b = beta[0] + (beta[1] - beta[0]) * torch.rand(shape, generator=g)
+    lm = lam[0] + (lam[1] - lam[0]) * torch.rand(B, T, H, generator=g)
+    return [t.double() for t in (q, k, v, b, lm)]
+
+
+def start_state(kind: str, rule: str, N: int, H: int, seed: int, **opts):
+    """None (fresh), a bare S (fresh from S), or the float64 state after a first recurrent segment."""
+    g = torch.Generator().manual_seed(seed + 1000)
+    if kind == "fresh":
+        return None
+    if kind == "S":
+        return torch.randn(N, H, D, D, generator=g, dtype=torch.float64)
+    first = draw(rule, N, 6, H, seed + 2000)
+    _, st = fast_weight_rule(*first, rule=rule, backend="recurrent", output_final_state=True, **opts)
+    return st
+
+
+def leaves(state, dtype: torch.dtype):
+    """The state as fresh leaves of ``dtype`` (S and the last key take gradients) and the list of leaves."""
+    if state is None:
+        return None, []
+    if isinstance(state, torch.Tensor):
+        S = state.to(dtype).requires_grad_()
+        return S, [S]
+    S = state.S.to(dtype).requires_grad_()
+    lk = state.last_key.to(dtype).requires_grad_()
+    return FastWeightState(S, lk, state.x_tail.to(dtype), state.v_tail.to(dtype), state.tail_mask), [S, lk]
+
+
+def run(rule: str, inputs, state, dtype: torch.dtype, backend: str, seed: int, cu_seqlens=None, **opts):
+    """Outputs, final state and the gradients of a fixed random loss on them."""
+    device = DEVICE if backend == "triton" else "cpu"
+    xs = [t.to(device=device, dtype=dtype).requires_grad_() for t in inputs]
+    st, st_leaves = leaves(state, dtype)
+    if st is not None:
+        st = st.to(device) if isinstance(st, torch.Tensor) else FastWeightState(*(t.to(device) for t in st))
+    cu = None if cu_seqlens is None else cu_seqlens.to(device)
+    o, fin = fast_weight_rule(*xs, rule=rule, backend=backend, initial_state=st, output_final_state=True,
+                              cu_seqlens=cu, **opts)
+    g = torch.Generator().manual_seed(seed + 3000)
+    go = torch.randn(o.shape, generator=g, dtype=torch.float64).to(device=device, dtype=o.dtype)
+    gS = torch.randn(fin.S.shape, generator=g, dtype=torch.float64).to(device=device, dtype=fin.S.dtype)
+    gk = torch.randn(fin.last_key.shape, generator=g, dtype=torch.float64).to(device, fin.last_key.dtype)
+    ((o * go).sum() + (fin.S * gS).sum() + (fin.last_key * gk).sum()).backward()
+    return o, fin, [t.grad for t in xs + st_leaves]
+
+
+def check(rule: str, T: int = 23, B: int = 2, H: int = 2, seed: int = 0, state: str = "continue",
+          chunk_size: int = 16, draw_opts: dict | None = None, cu_seqlens=None, **opts) -> None:
+    inputs = draw(rule, B, T, H, seed, **(draw_opts or {}))
+    N = B if cu_seqlens is None else cu_seqlens.numel() - 1
+    st = start_state(state, rule, N, H, seed, **opts)
+    o, fin, grads = run(rule, inputs, st, torch.float32, "triton", seed, cu_seqlens, chunk_size=chunk_size,
+                        **opts)
+    o_ref, fin_ref, grads_ref = run(rule, inputs, st, torch.float64, "recurrent", seed, cu_seqlens, **opts)
+    assert not torch.isnan(o).any() and not torch.isnan(fin.S).any()
+    assert rel(o, o_ref) <= TOL, "o"
+    assert rel(fin.S, fin_ref.S) <= TOL, "final S"
+    assert rel(fin.last_key, fin_ref.last_key) <= TOL, "final last key"
+    names = ["q", "k", "v", "beta", "lam", "S0", "last_key"]
+    for name, gr, gr_ref in zip(names, grads, grads_ref):
+        assert gr is None or not torch.isnan(gr).any(), f"d{name} has NaN"
+        assert rel(gr, gr_ref) <= TOL, f"d{name}: {rel(gr, gr_ref):.2e}"
+
+
+@pytest.mark.parametrize("rule", RULES)
+@pytest.mark.parametrize("alignment", ["shifted", "same_time"])
+@pytest.mark.parametrize("timing", ["raw", "rbw"])
+def test_matches_oracle_continuing(rule, alignment, timing):
+    """Odd T over three chunks, continuing from the state of a first segment."""
+    check(rule, T=37, alignment=alignment, timing=timing, seed=zlib.crc32(f"{rule}{alignment}{timing}".encode()))
+
+
+@pytest.mark.parametrize("rule", RULES)
+@pytest.mark.parametrize("state", ["fresh", "S"])
+def test_fresh_sequences(rule, state):
+    """A fresh sequence from S = 0 or from a given S: the first shifted pair is no pair."""
+    check(rule, T=21, state=state, seed=7)
+
+
+@pytest.mark.parametrize("rule", RULES)
+@pytest.mark.parametrize("regime", ["lam0", "clamp", "beta_above_1", "coupled", "ctx_eta", "eps0"])
+def test_regimes(rule, regime):
+    draw_opts, opts = {}, {}
+    if regime == "lam0":
+        draw_opts = dict(lam=(0.0, 0.0))
+    elif regime == "clamp":  # η λ → β > 1 − ε_γ once λ ≫ ‖x‖²: the carry floor binds
+        draw_opts = dict(beta=(1.0, 1.9), lam=(5.0, 60.0))
+    elif regime == "beta_above_1":
+        draw_opts = dict(beta=(1.2, 1.95), lam=(0.0, 0.1))
+    elif regime == "coupled":
+        draw_opts, opts = dict(lam=(0.0, 3.0)), dict(scale_coupled_ridge=True)
+    elif regime == "ctx_eta":  # the tensor passed as beta is η itself
+        draw_opts, opts = dict(beta=(0.05, 0.6), lam=(0.0, 4.0)), dict(normalize=False)
+    else:
+        opts = dict(eps=0.0)
+    check(rule, T=21, seed=11, draw_opts=draw_opts, **opts)
+
+
+def test_clamp_regime_binds():
+    """The clamp case above does reach η λ > 1 − ε_γ."""
+    _, k, _, beta, lam = draw("falcon-1", 2, 21, 2, 11, beta=(1.0, 1.9), lam=(5.0, 60.0))
+    energy = (k[:, :-1] ** 2).sum(-1)
+    eta = beta[:, 1:] / (energy + lam[:, 1:] + 1e-6)
+    assert ((eta * lam[:, 1:]) > 1 - 1e-3).any()
+
+
+@pytest.mark.parametrize("rule,chunk_size,T", [("falcon-1", 32, 40), ("falcon-1", 16, 1), ("falcon-2", 16, 1),
+                                               ("falcon-1", 64, 7)])
+def test_chunk_sizes_and_short_sequences(rule, chunk_size, T):
+    check(rule, T=T, chunk_size=chunk_size, seed=3)
+
+
+@pytest.mark.parametrize("rule", RULES)
+@pytest.mark.parametrize("state", ["fresh", "continue"])
+def test_packed_sequences(rule, state):
+    """cu_seqlens: sequences of 5, 17, 1 and 13 tokens, each from its own state row."""
+    cu = torch.tensor([0, 5, 22, 23, 36], dtype=torch.int32)
+    check(rule, T=36, B=1, state=state, cu_seqlens=cu, seed=5)
+
+
+@pytest.mark.parametrize("rule", RULES)
+def test_two_segments_equal_one_pass(rule):
+    """The triton state handed from one segment to the next continues the sequence exactly."""
+    inputs = draw(rule, 2, 30, 2, 13)
+    ref, _ = fast_weight_rule(*inputs, rule=rule, backend="recurrent")
+    first = [t[:, :17].float() for t in inputs]
+    second = [t[:, 17:].float() for t in inputs]
+    o1, st = fast_weight_rule(*first, rule=rule, backend="triton", chunk_size=16, output_final_state=True)
+    o2, _ = fast_weight_rule(*second, rule=rule, backend="triton", chunk_size=16, initial_state=st)
+    assert rel(torch.cat([o1, o2], 1), ref) <= TOL
+
+
+def test_falcon2_with_equal_gains_is_falcon1():
+    q, k, v, beta, lam = (t.float() for t in draw("falcon-1", 1, 19, 2, 17))
+    o1, _ = fast_weight_rule(q, k, v, beta, lam, rule="falcon-1", backend="triton", chunk_size=16)
+    o2, _ = fast_weight_rule(q, k, v, beta, lam, rule="falcon-2", backend="triton")
+    assert rel(o2, o1) <= TOL
+
+
+@pytest.mark.parametrize("rule", RULES)
+def test_zero_keys_with_eps0_stay_finite(rule):
+    """ε = 0, λ = 0 and all-zero keys: every denominator is 0, η := 0, no NaN or inf anywhere."""
+    q, k, v, beta, lam = draw(rule, 1, 19, 2, 19, lam=(0.0, 0.0))
+    xs = [t.float().requires_grad_() for t in (q, torch.zeros_like(k), v, beta, lam)]
+    o, fin = fast_weight_rule(*xs, rule=rule, backend="triton", chunk_size=16, eps=0.0, output_final_state=True)
+    (o.sum() + fin.S.sum()).backward()
+    for t in [o, fin.S] + [x.grad for x in xs]:
+        assert torch.isfinite(t).all()
+    assert o.abs().max() == 0  # nothing is ever written
+
+
+def test_rejects_unsupported_inputs():
+    q, k, v, beta, lam = draw("falcon-1", 1, 5, 1, 0)
+    with pytest.raises(ValueError, match="float64"):
+        fast_weight_rule(q, k, v, beta, lam, rule="falcon-1", backend="triton")
+    with pytest.raises(ValueError, match="chunk_size"):
+        fast_weight_rule(*(t.float() for t in (q, k, v, beta, lam)), rule="falcon-1", backend="triton",
+                         chunk_size=24)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("rule", RULES)
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-3), (torch.bfloat16, 1e-2)])
+def test_gpu_sizes(rule, dtype, tol):
+    """Dk = Dv = 64 over 300 tokens (four chunks of 64, the last one short) on a GPU, in fp32 and bf16."""
+    inputs = [t.to(dtype).double() for t in draw(rule, 2, 300, 2, 23, d=64)]  # the reference sees the rounding
+    o, fin, grads = run(rule, inputs, None, dtype, "triton", 23, chunk_size=64)
+    o_ref, fin_ref, grads_ref = run(rule, inputs, None, torch.float64, "recurrent", 23)
+    assert rel(o, o_ref) <= tol and rel(fin.S, fin_ref.S) <= tol
+    for gr, gr_ref in zip(grads, grads_ref):
+        assert rel(gr, gr_ref) <= tol
