@@ -10,16 +10,45 @@ from lab.cli._common import not_built
 app = typer.Typer(help="Generate the datasets: variable-length addition and FineWeb-Edu token shards.")
 
 
+def parse_digits(text: str) -> tuple[int, int]:
+    """'LO-HI' or 'N' as an inclusive width range; ValueError naming the accepted forms."""
+    lo, sep, hi = text.partition("-")
+    try:
+        bounds = (int(lo), int(hi) if sep else int(lo))
+    except ValueError:
+        raise ValueError(f"--digits {text!r} is not a width range; accepted: LO-HI (e.g. 1-32) or N") from None
+    if not 1 <= bounds[0] <= bounds[1]:
+        raise ValueError(f"--digits {text!r} must satisfy 1 <= LO <= HI")
+    return bounds
+
+
 @app.command()
 def addition(
-    out: Annotated[Path, typer.Option(help="Folder to write the splits into.")] = Path("data/addition"),
+    split: Annotated[str, typer.Option(help="Which split: train, val or ood.")] = "train",
+    digits: Annotated[str | None, typer.Option(
+        help="Operand widths n as LO-HI or N; default: 1-32 for train and val, 33-48 for ood.")] = None,
+    n_per_length: Annotated[int, typer.Option(help="Samples per operand width n.")] = 100,
     seed: Annotated[int, typer.Option(help="Seed; the same seed gives the same data.")] = 0,
-    train_digits: Annotated[str, typer.Option(help="Operand lengths n for training, as LO-HI.")] = "1-32",
-    ood_digits: Annotated[str, typer.Option(help="Operand lengths n for out-of-distribution tests.")] = "33-48",
-    per_n: Annotated[int, typer.Option(help="Evaluation samples per operand length n.")] = 100,
+    out: Annotated[Path | None, typer.Option(help="jsonl file to write; default data/addition/<split>.jsonl.")] = None,
 ) -> None:
-    """Write addition problems: a+b= with the reversed sum as target."""
-    not_built("addition data generation")
+    """Write addition problems a+b= with the reversed sum as target, one JSON record per line."""
+    from tasks.addition import SPLITS, write_jsonl
+
+    try:
+        if split not in SPLITS:
+            raise ValueError(f"--split {split!r} is not accepted; accepted: {', '.join(SPLITS)}")
+        widths = parse_digits(digits) if digits is not None else None
+        if n_per_length < 1:
+            raise ValueError(f"--n-per-length must be >= 1, got {n_per_length}")
+        path = out if out is not None else Path("data") / "addition" / f"{split}.jsonl"
+        count = write_jsonl(path, split, widths, n_per_length, seed)
+    except ValueError as err:
+        typer.echo(f"lab data addition: {err}", err=True)
+        raise typer.Exit(code=2) from None
+    except OSError as err:
+        typer.echo(f"lab data addition: cannot write {path}: {err.strerror}", err=True)
+        raise typer.Exit(code=1) from None
+    typer.echo(f"wrote {count} {split} records (seed {seed}) to {path}")
 
 
 @app.command()
