@@ -35,7 +35,7 @@ from kernels.falcon.triton_common import chunk_table, interpreting, next_power_o
 SUB = 16  # falcon-2a's intra-chunk block: the midpoint factors stay below e^{8 |log ε_γ|}
 MIN_DECAY_FLOOR_PER_CHANNEL = 1e-3
 CHUNK_SIZES = (16, 32, 64, 128)
-NEG_INF = float("-inf")
+NEG_INF = tl.constexpr(float("-inf"))  # kernels may read only constexpr globals
 
 
 def _alloc(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> Tensor:
