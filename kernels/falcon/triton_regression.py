@@ -45,9 +45,13 @@ class Layout:
             self.cu = cu_seqlens.to(torch.int32).contiguous()
 
 
+# The matmul operands inside the kernels, by input dtype, on a GPU: "tf32x3" (three tf32 passes, about fp32),
+# "tf32" (one pass) or "bf16" (operands rounded to bf16). The interpreter always multiplies in exact fp32.
+MATMUL_PRECISION = {torch.float32: "tf32x3", torch.bfloat16: "tf32x3", torch.float16: "tf32x3"}
+
+
 def _prec(dtype: torch.dtype) -> str:
-    """Matmul input precision for fp32 operands: exact in the interpreter, three tf32 passes on a GPU."""
-    return "ieee" if interpreting() else "tf32x3"
+    return "ieee" if interpreting() else MATMUL_PRECISION[dtype]
 
 
 def _blocks(Dk: int, Dv: int) -> tuple[int, int, int, int]:
@@ -190,12 +194,12 @@ def f2_backward(q, k, v, beta, lam, S0, lk, do, dSf, cfg, fresh, lay):
     dh = parts.new_buffer(*h.shape, **f32)
     dB = parts.new_buffer(rows, H, Dv, **f32)
     dS0 = parts.new_buffer(*S0.shape, **f32)
-    flags = dict(H=H, Dk=Dk, Dv=Dv, C=lay.C, BK=BK, BV=BV, SHIFTED=cfg.shifted, FRESH=fresh,
+    flags = dict(H=H, Dk=Dk, Dv=Dv, C=lay.C, BK=BK, SHIFTED=cfg.shifted, FRESH=fresh,
                  NORMALIZE=cfg.normalize, COUPLED=cfg.scale_coupled_ridge, RBW=cfg.timing == "rbw",
                  IS_VARLEN=lay.varlen, PREC=prec, num_warps=4)
     f2_dstate_kernel[(triton.cdiv(Dv, BV), lay.N * H)](
         q, k, v, beta, lam, lk, do, U, dSf if dSf is not None else dS0, lay.cu, lay.coff, dh, dB, dS0, lay.T,
-        cfg.eps, cfg.decay_floor, HAS_DSF=dSf is not None, **flags)
+        cfg.eps, cfg.decay_floor, BV=BV, HAS_DSF=dSf is not None, **flags)
     dq = parts.new_buffer(*q.shape, dtype=q.dtype, device=q.device)
     dx = parts.new_buffer(rows, H, Dk, **f32)
     dv = parts.new_buffer(*v.shape, dtype=v.dtype, device=v.device)
@@ -204,7 +208,7 @@ def f2_backward(q, k, v, beta, lam, S0, lk, do, dSf, cfg, fresh, lay):
     de = parts.new_buffer(rows, H, **f32)
     f2_grad_kernel[(lay.n_chunks, H)](
         q, k, v, beta, lam, lk, do, U, dB, h, dh, lay.cu, lay.cidx, dq, dx, dv, dbeta, dlam, de, lay.T, lay.NT,
-        cfg.eps, cfg.decay_floor, **flags)
+        cfg.eps, cfg.decay_floor, BV=16, **flags)  # several [16, 16, BV] tiles live at once
     dk, dlk = finish_dk(k, lk, dx, de, cfg, fresh, lay)
     return dq, dk, dv, dbeta, dlam, dS0, dlk
 

@@ -133,8 +133,12 @@ def rev_cumsum(x):
 
 @triton.jit
 def mm(a, b, PREC: tl.constexpr):
-    """A matmul of fp32 tiles at the chosen input precision (``ieee``, ``tf32x3`` or ``tf32``)."""
-    return tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision=PREC)
+    """A matmul with fp32 accumulation: operands rounded to bf16 (``PREC="bf16"``) or fp32 operands at the
+    input precision ``ieee``, ``tf32x3`` or ``tf32``."""
+    if PREC == "bf16":
+        return tl.dot(a.to(tl.bfloat16), b.to(tl.bfloat16))
+    else:
+        return tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision=PREC)
 
 
 @triton.jit
