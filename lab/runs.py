@@ -124,10 +124,11 @@ def _git(*args: str) -> str | None:
 
 
 def git_state() -> dict[str, Any]:
-    """{"commit", "dirty"} of the code checkout (None/None outside a git checkout)."""
+    """{"commit", "dirty"} of the code checkout. Outside a git checkout (a copy of the tree shipped to
+    another machine) the commit comes from $LAB_COMMIT when set, else None."""
     commit = _git("rev-parse", "HEAD")
     if commit is None:
-        return {"commit": None, "dirty": None}
+        return {"commit": os.environ.get("LAB_COMMIT"), "dirty": None}
     status = _git("status", "--porcelain", "--untracked-files=no")
     return {"commit": commit, "dirty": bool(status)}
 
@@ -147,6 +148,15 @@ def device_name() -> str:
     return platform.processor() or platform.machine()
 
 
+def command_line(argv: Sequence[str] | None = None) -> list[str]:
+    """The command that started this process, as a user would retype it (`python -m lab ...` for
+    the module entry point, whose argv[0] is the path of lab/__main__.py)."""
+    argv = list(sys.argv if argv is None else argv)
+    if argv and Path(argv[0]).resolve() == REPO_ROOT / "lab" / "__main__.py":
+        return ["python", "-m", "lab", *argv[1:]]
+    return argv
+
+
 def provenance(argv: Sequence[str] | None = None, **extra: Any) -> dict[str, Any]:
     """Where and from what a run is made: code version, command, machine, library versions, date."""
     import lightning
@@ -154,7 +164,7 @@ def provenance(argv: Sequence[str] | None = None, **extra: Any) -> dict[str, Any
 
     return {
         **git_state(),
-        "command": list(sys.argv if argv is None else argv),
+        "command": command_line(argv),
         "cwd": os.getcwd(),
         "hostname": socket.gethostname(),
         "device": device_name(),

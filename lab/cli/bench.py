@@ -5,7 +5,6 @@ from typing import Annotated
 
 import typer
 
-from lab.cli._common import not_built
 
 app = typer.Typer(help="Benchmark kernels and training throughput.")
 
@@ -36,10 +35,28 @@ def kernels(
 
 @app.command()
 def train(
-    mixer: Annotated[str, typer.Option(help="Mixer name from the registry.")] = "falcon-1a.3",
-    preset: Annotated[str, typer.Option(help="Size preset.")] = "tiny",
-    steps: Annotated[int, typer.Option(help="Steps to time after warm-up.")] = 50,
-    devices: Annotated[int, typer.Option(help="Number of devices.")] = 1,
+    mixers: Annotated[list[str] | None, typer.Option(
+        "--mixers", "--mixer", help="Mixer names (repeatable, or comma-separated); default every registered one.")] = None,
+    preset: Annotated[str, typer.Option(help="Size preset.")] = "small",
+    task: Annotated[str, typer.Option(help="Task: addition or random.")] = "addition",
+    max_steps: Annotated[int, typer.Option(help="Optimiser steps per mixer.")] = 300,
+    out: Annotated[Path, typer.Option(help="Folder for train.csv, train_curves.csv and train.md.")] = Path("results/bench"),
+    work: Annotated[Path, typer.Option(help="Folder for the runs themselves.")] = Path("results/bench/train_runs"),
+    set_: Annotated[list[str] | None, typer.Option("--set", help="Override a setting of every run (repeatable).")] = None,
 ) -> None:
-    """Training throughput in tokens per second."""
-    not_built("training benchmarks")
+    """Train every mixer for a few hundred steps: tokens per second, loss, parameter count, one table."""
+    from mixers import MIXERS
+
+    from lab.bench.train import run
+
+    names = [n for text in mixers for n in text.split(",") if n] if mixers else list(MIXERS)
+    unknown = [n for n in names if n not in MIXERS]
+    if unknown:
+        typer.echo(f"lab bench train: unknown mixer {', '.join(unknown)}; accepted: {', '.join(MIXERS)}", err=True)
+        raise typer.Exit(code=2)
+    extra = [a for item in (set_ or []) for a in ("--set", item)]
+    rows = run(names, preset=preset, task=task, max_steps=max_steps, out=out, work=work, extra=extra,
+               echo=typer.echo)
+    typer.echo(f"wrote {out / 'train.csv'}, {out / 'train_curves.csv'} and {out / 'train.md'}")
+    if any(r["status"] != "ok" for r in rows):
+        raise typer.Exit(code=1)
