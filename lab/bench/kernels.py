@@ -36,6 +36,7 @@ import os
 import shlex
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from lab.bench.ops import CHUNK, Op, Shape, anchor_ops, rule_ops, torch_chunk_op
@@ -228,7 +229,7 @@ def write(rows: list[dict], prov: dict, out: Path) -> None:
 
 def run(shapes: list[Shape], rules: tuple[str, ...], dtype_name: str, out: Path, rep: int = 100,
         command: str | None = None, echo=print) -> list[dict]:
-    """Measure every rule and anchor at every shape and mode; rewrite the files after each shape."""
+    """Measure every rule and anchor at every shape and mode; rewrite the files after each row."""
     if dtype_name not in DTYPES:
         raise BenchError(f"dtype {dtype_name!r}; accepted: {', '.join(DTYPES)}")
     bad = [r for r in rules if r not in RULES]
@@ -243,12 +244,14 @@ def run(shapes: list[Shape], rules: tuple[str, ...], dtype_name: str, out: Path,
     prov = _provenance(command, dtype_name)
     ops = rule_ops(rules) + anchor_ops() + [torch_chunk_op()]
     rows: list[dict] = []
+    start = time.perf_counter()
     for shape in shapes:
         for op in ops:
             for mode in MODES:
                 row = _row(op, shape, dtype, mode, rep)
                 rows.append(row)
-                echo(f"{row['shape']:>14} {op.name:<28} {mode:<8} {_fmt(row.get('ms')):>8} ms  {row['status']}")
-        _ratios(rows)
-        write(rows, prov, out)
+                _ratios(rows)
+                write(rows, prov, out)  # after every row: an interrupted run keeps what it measured
+                echo(f"{row['shape']:>14} {op.name:<28} {mode:<8} {_fmt(row.get('ms')):>8} ms  {row['status']}"
+                     f"  [{time.perf_counter() - start:.0f}s]")
     return rows
