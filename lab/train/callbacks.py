@@ -136,16 +136,33 @@ class StepProgressBar(RichProgressBar):
 
 
 class LinePrinter(Callback):
-    """Without a terminal: one line per validation interval (and at the end) on stdout."""
+    """Without a terminal: one line on stdout every `every` steps and at the end, after that step's
+    validation when there is one."""
 
     def __init__(self, every: int) -> None:
         self.every = every
+        self.latest: dict[str, Any] = {}
 
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any,
                            batch: Any, batch_idx: int) -> None:
         step = trainer.global_step
-        if trainer.is_global_zero and (step % self.every == 0 or step == trainer.max_steps):
-            metrics = trainer.progress_bar_metrics
-            parts = [f"step {step}/{trainer.max_steps}"]
-            parts += [f"{k} {v:.4g}" for k, v in metrics.items() if isinstance(v, float) and math.isfinite(v)]
-            print("  ".join(parts), file=sys.stdout, flush=True)
+        # A validation follows at every val_check_batch and, from run_training, at the last step.
+        validates = trainer.limit_val_batches != 0 and (step % trainer.val_check_batch == 0
+                                                        or step == trainer.max_steps)
+        if step == trainer.max_steps:
+            self.latest.update(trainer.progress_bar_metrics)
+        if (step % self.every == 0 or step == trainer.max_steps) and not validates:
+            self.print(trainer)
+
+    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.print(trainer)
+
+    def print(self, trainer: pl.Trainer) -> None:
+        """One line: the step and the progress-bar metrics (rank zero only)."""
+        if not trainer.is_global_zero:
+            return
+        # trainer.validate() after fit shows only validation metrics: keep the last training ones.
+        self.latest.update(trainer.progress_bar_metrics)
+        parts = [f"step {trainer.global_step}/{trainer.max_steps}"]
+        parts += [f"{k} {v:.4g}" for k, v in self.latest.items() if isinstance(v, float) and math.isfinite(v)]
+        print("  ".join(parts), file=sys.stdout, flush=True)
