@@ -9,6 +9,7 @@ or interrupted). The registry `results/lab.db` indexes every run in the table
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import platform
@@ -106,6 +107,40 @@ class RunDir:
         state = {**self.read_state(), **fields, "updated_at": now()}
         atomic_write_text(self.state, json.dumps(state, indent=2) + "\n")
         return state
+
+
+class RunBusy(RuntimeError):
+    """Another process is training in this run folder."""
+
+
+class RunLock:
+    """Exclusive hold of a run folder while it trains: an advisory flock on `<folder>/.lock`, released
+    when the holder exits, however it exits (a SIGKILLed holder leaves nothing to clean up)."""
+
+    def __init__(self, run: RunDir) -> None:
+        self.path = run.root / ".lock"
+        self.fd: int | None = None
+
+    def __enter__(self) -> RunLock:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, file_mode())
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise RunBusy(f"run folder {self.path.parent} is in use by another process (pid {holder}); "
+                          "wait for it to end or choose another --out") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self.fd = fd
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.fd is not None:
+            fcntl.flock(self.fd, fcntl.LOCK_UN)
+            os.close(self.fd)
+            self.fd = None
 
 
 def run_dir_for(run_id: str, out: str | Path | None = None, results: str | Path | None = None) -> RunDir:

@@ -10,7 +10,17 @@ import pandas as pd
 import pytest
 
 from lab.config import ConfigError, config_hash, load_config
-from lab.runs import Registry, RunDir, atomic_write_text, provenance, record_provenance, results_root, run_dir_for
+from lab.runs import (
+    Registry,
+    RunBusy,
+    RunDir,
+    RunLock,
+    atomic_write_text,
+    provenance,
+    record_provenance,
+    results_root,
+    run_dir_for,
+)
 from lab.train import run_training
 
 
@@ -102,3 +112,13 @@ def test_a_folder_holding_another_configuration_is_refused(tmp_path: Path) -> No
     run_training(tiny(), out=tmp_path / "run", results=tmp_path, progress=False)
     with pytest.raises(ConfigError, match="holds run .* whose configuration differs .* choose another --out"):
         run_training(tiny("optim.lr=1e-2"), out=tmp_path / "run", results=tmp_path, progress=False)
+
+
+def test_a_folder_in_use_by_another_training_process_is_refused(tmp_path: Path) -> None:
+    cfg = tiny()
+    run = RunDir(tmp_path / "run")
+    with RunLock(run):
+        with pytest.raises(RunBusy, match=rf"run folder {run.root} is in use by another process \(pid {os.getpid()}\)"):
+            run_training(cfg, out=run.root, results=tmp_path, progress=False)
+    assert not run.config.exists()
+    assert run_training(cfg, out=run.root, results=tmp_path, progress=False).status == "finished"

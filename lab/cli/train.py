@@ -48,6 +48,7 @@ def train(
 
     from lightning.pytorch.utilities import rank_zero_only
 
+    from lab.runs import RunBusy
     from lab.train import RunFailed, run_training
 
     _quiet_lightning()  # after importing lightning, which sets its own log levels
@@ -58,7 +59,7 @@ def train(
     except ConfigError as err:
         say(f"lab train: {err}", err=True)
         raise typer.Exit(code=2) from None
-    except RunFailed as err:
+    except (RunFailed, RunBusy) as err:
         say(f"lab train: {err}", err=True)
         raise typer.Exit(code=1) from None
     if result.status == "skipped":

@@ -6,6 +6,7 @@ Every rank of a DDP run executes this; only rank zero writes files and the regis
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,17 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_only
 
 from lab.config import ConfigError, RunConfig, config_hash, dump_yaml, from_dict, read_yaml, to_dict
-from lab.runs import Registry, RunDir, atomic_write_text, now, provenance, record_provenance, results_root, run_dir_for
+from lab.runs import (
+    Registry,
+    RunDir,
+    RunLock,
+    atomic_write_text,
+    now,
+    provenance,
+    record_provenance,
+    results_root,
+    run_dir_for,
+)
 from lab.train.callbacks import read_metrics
 from lab.train.data import LabData
 from lab.train.module import LabModule, NonFiniteError
@@ -58,11 +69,19 @@ def run_training(
     """Train `cfg` in its run folder (`out`, else `<results>/runs/<id>`), recording it in
     `<results>/lab.db`. A finished run is skipped; an unfinished one resumes from its last
     checkpoint. Raises RunFailed when training stops on a non-finite loss or gradient (the run is
-    marked failed and keeps its last good checkpoint); ConfigError when the folder holds another run.
+    marked failed and keeps its last good checkpoint); ConfigError when the folder holds another run;
+    RunBusy when another process trains in that folder.
     """
     run_id = config_hash(cfg)
     results = Path(results).resolve() if results is not None else results_root()
     run = run_dir_for(run_id, out, results)
+    # Rank zero holds the folder; the other ranks are its own children.
+    with RunLock(run) if rank_zero_only.rank == 0 else nullcontext():
+        return _run_in_folder(cfg, run, run_id, results, callbacks, progress, argv)
+
+
+def _run_in_folder(cfg: RunConfig, run: RunDir, run_id: str, results: Path, callbacks: Sequence[Callback],
+                   progress: bool | None, argv: Sequence[str] | None) -> RunResult:
     if run.config.exists():
         held = config_hash(from_dict(read_yaml(run.config)))
         if held != run_id:
@@ -125,9 +144,14 @@ def _start(cfg: RunConfig, run: RunDir, run_id: str, registry: Registry, state: 
     """Write config.yaml, provenance.json, run.json and the registry row of a starting run."""
     run.checkpoints.mkdir(parents=True, exist_ok=True)
     atomic_write_text(run.config, dump_yaml(cfg))
+    from mixers import default_options
+
     accelerator = resolve_accelerator(cfg)
+    # Every mixer option, defaults included: what the run computed even if a default changes later.
+    options = {**default_options(cfg.mixer), **cfg.model.mixer_options}
     info = provenance(argv, run_id=run_id, accelerator=accelerator, precision=resolve_precision(cfg, accelerator),
-                      world_size=cfg.train.devices * cfg.train.num_nodes, resumed_from_step=resumed_from)
+                      world_size=cfg.train.devices * cfg.train.num_nodes, resumed_from_step=resumed_from,
+                      mixer_options=options, n_params=n_params)
     record_provenance(run, info)
     started = state.get("created_at") or now()
     run.write_state(id=run_id, status="running", steps=resumed_from or 0, max_steps=cfg.train.max_steps,
