@@ -22,6 +22,7 @@ import yaml
 
 PRESETS_DIR = Path(__file__).resolve().parent / "presets"
 TASKS = ("addition", "random")
+CURRICULA = ("linear",)
 PRECISIONS = ("auto", "32-true", "bf16-mixed", "16-mixed", "64-true")
 STRATEGIES = ("auto", "ddp", "ddp_find_unused_parameters_true")
 ACCELERATORS = ("auto", "cpu", "gpu")
@@ -81,13 +82,17 @@ class DataConfig:
     """Task options: addition widths (inclusive), row length, packing, validation size, random vocabulary.
 
     `seq_len` None means the task's natural length: the widest addition sample, or
-    DEFAULT_RANDOM_SEQ_LEN random tokens. `curriculum` is reserved: only None is accepted today.
+    DEFAULT_RANDOM_SEQ_LEN random tokens. `curriculum` "linear" grows the widest training width
+    from `start_width` at step 0 to widths[1] at step `ramp_steps` (null: every step draws from
+    all of `widths`); validation always covers all of `widths`.
     """
 
     widths: tuple[int, int] = (1, 32)
     seq_len: int | None = None
     packing: bool = False
     curriculum: str | None = None
+    start_width: int = 1
+    ramp_steps: int = 1000
     val_per_length: int = 4
     vocab_size: int = 256
 
@@ -225,7 +230,13 @@ def _validate_data(cfg: RunConfig) -> None:
     if not 1 <= lo <= hi:
         raise ConfigError(f"data.widths must satisfy 1 <= lo <= hi, got {list(d.widths)}")
     if d.curriculum is not None:
-        raise ConfigError(f"data.curriculum={d.curriculum!r} is not built yet; accepted: null")
+        if d.curriculum not in CURRICULA:
+            raise ConfigError(f"data.curriculum={d.curriculum!r} is not accepted; "
+                              f"accepted: null, {', '.join(CURRICULA)}")
+        if not lo <= d.start_width <= hi:
+            raise ConfigError(f"data.start_width={d.start_width} must lie in data.widths [{lo}, {hi}]")
+        if d.ramp_steps < 1:
+            raise ConfigError(f"data.ramp_steps must be >= 1, got {d.ramp_steps}")
     if d.seq_len is not None and d.seq_len < 1:
         raise ConfigError(f"data.seq_len must be >= 1 or null, got {d.seq_len}")
     if cfg.task == "addition":
@@ -238,6 +249,8 @@ def _validate_data(cfg: RunConfig) -> None:
             raise ConfigError(f"data.seq_len={d.seq_len} is too short for width {hi}; accepted: >= {need}")
     elif d.packing:
         raise ConfigError("data.packing applies to task 'addition' only; accepted for 'random': false")
+    elif d.curriculum is not None:
+        raise ConfigError("data.curriculum applies to task 'addition' only; accepted for 'random': null")
 
 
 def _validate_mixer(cfg: RunConfig) -> None:

@@ -75,7 +75,7 @@ def test_layers_override_in_order(tmp_path: Path) -> None:
     ("model.mixer_options.window=4", "unknown option(s) 'window' for mixer 'transformer'; accepted: "),
     ("optim.min_lr_ratio=2", "optim.min_lr_ratio must lie in [0, 1]"),
     ("train.max_steps=0", "train.max_steps must be >= 1"),
-    ("data.curriculum=linear", "accepted: null"),
+    ("data.curriculum=cubic", "accepted: null, linear"),
     ("optim.lr", "must look like key=value"),
 ])
 def test_mistakes_raise_one_line_naming_what_is_accepted(override: str, expected: str) -> None:

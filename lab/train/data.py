@@ -15,6 +15,7 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from lab.config import DEFAULT_RANDOM_SEQ_LEN, RunConfig
 from tasks.addition import VOCAB_SIZE, generate_records, make_batch, positions_needed, teacher_forced_batch
+from tasks.addition.curriculum import linear_widths
 from tasks.random_tokens import random_token_batch
 
 Batch = tuple[torch.Tensor, torch.Tensor]
@@ -34,12 +35,22 @@ def seq_len(cfg: RunConfig) -> int:
     return DEFAULT_RANDOM_SEQ_LEN
 
 
+def train_widths(cfg: RunConfig, step: int) -> tuple[int, int]:
+    """The addition width range of `step`'s batch: data.widths, or the curriculum's range at `step`."""
+    d = cfg.data
+    if d.curriculum == "linear":
+        return linear_widths(step, d.widths, d.start_width, d.ramp_steps)
+    return d.widths
+
+
 def train_batch(cfg: RunConfig, step: int, rank: int, world_size: int) -> Batch:
     """(input_ids, labels) of `step` for `rank`: [batch_size / world_size, seq_len] int64 each."""
     local = cfg.train.batch_size // world_size
     if cfg.task == "addition":
         d = cfg.data
-        batch = make_batch(cfg.train.seed, step, local, d.widths, seq_len(cfg), d.packing, rank=rank)
+        # seq_len stays that of the widest width, so every step's batch has the same shape.
+        batch = make_batch(cfg.train.seed, step, local, train_widths(cfg, step), seq_len(cfg), d.packing,
+                           rank=rank)
         return batch.input_ids, batch.labels
     # The random stream is drawn per step for the global batch, then sliced, so that its rows do
     # not depend on the number of ranks either.
