@@ -20,35 +20,41 @@ from kernels.falcon.triton_regression_parts import gates, is_pair, load_pairs, m
 
 
 @triton.jit
-def f2_chunk(q_ptr, k_ptr, v_ptr, beta_ptr, lam_ptr, lk_ptr, bos, T_n, i_c, i_n, i_h, offs_v, eps, floor,
-             H: tl.constexpr, Dk: tl.constexpr, Dv: tl.constexpr, C: tl.constexpr, BK: tl.constexpr,
-             SHIFTED: tl.constexpr, FRESH: tl.constexpr, NORMALIZE: tl.constexpr, COUPLED: tl.constexpr,
-             RBW: tl.constexpr, PREC: tl.constexpr):
-    """The fused front end of one chunk: pairs, queries, targets, the Gram, Q Xᵀ and the per-column gates."""
+def f2_front(q_ptr, k_ptr, lk_ptr, bos, T_n, i_c, i_n, i_h, H: tl.constexpr, Dk: tl.constexpr, C: tl.constexpr,
+             BK: tl.constexpr, SHIFTED: tl.constexpr, FRESH: tl.constexpr, PREC: tl.constexpr):
+    """What every column block of a chunk shares: pairs, queries, energies, the Gram X Xᵀ and Q Xᵀ."""
     r = tl.arange(0, C)
     t = i_c * C + r
     valid = t < T_n
     rows = bos + t
     offs_k = tl.arange(0, BK)
-    mv = offs_v < Dv
-    m_v = valid[:, None] & mv[None, :]
     x = load_pairs(k_ptr, lk_ptr, bos, t, valid, i_n, i_h, offs_k, H, Dk, SHIFTED, FRESH)
     qk = tl.load(q_ptr + (rows * H + i_h)[:, None] * Dk + offs_k[None, :],
                  mask=valid[:, None] & (offs_k < Dk)[None, :], other=0.0).to(tl.float32)
+    energy = tl.sum(x * x, 1)
+    gram = mm(x, tl.trans(x), PREC)
+    qx = mm(qk, tl.trans(x), PREC)
+    return r, t, valid, rows, x, qk, energy, gram, qx
+
+
+@triton.jit
+def f2_gates(v_ptr, beta_ptr, lam_ptr, rows, t, valid, energy, i_h, offs_v, eps, floor, H: tl.constexpr,
+             Dv: tl.constexpr, C: tl.constexpr, SHIFTED: tl.constexpr, FRESH: tl.constexpr,
+             NORMALIZE: tl.constexpr, COUPLED: tl.constexpr, RBW: tl.constexpr):
+    """Targets and per-column gates of a column block: η, g, the prefixes G, Gp, Gr and the chunk's last G."""
+    r = tl.arange(0, C)
+    m_v = valid[:, None] & (offs_v < Dv)[None, :]
     y = tl.load(v_ptr + (rows * H + i_h)[:, None] * Dv + offs_v[None, :], mask=m_v, other=0.0).to(tl.float32)
     beta = tl.load(beta_ptr + (rows * H + i_h)[:, None] * Dv + offs_v[None, :], mask=m_v,
                    other=0.0).to(tl.float32)
     lam = tl.load(lam_ptr + rows * H + i_h, mask=valid, other=0.0).to(tl.float32)
-    energy = tl.sum(x * x, 1)
     pair = is_pair(t, valid, SHIFTED, FRESH)
     eta, g = gates(beta, lam[:, None], energy[:, None], pair[:, None], eps, floor, NORMALIZE, COUPLED)
     G = tl.cumsum(g, 0)
     Gp = G - g
     G_last = tl.sum(tl.where(r[:, None] == C - 1, G, 0.0), 0)  # padded rows have g = 0
     Gr = Gp if RBW else G
-    gram = mm(x, tl.trans(x), PREC)
-    qx = mm(qk, tl.trans(x), PREC)
-    return (r, t, valid, rows, x, qk, y, beta, lam, energy, pair, eta, g, G, Gp, G_last, Gr, gram, qx)
+    return y, beta, lam, pair, eta, G, Gp, G_last, Gr
 
 
 @triton.jit
@@ -93,9 +99,11 @@ def f2_fwd_kernel(q_ptr, k_ptr, v_ptr, beta_ptr, lam_ptr, lk_ptr, S0_ptr, cu_ptr
     p_S = offs_k[:, None] * Dv + offs_v[None, :]
     S = tl.load(S0_ptr + (i_n * H + i_h) * Dk * Dv + p_S, mask=m_kv, other=0.0)
     for i_c in range(0, tl.cdiv(T_n, C)):
-        (r, t, valid, rows, x, qk, y, beta, lam, energy, pair, eta, g, G, Gp, G_last, Gr, gram,
-         qx) = f2_chunk(q_ptr, k_ptr, v_ptr, beta_ptr, lam_ptr, lk_ptr, bos, T_n, i_c, i_n, i_h, offs_v, eps,
-                        floor, H, Dk, Dv, C, BK, SHIFTED, FRESH, NORMALIZE, COUPLED, RBW, PREC)
+        r, t, valid, rows, x, qk, energy, gram, qx = f2_front(q_ptr, k_ptr, lk_ptr, bos, T_n, i_c, i_n, i_h, H,
+                                                              Dk, C, BK, SHIFTED, FRESH, PREC)
+        y, beta, lam, pair, eta, G, Gp, G_last, Gr = f2_gates(v_ptr, beta_ptr, lam_ptr, rows, t, valid, energy,
+                                                              i_h, offs_v, eps, floor, H, Dv, C, SHIFTED, FRESH,
+                                                              NORMALIZE, COUPLED, RBW)
         m_v = valid[:, None] & mv[None, :]
         U = eta * (y - tl.exp(Gp) * mm(x, S, PREC))
         for i in range(1, C):  # forward substitution, every column at once
@@ -146,9 +154,11 @@ def f2_dstate_kernel(q_ptr, k_ptr, v_ptr, beta_ptr, lam_ptr, lk_ptr, do_ptr, U_p
         dS = tl.zeros([BK, BV], dtype=tl.float32)
     for i_c in range(tl.cdiv(T_n, C) - 1, -1, -1):
         tl.store(dh_ptr + ((base + i_c) * H + i_h) * Dk * Dv + p_S, dS, mask=m_kv)
-        (r, t, valid, rows, x, qk, y, beta, lam, energy, pair, eta, g, G, Gp, G_last, Gr, gram,
-         qx) = f2_chunk(q_ptr, k_ptr, v_ptr, beta_ptr, lam_ptr, lk_ptr, bos, T_n, i_c, i_n, i_h, offs_v, eps,
-                        floor, H, Dk, Dv, C, BK, SHIFTED, FRESH, NORMALIZE, COUPLED, RBW, PREC)
+        r, t, valid, rows, x, qk, energy, gram, qx = f2_front(q_ptr, k_ptr, lk_ptr, bos, T_n, i_c, i_n, i_h, H,
+                                                              Dk, C, BK, SHIFTED, FRESH, PREC)
+        y, beta, lam, pair, eta, G, Gp, G_last, Gr = f2_gates(v_ptr, beta_ptr, lam_ptr, rows, t, valid, energy,
+                                                              i_h, offs_v, eps, floor, H, Dv, C, SHIFTED, FRESH,
+                                                              NORMALIZE, COUPLED, RBW)
         m_v = valid[:, None] & mv[None, :]
         p_v = (rows * H + i_h)[:, None] * Dv + offs_v[None, :]
         do = tl.load(do_ptr + p_v, mask=m_v, other=0.0).to(tl.float32)

@@ -9,9 +9,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from kernels.falcon.triton_regression_f2 import f2_chunk, read_decay, solve_decay
-from kernels.falcon.triton_regression_parts import (chunk_of, gates_grad, load_pairs, mm, rev_cumsum,
-                                                    seq_bounds)
+from kernels.falcon.triton_regression_f2 import f2_front, f2_gates, read_decay, solve_decay
+from kernels.falcon.triton_regression_parts import chunk_of, gates_grad, mm, rev_cumsum, seq_bounds
 
 
 @triton.jit
@@ -35,12 +34,14 @@ def f2_grad_kernel(q_ptr, k_ptr, v_ptr, beta_ptr, lam_ptr, lk_ptr, do_ptr, U_ptr
     dx = tl.zeros([C, BK], dtype=tl.float32)
     dlam = tl.zeros([C], dtype=tl.float32)
     de = tl.zeros([C], dtype=tl.float32)
+    r, t, valid, rows, x, qk, energy, gram, qx = f2_front(q_ptr, k_ptr, lk_ptr, bos, T_n, i_c, i_n, i_h, H, Dk,
+                                                          C, BK, SHIFTED, FRESH, PREC)
     for i_v in range(0, tl.cdiv(Dv, BV)):
         offs_v = i_v * BV + tl.arange(0, BV)
         mv = offs_v < Dv
-        (r, t, valid, rows, x, qk, y, beta, lam, energy, pair, eta, g, G, Gp, G_last, Gr, gram,
-         qx) = f2_chunk(q_ptr, k_ptr, v_ptr, beta_ptr, lam_ptr, lk_ptr, bos, T_n, i_c, i_n, i_h, offs_v, eps,
-                        floor, H, Dk, Dv, C, BK, SHIFTED, FRESH, NORMALIZE, COUPLED, RBW, PREC)
+        y, beta, lam, pair, eta, G, Gp, G_last, Gr = f2_gates(v_ptr, beta_ptr, lam_ptr, rows, t, valid, energy,
+                                                              i_h, offs_v, eps, floor, H, Dv, C, SHIFTED, FRESH,
+                                                              NORMALIZE, COUPLED, RBW)
         m_v = valid[:, None] & mv[None, :]
         p_v = (rows * H + i_h)[:, None] * Dv + offs_v[None, :]
         m_kv = mk[:, None] & mv[None, :]
@@ -91,14 +92,8 @@ def f2_grad_kernel(q_ptr, k_ptr, v_ptr, beta_ptr, lam_ptr, lk_ptr, do_ptr, U_ptr
         tl.store(dbeta_ptr + p_v, dbeta.to(dbeta_ptr.dtype.element_ty), mask=m_v)
         dlam += tl.sum(tl.where(m_v, dlam_j, 0.0), 1)
         de += tl.sum(tl.where(m_v, de_j, 0.0), 1)
-    r = tl.arange(0, C)
-    t = i_c * C + r
-    valid = t < T_n
-    rows = bos + t
     m_k = valid[:, None] & mk[None, :]
     pk = (rows * H + i_h)[:, None] * Dk + offs_k[None, :]
-    qk = tl.load(q_ptr + pk, mask=m_k, other=0.0).to(tl.float32)
-    x = load_pairs(k_ptr, lk_ptr, bos, t, valid, i_n, i_h, offs_k, H, Dk, SHIFTED, FRESH)
     dks = dks + tl.trans(dks)
     dq += mm(md, x, PREC)
     dx += mm(tl.trans(md), qk, PREC) + mm(dks, x, PREC)

@@ -1,0 +1,205 @@
+"""Host side of the regression kernels: layouts, block sizes, and the forward/backward launch sequences."""
+
+from __future__ import annotations
+
+import torch
+import triton
+from torch import Tensor
+
+from kernels.falcon import triton_regression_parts as parts
+from kernels.falcon.config import RuleConfig
+from kernels.falcon.triton_common import chunk_table, interpreting, next_power_of_2
+from kernels.falcon.triton_regression_f1 import f1_intra_kernel, f1_prep_kernel, f1_state_kernel
+from kernels.falcon.triton_regression_f1_bwd import f1_dstate_kernel, f1_grad_kernel
+from kernels.falcon.triton_regression_f2 import f2_dstate_kernel, f2_fwd_kernel
+from kernels.falcon.triton_regression_f2_bwd import f2_grad_kernel
+from kernels.falcon.triton_regression_parts import finish_dk_kernel
+
+# The matmul operands inside the kernels, by input dtype, on a GPU: "tf32x3" (three tf32 passes, about fp32),
+# "tf32" (one pass) or "bf16" (operands rounded to bf16). The interpreter always multiplies in exact fp32.
+MATMUL_PRECISION = {torch.float32: "tf32x3", torch.bfloat16: "tf32x3", torch.float16: "tf32x3"}
+F2_CHUNK = 16  # falcon-2's chunk: its per-column decay tiles are [16, 16, BV]
+
+
+class Layout:
+    """Where the sequences and their chunks lie: a batch of B sequences of T tokens, or packed ones."""
+
+    def __init__(self, q: Tensor, cu_seqlens: Tensor | None, C: int):
+        B, T, H, _ = q.shape
+        self.T, self.H, self.C = T, H, C
+        self.varlen = cu_seqlens is not None
+        if cu_seqlens is None:
+            self.N, self.NT = B, triton.cdiv(T, C)
+            self.n_chunks = B * self.NT
+            self.cu = self.cidx = self.coff = q  # never read: the kernels compute the offsets
+        else:
+            self.cidx, self.coff = chunk_table(cu_seqlens, C)
+            self.N, self.NT = cu_seqlens.numel() - 1, 0
+            self.n_chunks = self.cidx.shape[0]
+            self.cu = cu_seqlens.to(torch.int32).contiguous()
+
+
+def precision(dtype: torch.dtype) -> str:
+    return "ieee" if interpreting() else MATMUL_PRECISION[dtype]
+
+
+def launch_config(kernel: str, Dk: int, Dv: int, C: int) -> dict:
+    """Block sizes and warps of each kernel: what fits the registers and the 227 KB of shared memory of a
+    Hopper SM at Dk, Dv ≤ 256 (checked by compiling for sm_90)."""
+    BK, BV = min(64, next_power_of_2(Dk)), min(64, next_power_of_2(Dv))
+    BKf = next_power_of_2(Dk)  # the sequential passes hold the whole key width of the state
+    wide = BKf > 64
+    if kernel in ("f1_prep", "f1_intra"):
+        return dict(BK=BK, BV=BV, num_warps=8 if C == 64 else 4)
+    if kernel in ("f1_state", "f1_dstate"):
+        return dict(BK=BKf, BV=min(next_power_of_2(Dv), 64 if not wide else 32 if BKf <= 128 else 16),
+                    num_warps=8 if wide or C == 64 else 4)
+    if kernel == "f1_grad":
+        return dict(BK=32 if wide else BK, BV=min(32, BV), num_warps=8 if C == 64 else 4)
+    if kernel in ("f2_fwd", "f2_dstate"):
+        return dict(BK=BKf, BV=min(next_power_of_2(Dv), 32 if BKf <= 128 else 16), num_warps=8 if wide else 4)
+    if kernel == "f2_grad":
+        return dict(BK=BKf, BV=16, num_warps=8 if wide else 4)
+    if kernel == "finish_dk":
+        return dict(BK=BK, num_warps=4)
+    raise ValueError(f"no launch configuration for kernel {kernel!r}")
+
+
+def _f32(*shape: int, device: torch.device) -> Tensor:
+    return parts.new_buffer(*shape, dtype=torch.float32, device=device)
+
+
+def _like(t: Tensor) -> Tensor:
+    return parts.new_buffer(*t.shape, dtype=t.dtype, device=t.device)
+
+
+def _flags(cfg: RuleConfig, fresh: bool, lay: Layout, prec: str) -> dict:
+    return dict(H=lay.H, C=lay.C, SHIFTED=cfg.shifted, FRESH=fresh, IS_VARLEN=lay.varlen, PREC=prec)
+
+
+def _gate_flags(cfg: RuleConfig) -> dict:
+    return dict(NORMALIZE=cfg.normalize, COUPLED=cfg.scale_coupled_ridge)
+
+
+def _f1_chunks(k, v, beta, lam, lk, cfg, fresh, lay, prec):
+    """The UT transform of every chunk: A, W, Ũ and the per-token η, G, g (fp32)."""
+    rows, Dk, Dv, dev = k.shape[0] * k.shape[1], k.shape[-1], v.shape[-1], k.device
+    A = _f32(rows, lay.H, lay.C, device=dev)
+    W = _f32(rows, lay.H, Dk, device=dev)
+    Ut = _f32(rows, lay.H, Dv, device=dev)
+    eta, G, g = (_f32(rows, lay.H, device=dev) for _ in range(3))
+    f1_prep_kernel[(lay.n_chunks, lay.H)](
+        k, v, beta, lam, lk, lay.cu, lay.cidx, A, W, Ut, eta, G, g, lay.T, lay.NT, cfg.eps, cfg.decay_floor,
+        Dk=Dk, Dv=Dv, **_flags(cfg, fresh, lay, prec), **_gate_flags(cfg), **launch_config("f1_prep", Dk, Dv, lay.C))
+    return A, W, Ut, eta, G, g
+
+
+def _f1_states(k, lk, W, Ut, G, S0, cfg, fresh, lay, prec):
+    """The state pass: U, the final state and every chunk's entry state."""
+    rows, Dk, Dv, dev = k.shape[0] * k.shape[1], k.shape[-1], Ut.shape[-1], k.device
+    U = _f32(rows, lay.H, Dv, device=dev)
+    Sf = _f32(lay.N, lay.H, Dk, Dv, device=dev)
+    h = _f32(lay.n_chunks, lay.H, Dk, Dv, device=dev)
+    conf = launch_config("f1_state", Dk, Dv, lay.C)
+    f1_state_kernel[(triton.cdiv(Dv, conf["BV"]), lay.N * lay.H)](
+        k, lk, W, Ut, G, S0, lay.cu, lay.coff, h, U, Sf, lay.T, Dk=Dk, Dv=Dv, STORE_H=True,
+        **_flags(cfg, fresh, lay, prec), **conf)
+    return U, Sf, h
+
+
+def _f1_intra(q, k, lk, h, src, G, g, out, cfg, fresh, lay, prec, backward):
+    Dk, Dv = k.shape[-1], src.shape[-1]
+    conf = launch_config("f1_intra", Dk, Dv, lay.C)
+    f1_intra_kernel[(triton.cdiv(Dv, conf["BV"]), lay.n_chunks, lay.H)](
+        q, k, lk, h, src, G, g, lay.cu, lay.cidx, out, lay.T, lay.NT, Dk=Dk, Dv=Dv, RBW=cfg.timing == "rbw",
+        BACKWARD=backward, **_flags(cfg, fresh, lay, prec), **conf)
+
+
+def f1_forward(q, k, v, beta, lam, S0, lk, cfg, fresh, lay):
+    prec = precision(q.dtype)
+    A, W, Ut, eta, G, g = _f1_chunks(k, v, beta, lam, lk, cfg, fresh, lay, prec)
+    U, Sf, h = _f1_states(k, lk, W, Ut, G, S0, cfg, fresh, lay, prec)
+    o = parts.new_buffer(*v.shape, dtype=q.dtype, device=q.device)
+    _f1_intra(q, k, lk, h, U, G, g, o, cfg, fresh, lay, prec, backward=False)
+    return o, Sf
+
+
+def f1_backward(q, k, v, beta, lam, S0, lk, do, dSf, cfg, fresh, lay):
+    prec = precision(q.dtype)
+    rows, Dk, Dv, dev = k.shape[0] * k.shape[1], k.shape[-1], v.shape[-1], k.device
+    A, W, Ut, eta, G, g = _f1_chunks(k, v, beta, lam, lk, cfg, fresh, lay, prec)
+    U, _, h = _f1_states(k, lk, W, Ut, G, S0, cfg, fresh, lay, prec)
+    del W, Ut
+    dul = _f32(rows, lay.H, Dv, device=dev)
+    _f1_intra(q, k, lk, h, do, G, g, dul, cfg, fresh, lay, prec, backward=True)
+    dh = _f32(*h.shape, device=dev)
+    dB = _f32(rows, lay.H, Dv, device=dev)
+    dS0 = _f32(*S0.shape, device=dev)
+    conf = launch_config("f1_dstate", Dk, Dv, lay.C)
+    f1_dstate_kernel[(triton.cdiv(Dv, conf["BV"]), lay.N * lay.H)](
+        q, k, lk, do, dul, A, eta, G, g, dSf if dSf is not None else dS0, lay.cu, lay.coff, dh, dB, dS0, lay.T,
+        Dk=Dk, Dv=Dv, RBW=cfg.timing == "rbw", HAS_DSF=dSf is not None, **_flags(cfg, fresh, lay, prec), **conf)
+    del dul, A
+    dq, dv, dbeta, dlam = _like(q), _like(v), _like(beta), _like(lam)
+    dx = _f32(rows, lay.H, Dk, device=dev)
+    de = _f32(rows, lay.H, device=dev)
+    f1_grad_kernel[(lay.n_chunks, lay.H)](
+        q, k, v, beta, lam, lk, do, U, dB, h, dh, lay.cu, lay.cidx, dq, dx, dv, dbeta, dlam, de, lay.T, lay.NT,
+        cfg.eps, cfg.decay_floor, Dk=Dk, Dv=Dv, RBW=cfg.timing == "rbw", **_gate_flags(cfg),
+        **_flags(cfg, fresh, lay, prec), **launch_config("f1_grad", Dk, Dv, lay.C))
+    dk, dlk = finish_dk(k, lk, dx, de, cfg, fresh, lay)
+    return dq, dk, dv, dbeta, dlam, dS0, dlk
+
+
+def _f2_states(q, k, v, beta, lam, S0, lk, cfg, fresh, lay, prec, write_o):
+    """The sequential falcon-2 pass: outputs (when asked), or U and every chunk's entry state."""
+    rows, Dk, Dv, dev = k.shape[0] * k.shape[1], k.shape[-1], v.shape[-1], k.device
+    Sf = _f32(lay.N, lay.H, Dk, Dv, device=dev)
+    o = parts.new_buffer(*v.shape, dtype=q.dtype, device=dev) if write_o else Sf
+    U = Sf if write_o else _f32(rows, lay.H, Dv, device=dev)
+    h = Sf if write_o else _f32(lay.n_chunks, lay.H, Dk, Dv, device=dev)
+    conf = launch_config("f2_fwd", Dk, Dv, lay.C)
+    f2_fwd_kernel[(triton.cdiv(Dv, conf["BV"]), lay.N * lay.H)](
+        q, k, v, beta, lam, lk, S0, lay.cu, lay.coff, o, U, h, Sf, lay.T, cfg.eps, cfg.decay_floor, Dk=Dk, Dv=Dv,
+        RBW=cfg.timing == "rbw", WRITE_O=write_o, STORE=not write_o, **_gate_flags(cfg),
+        **_flags(cfg, fresh, lay, prec), **conf)
+    return o, Sf, U, h
+
+
+def f2_forward(q, k, v, beta, lam, S0, lk, cfg, fresh, lay):
+    o, Sf, _, _ = _f2_states(q, k, v, beta, lam, S0, lk, cfg, fresh, lay, precision(q.dtype), write_o=True)
+    return o, Sf
+
+
+def f2_backward(q, k, v, beta, lam, S0, lk, do, dSf, cfg, fresh, lay):
+    prec = precision(q.dtype)
+    rows, Dk, Dv, dev = k.shape[0] * k.shape[1], k.shape[-1], v.shape[-1], k.device
+    _, _, U, h = _f2_states(q, k, v, beta, lam, S0, lk, cfg, fresh, lay, prec, write_o=False)
+    dh = _f32(*h.shape, device=dev)
+    dB = _f32(rows, lay.H, Dv, device=dev)
+    dS0 = _f32(*S0.shape, device=dev)
+    common = dict(Dk=Dk, Dv=Dv, RBW=cfg.timing == "rbw", **_gate_flags(cfg), **_flags(cfg, fresh, lay, prec))
+    conf = launch_config("f2_dstate", Dk, Dv, lay.C)
+    f2_dstate_kernel[(triton.cdiv(Dv, conf["BV"]), lay.N * lay.H)](
+        q, k, v, beta, lam, lk, do, U, dSf if dSf is not None else dS0, lay.cu, lay.coff, dh, dB, dS0, lay.T,
+        cfg.eps, cfg.decay_floor, HAS_DSF=dSf is not None, **common, **conf)
+    dq, dv, dbeta, dlam = _like(q), _like(v), _like(beta), _like(lam)
+    dx = _f32(rows, lay.H, Dk, device=dev)
+    de = _f32(rows, lay.H, device=dev)
+    f2_grad_kernel[(lay.n_chunks, lay.H)](
+        q, k, v, beta, lam, lk, do, U, dB, h, dh, lay.cu, lay.cidx, dq, dx, dv, dbeta, dlam, de, lay.T, lay.NT,
+        cfg.eps, cfg.decay_floor, **common, **launch_config("f2_grad", Dk, Dv, lay.C))
+    dk, dlk = finish_dk(k, lk, dx, de, cfg, fresh, lay)
+    return dq, dk, dv, dbeta, dlam, dS0, dlk
+
+
+def finish_dk(k: Tensor, lk: Tensor, dx: Tensor, de: Tensor, cfg: RuleConfig, fresh: bool,
+              lay: Layout) -> tuple[Tensor, Tensor]:
+    """dk (and the state's last key's gradient) from dx and dE, on the layout's chunks."""
+    Dk = k.shape[-1]
+    dk = torch.zeros_like(k)  # shifted: the last key of a sequence writes no pair in it
+    dlk = torch.zeros_like(lk)
+    finish_dk_kernel[(lay.n_chunks, lay.H)](
+        k, lk, dx, de, lay.cu, lay.cidx, dk, dlk, lay.T, lay.NT, H=lay.H, Dk=Dk, BT=lay.C, SHIFTED=cfg.shifted,
+        FRESH=fresh, IS_VARLEN=lay.varlen, **launch_config("finish_dk", Dk, Dk, lay.C))
+    return dk, dlk
