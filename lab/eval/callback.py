@@ -1,0 +1,211 @@
+"""Addition evaluation during training (paper §5.2): the numbers of the paper's Table 3, as a run goes.
+
+Every `train.val_every` steps and at the last step, rank zero measures teacher-forced whole-suffix
+and per-token accuracy on widths 1–48 (`eval.n_per_length` samples per width) and appends a row to
+the run's `evals.csv`: the summary columns, then the accuracy of every width (`tf@n`, `tok@n`, and
+`free@n` where measured). The best step is the one with the highest validation accuracy (widths
+1–32); among equal accuracies the earliest step wins, the first to reach it. Its weights are kept
+(in the callback's checkpoint state and in `checkpoints/best.pt`), and at the last step free-running
+greedy accuracy is measured for the best and the last weights (`eval.free_per_length` samples per
+width). The run's final metrics gain the best evaluation's columns (`best_*`) and the last one's
+(`last_*`).
+"""
+
+from __future__ import annotations
+
+import copy
+import csv
+import io
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as pl
+import torch
+from lightning.pytorch.callbacks import Callback
+
+from lab.config import RunConfig
+from lab.eval.addition import evaluate_addition
+from lab.eval.free_running import free_running_accuracy
+from lab.runs import RunDir, atomic_write_text
+from tasks.addition import summarise
+
+SUMMARY = ("val_acc", "ood_mean", "acc@33", "acc@48", "val_token_acc", "ood_token_mean")
+FREE_SUMMARY = ("free_val_acc", "free_ood_mean")
+WIDTHS = range(1, 49)
+# Per-width columns of evals.csv and the row key holding each family of accuracies.
+PER_WIDTH = {"tf": "teacher_forced", "tok": "per_token", "free": "free_running"}
+COLUMNS = ("step", *SUMMARY, *FREE_SUMMARY, *(f"{p}@{n}" for p in PER_WIDTH for n in WIDTHS))
+
+
+def pick_best(rows: Sequence[Mapping[str, Any]], key: str = "val_acc") -> Mapping[str, Any] | None:
+    """The row with the highest `key`, the earliest step among equals; None when no row has `key`."""
+    best = None
+    for row in sorted(rows, key=lambda r: r["step"]):
+        if row.get(key) is None:
+            continue
+        if best is None or row[key] > best[key]:
+            best = row
+    return best
+
+
+def evaluation_callbacks(cfg: RunConfig, run: RunDir) -> list[Callback]:
+    """The evaluation callbacks a run's configuration asks for: none unless `eval.enabled`."""
+    if not (cfg.task == "addition" and cfg.eval.enabled):
+        return []
+    e = cfg.eval
+    return [AdditionEvaluation(run, cfg.train.val_every, e.n_per_length, e.free_per_length, e.seed)]
+
+
+def evals_path(run: RunDir) -> Path:
+    """Where a run's evaluations are written."""
+    return run.root / "evals.csv"
+
+
+def best_weights_path(run: RunDir) -> Path:
+    """Where a run's best weights are written: {"step", "state_dict" (the LanguageModel's), "metrics"}."""
+    return run.checkpoints / "best.pt"
+
+
+def read_evals(path: str | Path) -> list[dict[str, Any]]:
+    """Rows of an evals.csv: summary columns as floats and `teacher_forced`/`per_token`/`free_running`
+    dicts of width -> accuracy; empty cells are absent."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    rows = []
+    with path.open(newline="", encoding="utf-8") as f:
+        for raw in csv.DictReader(f):
+            row: dict[str, Any] = {"step": int(raw["step"])}
+            row.update({k: float(raw[k]) for k in (*SUMMARY, *FREE_SUMMARY) if raw.get(k) not in ("", None)})
+            for prefix, name in PER_WIDTH.items():
+                per_n = {n: float(raw[f"{prefix}@{n}"]) for n in WIDTHS if raw.get(f"{prefix}@{n}") not in ("", None)}
+                if per_n:
+                    row[name] = per_n
+            rows.append(row)
+    return rows
+
+
+def write_evals(path: str | Path, rows: Sequence[Mapping[str, Any]]) -> None:
+    """Write rows (as `read_evals` returns them) to an evals.csv, atomically."""
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=COLUMNS, lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        flat: dict[str, Any] = {k: row[k] for k in ("step", *SUMMARY, *FREE_SUMMARY) if row.get(k) is not None}
+        for prefix, name in PER_WIDTH.items():
+            flat.update({f"{prefix}@{n}": v for n, v in row.get(name, {}).items()})
+        writer.writerow({k: (repr(v) if isinstance(v, float) else v) for k, v in flat.items()})
+    atomic_write_text(path, out.getvalue())
+
+
+class AdditionEvaluation(Callback):
+    """Evaluates addition every `every` steps and at the last step (see the module docstring).
+
+    Its state (the evaluations so far and the best weights) travels in the run's checkpoints, so a
+    resumed run keeps its best step; a checkpoint written at an evaluation step, before that
+    evaluation ran, is evaluated again when the run resumes from it.
+    """
+
+    def __init__(self, run: RunDir, every: int, n_per_length: int, free_per_length: int, seed: int = 0) -> None:
+        if every < 1 or n_per_length < 1 or free_per_length < 0:
+            raise ValueError(f"every and n_per_length must be >= 1 and free_per_length >= 0, got {every}, "
+                             f"{n_per_length}, {free_per_length}")
+        self.run, self.every, self.seed = run, every, seed
+        self.n_per_length, self.free_per_length = n_per_length, free_per_length
+        self.evals: list[dict[str, Any]] = []
+        self.best_weights: dict[str, torch.Tensor] | None = None
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"evals": self.evals, "best_weights": self.best_weights}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.evals = list(state_dict.get("evals", []))
+        self.best_weights = state_dict.get("best_weights")
+
+    def best(self) -> Mapping[str, Any] | None:
+        """The best evaluation so far."""
+        return pick_best(self.evals)
+
+    def run_metrics(self) -> dict[str, float]:
+        """The best evaluation's columns (best_step, best_val_acc, ...) and the last one's (last_*)."""
+        out: dict[str, float] = {}
+        for prefix, row in (("best", self.best()), ("last", self.evals[-1] if self.evals else None)):
+            if row is None:
+                continue
+            out[f"{prefix}_step"] = row["step"]
+            out.update({f"{prefix}_{k}": row[k] for k in (*SUMMARY, *FREE_SUMMARY) if row.get(k) is not None})
+        return out
+
+    def _due(self, step: int, max_steps: int) -> bool:
+        return step > 0 and (step % self.every == 0 or step == max_steps)
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        start = trainer.global_step
+        if start == 0:
+            self.evals, self.best_weights = [], None
+        self.evals = [e for e in self.evals if e["step"] <= start]
+        if not trainer.is_global_zero:
+            return
+        if start:
+            # best.pt may hold weights of steps after the checkpoint, which this run will redo.
+            self._save_best()
+        if self._due(start, trainer.max_steps) and all(e["step"] != start for e in self.evals):
+            # The checkpoint of this step was saved before this step's evaluation ran.
+            self._evaluate(trainer, pl_module, start)
+        write_evals(evals_path(self.run), self.evals)
+
+    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any,
+                           batch: Any, batch_idx: int) -> None:
+        step = trainer.global_step
+        if not trainer.is_global_zero or not self._due(step, trainer.max_steps):
+            return
+        if all(e["step"] != step for e in self.evals):
+            self._evaluate(trainer, pl_module, step)
+        if step == trainer.max_steps and self.free_per_length:
+            self._free_running(trainer, pl_module)
+        write_evals(evals_path(self.run), self.evals)
+
+    def _evaluate(self, trainer: pl.Trainer, pl_module: pl.LightningModule, step: int) -> None:
+        model = pl_module.model
+        with trainer.precision_plugin.val_step_context():
+            report = evaluate_addition(model, n_per_length=self.n_per_length, seed=self.seed,
+                                       device=pl_module.device)
+        summary = report.summary()
+        row = {"step": step, **{k: summary.get(k) for k in SUMMARY},
+               "teacher_forced": report.teacher_forced, "per_token": report.per_token}
+        self.evals.append(row)
+        if self.best() is row:
+            self.best_weights = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
+            self._save_best()
+
+    def _free_running(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        """Free-running accuracy of the last weights and, when it is another step, the best weights."""
+        last, best = self.evals[-1], self.best()
+        self._measure_free(trainer, pl_module.model, last, pl_module.device)
+        if best is not None and best is not last and self.best_weights is not None:
+            model = copy.deepcopy(pl_module.model)
+            model.load_state_dict(self.best_weights)
+            self._measure_free(trainer, model, best, pl_module.device)
+            del model
+        self._save_best()
+
+    def _measure_free(self, trainer: pl.Trainer, model: torch.nn.Module, row: dict[str, Any],
+                      device: torch.device) -> None:
+        with trainer.precision_plugin.val_step_context():
+            per_n = free_running_accuracy(model, n_per_length=self.free_per_length, seed=self.seed, device=device)
+        summary = summarise(per_n)
+        row.update(free_running=per_n, free_val_acc=summary["val_acc"], free_ood_mean=summary["ood_mean"])
+
+    def _save_best(self) -> None:
+        best = self.best()
+        if best is None or self.best_weights is None:
+            return
+        # Imported here: lab.train imports this module to attach it to runs.
+        from lab.train.checkpoint_io import AtomicCheckpointIO
+
+        metrics = {k: best[k] for k in (*SUMMARY, *FREE_SUMMARY) if best.get(k) is not None}
+        AtomicCheckpointIO().save_checkpoint(
+            {"step": best["step"], "state_dict": self.best_weights, "metrics": metrics},
+            best_weights_path(self.run),
+        )
