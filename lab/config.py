@@ -98,6 +98,19 @@ class DataConfig:
 
 
 @dataclass
+class EvalConfig:
+    """Addition evaluation during training (lab.eval.callback), when `enabled`: teacher-forced accuracy
+    on widths 1-48 with `n_per_length` samples per width every train.val_every steps and at the end,
+    and free-running greedy accuracy with `free_per_length` per width (0: none) at the best step and
+    at the end. `seed` picks the samples; keeping it fixed compares every run on one set."""
+
+    enabled: bool = False
+    n_per_length: int = 100
+    free_per_length: int = 10
+    seed: int = 0
+
+
+@dataclass
 class RunConfig:
     """Everything that defines a run; its hash names the run."""
 
@@ -108,6 +121,7 @@ class RunConfig:
     optim: OptimConfig = field(default_factory=OptimConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     data: DataConfig = field(default_factory=DataConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
 
 
 def presets() -> list[str]:
@@ -251,6 +265,14 @@ def _validate_data(cfg: RunConfig) -> None:
         raise ConfigError("data.packing applies to task 'addition' only; accepted for 'random': false")
     elif d.curriculum is not None:
         raise ConfigError("data.curriculum applies to task 'addition' only; accepted for 'random': null")
+    e = cfg.eval
+    if e.enabled and cfg.task != "addition":
+        raise ConfigError("eval.enabled applies to task 'addition' only; accepted for 'random': false")
+    if e.n_per_length < 1:
+        raise ConfigError(f"eval.n_per_length must be >= 1, got {e.n_per_length}")
+    if e.free_per_length < 0:
+        raise ConfigError(f"eval.free_per_length must be >= 0 (0: no free-running evaluation), "
+                          f"got {e.free_per_length}")
 
 
 def _validate_mixer(cfg: RunConfig) -> None:

@@ -16,6 +16,7 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_only
 
 from lab.config import ConfigError, RunConfig, config_hash, dump_yaml, from_dict, read_yaml, to_dict
+from lab.eval.callback import evaluation_callbacks
 from lab.runs import (
     Registry,
     RunDir,
@@ -105,6 +106,7 @@ def _run_in_folder(cfg: RunConfig, run: RunDir, run_id: str, results: Path, call
         run.write_state(steps=step)
         registry.upsert(run_id, steps=step)
 
+    callbacks = [*callbacks, *evaluation_callbacks(cfg, run)]
     trainer = make_trainer(cfg, run, callbacks, progress, on_checkpoint=saved)
     data = LabData(cfg)
     try:
@@ -129,6 +131,9 @@ def _run_in_folder(cfg: RunConfig, run: RunDir, run_id: str, results: Path, call
         raise
     status = "finished" if step >= cfg.train.max_steps else "stopped"
     metrics = final_metrics(read_metrics(run.metrics))
+    for callback in callbacks:
+        # Evaluation callbacks (lab.eval.callback) add their summary: the best and the last evaluation.
+        metrics.update(getattr(callback, "run_metrics", dict)())
     if rank0:
         _end(run, run_id, registry, status, steps=step, metrics=metrics)
     return RunResult(run_id, run.root, status, step, metrics, resumed_from)
