@@ -1,0 +1,178 @@
+"""Addition evaluation during training: the best-step rule, the evaluation schedule, evals.csv, the best
+weights, the run's final metrics, resume, and the fast free-running decoder against its slow twin."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from lightning.pytorch.callbacks import Callback
+from torch import nn
+
+from lab.config import load_config
+from lab.eval.addition import evaluate_addition, greedy
+from lab.eval.callback import COLUMNS, AdditionEvaluation, evaluation_callbacks, pick_best, read_evals
+from lab.eval.free_running import free_running_accuracy, greedy_correct
+from lab.runs import Registry, RunDir
+from lab.train import run_training
+from tasks.addition import EOS, VOCAB_SIZE, decode, encode, generate_records
+from tasks.addition.vocab import EQUALS
+
+# A fast mixer, few rows, evaluations at 5, 10 and the last step 12.
+SETTINGS = ["train.max_steps=12", "train.val_every=5", "train.ckpt_every=5", "train.batch_size=8",
+            "train.log_every=1", "eval.n_per_length=2", "eval.free_per_length=1"]
+
+
+def config(*overrides: str):
+    return load_config("addition-tiny", mixer="transformer", overrides=[*SETTINGS, *overrides])
+
+
+def rows(*pairs: tuple[int, float | None]) -> list[dict]:
+    return [{"step": s, "val_acc": v} for s, v in pairs]
+
+
+@pytest.mark.parametrize(("evals", "best"), [
+    (rows((100, 50.0), (200, 80.0), (300, 80.0), (400, 70.0)), 200),   # a tie: the earlier step
+    (rows((400, 90.0), (300, 90.0), (200, 10.0), (100, 90.0)), 100),   # order of the rows does not matter
+    (rows((100, 0.0), (200, 0.0), (300, 0.0)), 100),
+    (rows((100, None), (200, 1.0), (300, 0.5)), 200),                  # rows without the key are passed over
+    (rows((100, 99.9), (200, 100.0), (300, 99.99)), 200),
+])
+def test_best_step_is_the_highest_validation_accuracy_earliest_among_ties(evals: list[dict], best: int) -> None:
+    assert pick_best(evals)["step"] == best
+
+
+def test_no_rows_no_best() -> None:
+    assert pick_best([]) is None and pick_best(rows((100, None))) is None
+
+
+def test_only_enabled_addition_runs_get_the_callback(tmp_path: Path) -> None:
+    assert evaluation_callbacks(load_config("tiny"), RunDir(tmp_path)) == []
+    (callback,) = evaluation_callbacks(config(), RunDir(tmp_path))
+    assert isinstance(callback, AdditionEvaluation)
+    assert (callback.every, callback.n_per_length, callback.free_per_length) == (5, 2, 1)
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    """One uninterrupted 12-step run with evaluation."""
+    root = tmp_path_factory.mktemp("evaluated")
+    result = run_training(config(), out=root / "run", results=root, progress=False)
+    assert result.status == "finished"
+    return root, result.metrics
+
+
+def test_evaluations_run_on_schedule_and_write_every_width(finished: tuple[Path, dict]) -> None:
+    root, _ = finished
+    path = root / "run" / "evals.csv"
+    assert path.read_text().splitlines()[0] == ",".join(COLUMNS)
+    evals = read_evals(path)
+    assert [e["step"] for e in evals] == [5, 10, 12]
+    for e in evals:
+        assert set(e["teacher_forced"]) == set(e["per_token"]) == set(range(1, 49))
+        assert all(0.0 <= v <= 100.0 for v in e["teacher_forced"].values())
+        assert e["val_acc"] == pytest.approx(sum(e["teacher_forced"][n] for n in range(1, 33)) / 32)
+        assert e["ood_mean"] == pytest.approx(sum(e["teacher_forced"][n] for n in range(33, 49)) / 16)
+        assert e["acc@33"] == e["teacher_forced"][33] and e["acc@48"] == e["teacher_forced"][48]
+
+
+def test_final_metrics_are_the_best_and_the_last_evaluation(finished: tuple[Path, dict]) -> None:
+    root, metrics = finished
+    evals = read_evals(root / "run" / "evals.csv")
+    best = pick_best(evals)
+    assert metrics["best_step"] == best["step"] and metrics["last_step"] == 12
+    for key in ("val_acc", "ood_mean", "acc@33", "acc@48", "val_token_acc", "ood_token_mean"):
+        assert metrics[f"best_{key}"] == pytest.approx(best[key])
+        assert metrics[f"last_{key}"] == pytest.approx(evals[-1][key])
+    # Free-running accuracy is measured for the best and the last weights only.
+    measured = [e["step"] for e in evals if "free_running" in e]
+    assert measured == sorted({best["step"], 12})
+    assert set(evals[-1]["free_running"]) == set(range(1, 49))
+    assert "best_free_val_acc" in metrics and "last_free_ood_mean" in metrics
+    (row,) = [r for r in Registry(root / "lab.db").rows()]
+    assert json.loads(row["metrics"])["best_step"] == best["step"]
+
+
+def test_best_weights_reproduce_the_best_evaluation(finished: tuple[Path, dict]) -> None:
+    from mixers import LanguageModel
+
+    from lab.train.module import lm_config
+
+    root, metrics = finished
+    saved = torch.load(root / "run" / "checkpoints" / "best.pt", map_location="cpu", weights_only=True)
+    assert saved["step"] == metrics["best_step"]
+    model = LanguageModel(lm_config(config()))
+    model.load_state_dict(saved["state_dict"])
+    best = pick_best(read_evals(root / "run" / "evals.csv"))
+    again = evaluate_addition(model, n_per_length=2, val_widths=range(1, 9), ood_widths=range(0))
+    assert again.per_token == pytest.approx({n: best["per_token"][n] for n in range(1, 9)}, abs=1e-9)
+
+
+class StopAt(Callback):
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if trainer.global_step == self.step:
+            trainer.should_stop = True
+
+
+def test_a_resumed_run_evaluates_as_an_uninterrupted_one(finished: tuple[Path, dict], tmp_path: Path) -> None:
+    root, metrics = finished
+    # Stopped at step 5: its checkpoint was written before step 5's evaluation, which must be redone.
+    first = run_training(config(), out=tmp_path / "run", results=tmp_path, callbacks=[StopAt(5)], progress=False)
+    assert first.status == "stopped"
+    resumed = run_training(config(), out=tmp_path / "run", results=tmp_path, progress=False)
+    assert resumed.status == "finished" and resumed.resumed_from == 5
+    a, b = read_evals(tmp_path / "run" / "evals.csv"), read_evals(root / "run" / "evals.csv")
+    assert [e["step"] for e in a] == [5, 10, 12]
+    for x, y in zip(a, b):
+        assert x["per_token"] == pytest.approx(y["per_token"], abs=1e-6)
+    assert resumed.metrics["best_step"] == metrics["best_step"]
+
+
+class Adder(nn.Module):
+    """Puts all logit mass on the right next token; from width `drop_carry_from` on it loses the final
+    carry, so those widths score exactly the share of samples without one."""
+
+    def __init__(self, drop_carry_from: int = 99) -> None:
+        super().__init__()
+        self.anchor = nn.Parameter(torch.zeros(1))
+        self.drop_carry_from = drop_carry_from
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        logits = torch.full((*input_ids.shape, VOCAB_SIZE), -1e4)
+        for row, ids in enumerate(input_ids.tolist()):
+            eq = ids.index(EQUALS)
+            a, b = decode(ids[:eq]).split("+")
+            total = int(a) + int(b)
+            if len(a) >= self.drop_carry_from:
+                total %= 10 ** len(a)
+            want = encode(str(total).zfill(len(a) + 1)[::-1]) + [EOS]
+            for j, token in enumerate(want):
+                if eq + j < len(ids):
+                    logits[row, eq + j, token] = 0.0
+        return logits
+
+
+@pytest.mark.parametrize("n", [1, 6, 35])
+def test_fast_free_running_matches_its_slow_twin(n: int) -> None:
+    records = list(generate_records("ood" if n > 32 else "val", (n, n), 12, seed=3))
+    for model in (Adder(), Adder(drop_carry_from=1)):
+        fast = greedy_correct(model, records, torch.device("cpu"))
+        assert torch.equal(fast, greedy(model, records, torch.device("cpu")))
+    assert greedy_correct(Adder(), records, torch.device("cpu")).all()
+    assert not greedy_correct(Adder(drop_carry_from=1), records, torch.device("cpu")).all()
+
+
+def test_free_running_accuracy_uses_the_evaluation_samples() -> None:
+    model = Adder(drop_carry_from=44)
+    fast = free_running_accuracy(model, n_per_length=3, seed=1, val_widths=range(30, 33), ood_widths=range(42, 49))
+    slow = evaluate_addition(model, n_per_length=3, seed=1, free_running=True, val_widths=range(30, 33),
+                             ood_widths=range(42, 49))
+    assert fast == slow.free_running
+    assert fast[42] == 100.0 and min(fast.values()) < 100.0
+    with pytest.raises(ValueError, match="n_per_length must be >= 1"):
+        free_running_accuracy(model, n_per_length=0)
