@@ -280,7 +280,8 @@ def _validate_mixer(cfg: RunConfig) -> None:
     try:
         from mixers import MIXERS, build_mixer
     except ImportError as err:
-        raise ConfigError(f"mixer {cfg.mixer!r} cannot be checked: the mixers package does not import ({err})") from None
+        raise ConfigError(f"mixer {cfg.mixer!r} cannot be checked: the mixers package does not import "
+                          f"({err})") from None
     if cfg.mixer not in MIXERS:
         raise ConfigError(f"unknown mixer {cfg.mixer!r}; accepted: {', '.join(sorted(MIXERS))}")
     try:

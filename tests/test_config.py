@@ -28,7 +28,8 @@ def test_small_preset_has_about_ten_million_parameters() -> None:
     from mixers import LanguageModel, LMConfig
 
     m = load_config("small").model
-    n = LanguageModel(LMConfig(vocab_size=15, d_model=m.d_model, n_layers=m.n_layers, n_heads=m.n_heads)).num_parameters()
+    shape = LMConfig(vocab_size=15, d_model=m.d_model, n_layers=m.n_layers, n_heads=m.n_heads)
+    n = LanguageModel(shape).num_parameters()
     assert 8e6 <= n <= 13e6, n
 
 

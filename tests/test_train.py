@@ -11,14 +11,21 @@ from typer.testing import CliRunner
 
 from lab.cli import app
 from lab.config import load_config
+from lab.runs import RunDir
 from lab.train import LabModule, make_trainer, run_training
-from lab.train.callbacks import COLUMNS, LinePrinter, MetricsLogger, StepCheckpoint, StepProgressBar, read_metrics
+from lab.train.callbacks import (
+    COLUMNS,
+    LinePrinter,
+    MetricsLogger,
+    StepCheckpoint,
+    StepProgressBar,
+    read_metrics,
+)
 from lab.train.checkpoint_io import AtomicCheckpointIO
 from lab.train.data import TrainBatches, seq_len, train_batch, vocab_size
 from lab.train.module import token_loss_sum
 from lab.train.optim import lr_factor, make_optimizer
 from lab.train.trainer import resolve_precision, resolve_strategy
-from lab.runs import RunDir
 from tasks.addition import IGNORE_INDEX, VOCAB_SIZE
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")

@@ -32,7 +32,9 @@ def parameter_groups(model: nn.Module, lr: float, weight_decay: float) -> list[d
     return [{"params": decay, "weight_decay": weight_decay}, {"params": rest, "weight_decay": 0.0}]
 
 
-def make_optimizer(model: nn.Module, optim: OptimConfig, max_steps: int) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
+def make_optimizer(
+    model: nn.Module, optim: OptimConfig, max_steps: int
+) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
     """AdamW with the configured betas and decay groups, and its per-step LambdaLR schedule."""
     groups = parameter_groups(model, optim.lr, optim.weight_decay)
     optimizer = torch.optim.AdamW(groups, lr=optim.lr, betas=optim.betas, weight_decay=optim.weight_decay)
