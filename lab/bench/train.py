@@ -36,7 +36,7 @@ def _float(row: dict[str, str], key: str) -> float | None:
     return float(value) if value not in ("", None) else None
 
 
-def summarise_run(mixer: str, run_dir: Path, returncode: int, wall_s: float, tail: str) -> dict:
+def summarise_run(mixer: str, run_dir: Path, returncode: int | str, wall_s: float, tail: str) -> dict:
     """One row of train.csv from a finished (or failed) run folder."""
     rows = _read_rows(run_dir / "metrics.csv")
     speeds = [s for r in rows[len(rows) // 2:] if (s := _float(r, "tokens_per_s")) is not None]
@@ -48,7 +48,7 @@ def summarise_run(mixer: str, run_dir: Path, returncode: int, wall_s: float, tai
         params = int(state_file.read_text().strip())
     return {
         "mixer": mixer,
-        "status": "ok" if returncode == 0 else f"failed ({returncode})",
+        "status": "ok" if returncode == 0 else ("timeout" if returncode == "timeout" else f"failed ({returncode})"),
         "params": params,
         "steps": int(float(rows[-1]["step"])) if rows else 0,
         "tokens_per_s": round(statistics.median(speeds)) if speeds else None,
@@ -70,8 +70,10 @@ def count_parameters(mixer: str, preset: str, task: str) -> int:
 
 
 def run(mixers: Sequence[str], *, preset: str, task: str, max_steps: int, out: Path, work: Path,
-        extra: Sequence[str] = (), echo: Callable[[str], None] = print) -> list[dict]:
-    """Train each mixer briefly, write the three result files under ``out``, return the rows."""
+        extra: Sequence[str] = (), timeout_s: float | None = None,
+        echo: Callable[[str], None] = print) -> list[dict]:
+    """Train each mixer briefly, write the three result files under ``out`` (rewritten after every mixer,
+    so a stopped benchmark keeps what it measured), return the rows. ``timeout_s`` bounds one mixer's run."""
     out.mkdir(parents=True, exist_ok=True)
     work.mkdir(parents=True, exist_ok=True)
     rows, curves = [], []
@@ -82,22 +84,34 @@ def run(mixers: Sequence[str], *, preset: str, task: str, max_steps: int, out: P
                *extra]
         echo(f"$ {shlex.join(cmd[1:])}")
         start = time.perf_counter()
-        proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s,
+                                  env={**os.environ, "PYTHONUNBUFFERED": "1"})
+            returncode, stdout, stderr = proc.returncode, proc.stdout, proc.stderr
+        except subprocess.TimeoutExpired as err:
+            returncode = "timeout"
+            stdout, stderr = _text(err.stdout), _text(err.stderr) + f"\nstopped after {timeout_s} s"
         wall = time.perf_counter() - start
-        (work / f"{mixer}.log").write_text(proc.stdout + proc.stderr)
+        (work / f"{mixer}.log").write_text(stdout + stderr)
         try:
             (run_dir / "params.txt").write_text(str(count_parameters(mixer, preset, task)))
         except Exception as err:  # noqa: BLE001 — a mixer that cannot even build is reported in its row
             echo(f"  could not count parameters of {mixer}: {err}")
-        row = summarise_run(mixer, run_dir, proc.returncode, wall, proc.stderr or proc.stdout)
+        row = summarise_run(mixer, run_dir, returncode, wall, stderr or stdout)
         rows.append(row)
         curves += [{"mixer": mixer, **r} for r in _read_rows(run_dir / "metrics.csv")]
         echo(f"  {row['status']}: {row['tokens_per_s']} tok/s, loss {row['loss']}, {row['wall_s']} s")
-    _write_csv(out / "train.csv", rows, COLUMNS)
-    curve_cols = ["mixer", *dict.fromkeys(k for r in curves for k in r if k != "mixer")]
-    _write_csv(out / "train_curves.csv", curves, curve_cols)
-    atomic_write_text(out / "train.md", markdown(rows, preset, task, max_steps))
+        _write_csv(out / "train.csv", rows, COLUMNS)
+        curve_cols = ["mixer", *dict.fromkeys(k for r in curves for k in r if k != "mixer")]
+        _write_csv(out / "train_curves.csv", curves, curve_cols)
+        atomic_write_text(out / "train.md", markdown(rows, preset, task, max_steps))
     return rows
+
+
+def _text(data: bytes | str | None) -> str:
+    if data is None:
+        return ""
+    return data.decode(errors="replace") if isinstance(data, bytes) else data
 
 
 def _write_csv(path: Path, rows: list[dict], columns: Sequence[str]) -> None:

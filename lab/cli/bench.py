@@ -43,6 +43,7 @@ def train(
     out: Annotated[Path, typer.Option(help="Folder for train.csv, train_curves.csv and train.md.")] = Path("results/bench"),
     work: Annotated[Path, typer.Option(help="Folder for the runs themselves.")] = Path("results/bench/train_runs"),
     set_: Annotated[list[str] | None, typer.Option("--set", help="Override a setting of every run (repeatable).")] = None,
+    timeout: Annotated[float | None, typer.Option(help="Seconds one mixer may train before it is stopped.")] = None,
 ) -> None:
     """Train every mixer for a few hundred steps: tokens per second, loss, parameter count, one table."""
     from mixers import MIXERS
@@ -56,7 +57,7 @@ def train(
         raise typer.Exit(code=2)
     extra = [a for item in (set_ or []) for a in ("--set", item)]
     rows = run(names, preset=preset, task=task, max_steps=max_steps, out=out, work=work, extra=extra,
-               echo=typer.echo)
+               timeout_s=timeout, echo=typer.echo)
     typer.echo(f"wrote {out / 'train.csv'}, {out / 'train_curves.csv'} and {out / 'train.md'}")
     if any(r["status"] != "ok" for r in rows):
         raise typer.Exit(code=1)
