@@ -37,6 +37,11 @@ class MetricsLogger(Callback):
     """Writes `metrics.csv`: one row every `log_every` steps (step, loss, lr, grad_norm, tokens/s, ...)
     plus the validation metrics at each validation.
 
+    `loss` is the step's mean over every labelled token of the global batch, `lr` the base rate the
+    step used, `grad_norm` the global norm before clipping, `tokens` the positions trained on so far
+    (padding included, all ranks) and `tokens_per_s` their rate since the previous row, validation
+    time excluded.
+
     The file is rewritten whole through a temporary file and os.replace, at every checkpoint step,
     after validation, at the end, and at most every `flush_seconds` in between, so a reader or a
     crash never sees half a line. On resume, rows after the restored step are dropped: the resumed
@@ -47,6 +52,8 @@ class MetricsLogger(Callback):
         self.path, self.log_every, self.flush_every = Path(path), log_every, flush_every
         self.flush_seconds = flush_seconds
         self.rows: list[dict[str, Any]] = []
+        self._t_log: float | None = None
+        self._t_val = 0.0
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         start = trainer.global_step
@@ -75,7 +82,13 @@ class MetricsLogger(Callback):
         if step % self.flush_every == 0 or time.perf_counter() - self._t_flush > self.flush_seconds:
             self.flush(trainer)
 
+    def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._t_val = time.perf_counter()
+
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self._t_log is not None:
+            # Validation time is not training time: keep it out of the next tokens/s.
+            self._t_log += time.perf_counter() - self._t_val
         if trainer.sanity_checking or not pl_module.val_metrics:
             return
         step = trainer.global_step
