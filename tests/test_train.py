@@ -186,3 +186,15 @@ def test_lab_train_rejects_mistakes_in_one_line_with_exit_2(args: tuple[str, ...
     assert text.count("\n") == 1 and "Traceback" not in text
     assert text.startswith("lab train: ") and expected in text
     assert not (tmp_path / "runs").exists()
+
+
+def test_lab_train_skips_a_finished_run_and_says_so(tmp_path: Path) -> None:
+    args = ("train", "--max-steps", "2", "--results", str(tmp_path), "--no-progress")
+    code, first = invoke(*args)
+    assert code == 0 and "finished (2 steps)" in first
+    run_id = first.split("run ", 1)[1].split()[0]
+    assert (tmp_path / "runs" / run_id / "checkpoints" / "last.ckpt").exists()
+    code, second = invoke(*args)
+    assert code == 0
+    folder = tmp_path / "runs" / run_id
+    assert second.strip() == f"run {run_id} is already finished (2 steps); skipped. Folder: {folder}"
