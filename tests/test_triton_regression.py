@@ -39,11 +39,16 @@ def rel(out: torch.Tensor | None, ref: torch.Tensor | None) -> float:
     return ((out - ref).norm() / ref.norm().clamp_min(1e-30)).item()
 
 
-def draw(rule: str, B: int, T: int, H: int, seed: int, beta=(0.1, 1.9), lam=(0.0, 0.5), d: int = D):
-    """q, v ~ N(0, 1); keys of squared norm about 1; β and λ uniform in the given ranges (float64)."""
+def draw(rule: str, B: int, T: int, H: int, seed: int, beta=(0.1, 1.9), lam=(0.0, 0.5), d: int = D,
+         spread: float | None = None):
+    """q, v ~ N(0, 1); keys of squared norm about 1 (or a unit direction plus noise of norm about ``spread``);
+    β and λ uniform in the given ranges (float64)."""
     g = torch.Generator().manual_seed(seed)
     q = torch.randn(B, T, H, d, generator=g)
     k = torch.randn(B, T, H, d, generator=g) / d ** 0.5
+    if spread is not None:
+        direction = torch.randn(d, generator=g)
+        k = direction / direction.norm() + spread * k
     v = torch.randn(B, T, H, d, generator=g)
     shape = (B, T, H, d) if rule == "falcon-2" else (B, T, H)
     b = beta[0] + (beta[1] - beta[0]) * torch.rand(shape, generator=g)
@@ -153,10 +158,17 @@ def test_clamp_regime_binds():
     assert ((eta * lam[:, 1:]) > 1 - 1e-3).any()
 
 
-@pytest.mark.parametrize("rule,chunk_size,T", [("falcon-1", 32, 40), ("falcon-1", 16, 1), ("falcon-2", 16, 1),
-                                               ("falcon-1", 64, 7)])
+@pytest.mark.parametrize("rule,chunk_size,T", [("falcon-1", 32, 40), ("falcon-1", 64, 130), ("falcon-1", 16, 1),
+                                               ("falcon-2", 16, 1), ("falcon-1", 64, 7)])
 def test_chunk_sizes_and_short_sequences(rule, chunk_size, T):
-    check(rule, T=T, chunk_size=chunk_size, seed=3)
+    """Chunks of 32 and 64 (the UT transform's inverse in two and four blocks of 16), T of one token."""
+    check(rule, T=T, B=1, H=1, chunk_size=chunk_size, seed=3)
+
+
+@pytest.mark.parametrize("rule", RULES)
+def test_nearly_parallel_keys(rule):
+    """Keys almost along one direction and β near 2: the chunk systems are far from the identity."""
+    check(rule, T=40, B=1, chunk_size=32, seed=31, draw_opts=dict(beta=(1.7, 1.95), lam=(0.0, 0.05), spread=0.05))
 
 
 @pytest.mark.parametrize("rule", RULES)

@@ -25,6 +25,14 @@ CHECK_SHAPES = [(8, 2048, 12, 64), (1, 16384, 16, 128)]
 TIME_SHAPES = [(8, 2048, 12, 64), (4, 4096, 16, 128), (1, 16384, 16, 128)]
 SMOKE_SHAPES = [(1, 80, 2, 16)]  # --smoke: the whole script at a tiny size (CPU, Triton's interpreter)
 RULES = ("falcon-1", "falcon-2")
+# launch variants of the latency-bound sequential kernels, timed beside the defaults
+SWEEP = [("falcon-1", ("f1_state", "f1_dstate"), dict(BV=32, num_warps=4)),
+         ("falcon-1", ("f1_state", "f1_dstate"), dict(BV=16, num_warps=4)),
+         ("falcon-1", ("f1_state", "f1_dstate"), dict(BV=64, num_warps=4)),
+         ("falcon-2", ("f2_fwd", "f2_dstate"), dict(BV=16, num_warps=1)),
+         ("falcon-2", ("f2_fwd", "f2_dstate"), dict(BV=16, num_warps=2)),
+         ("falcon-2", ("f2_fwd", "f2_dstate"), dict(BV=16, num_warps=4)),
+         ("falcon-2", ("f2_fwd", "f2_dstate"), dict(BV=32, num_warps=2))]
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
 
@@ -146,12 +154,12 @@ def profile(rule: str, shape) -> list:
 
 
 def warm(job) -> str:
-    """Compile one (rule, dtype, shape, precision) family of kernels at a small T in a worker process."""
-    rule, dtype_name, D, H, prec = job
+    """Compile one (rule, dtype, shape, launch variant) family of kernels at a small T in a worker process."""
+    rule, dtype_name, D, H, names, variant = job
     from kernels.falcon import triton_regression as tr
 
     dtype = getattr(torch, dtype_name)
-    tr.MATMUL_PRECISION[dtype] = prec
+    tr.LAUNCH_OVERRIDES.update({name: variant for name in names})
     xs = draw(rule, (1, 1024, H, D), dtype, 0)
     try:
         forward_backward(rule, xs, dtype, "triton", 64,
@@ -189,9 +197,9 @@ def main() -> None:
     now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     log({"gpu": gpu, "torch": torch.__version__, "triton": triton.__version__, "commit": args.commit, "date": now})
     t0 = time.time()
-    jobs = [(r, d, D, H, tr.MATMUL_PRECISION[getattr(torch, d)]) for r in RULES for d in ("bfloat16", "float32")
-            for (_, _, H, D) in check_shapes]
-    jobs += [(r, "bfloat16", check_shapes[0][3], check_shapes[0][2], "bf16") for r in RULES]
+    sweep_shapes = (time_shapes[0], time_shapes[-1])
+    jobs = [(r, d, D, H, (), {}) for r in RULES for d in ("bfloat16", "float32") for (_, _, H, D) in check_shapes]
+    jobs += [(r, "bfloat16", D, H, names, variant) for r, names, variant in SWEEP for (_, _, H, D) in sweep_shapes]
     if not args.smoke:
         with ProcessPoolExecutor(max_workers=8, mp_context=get_context("spawn")) as pool:
             failed = [err for err in pool.map(warm, jobs) if err]
@@ -227,13 +235,13 @@ def main() -> None:
         for shape in (time_shapes[0], time_shapes[-1]):
             for rule in RULES:
                 guarded({"profile_ms": rule, "shape": shape}, lambda: {"kernels": profile(rule, shape)})
-    # the cheaper operand precision for bf16 inputs, on the first shape
-    tr.MATMUL_PRECISION[torch.bfloat16] = "bf16"
-    for rule in RULES if not args.smoke else ():
-        guarded({"check": rule, "shape": check_shapes[0], "dtype": "bf16", "prec": "bf16"},
-                lambda: errs_row(rule, check_shapes[0], torch.bfloat16))
-        guarded({"time": rule, "shape": check_shapes[0], "dtype": "bf16", "prec": "bf16"},
-                lambda: time_row(rule, check_shapes[0]))
+    for rule, names, variant in SWEEP if not args.smoke else ():
+        tr.LAUNCH_OVERRIDES.update({name: variant for name in names})
+        for shape in sweep_shapes:
+            guarded({"time": rule, "shape": shape, "dtype": "bf16", "prec": tr.MATMUL_PRECISION[torch.bfloat16],
+                     "variant": {name: variant for name in names}}, lambda: time_row(rule, shape))
+        tr.LAUNCH_OVERRIDES.clear()
+    log({"stage": "swept", "s": round(time.time() - t0, 1)})
     for shape in time_shapes if not args.smoke else ():
         guarded({"fla": shape}, lambda: {k: round(v, 3) for k, v in bench_fla(shape).items()})
     print("\n| what | rule | shape | dtype | prec | result |\n|---|---|---|---|---|---|")
@@ -248,8 +256,9 @@ def main() -> None:
             print(f"| time | fla delta / gated | {r['fla']} | bf16 | - | chunk_delta_rule fwd {r['delta_fwd_ms']:.3f}, "
                   f"fwd+bwd {r['delta_fwd_bwd_ms']:.3f}; chunk_gated_delta_rule fwd {r['gated_fwd_ms']:.3f} ms |")
         elif "time" in r:
+            variant = "".join(f" {k}={v}" for k, v in r.get("variant", {}).items())
             print(f"| time | {r['time']} | {r['shape']} | {r['dtype']} | {r['prec']} | fwd {r['fwd_ms']:.3f} ms, "
-                  f"fwd+bwd {r['fwd_bwd_ms']:.3f} ms |")
+                  f"fwd+bwd {r['fwd_bwd_ms']:.3f} ms{variant} |")
 
 
 if __name__ == "__main__":

@@ -19,15 +19,27 @@ from kernels.falcon.triton_regression_parts import (chunk_of, gates, is_pair, lo
 
 
 @triton.jit
-def unit_lower_inverse(L, C: tl.constexpr):
-    """(I + L)⁻¹ for a strictly lower-triangular ``[C, C]`` tile, row by row (forward substitution)."""
+def unit_lower_inverse(L, C: tl.constexpr, PREC: tl.constexpr):
+    """(I + L)⁻¹ for a strictly lower-triangular ``[C, C]`` tile (C ∈ {16, 32, 64}), in blocks of 16.
+
+    The diagonal blocks are inverted together by forward substitution, one row of every block per step
+    (Ad = (I + L_d)⁻¹); then I + L = (I + L_d)(I + M) with M = Ad L_off strictly block-lower, so M^{C/16} = 0
+    and (I + M)⁻¹ = (I − M)(I + M²) (just I − M for two blocks)."""
     r = tl.arange(0, C)
-    A = tl.where(r[:, None] == r[None, :], 1.0, 0.0)
-    for i in range(1, C):
-        li = tl.sum(tl.where(r[:, None] == i, L, 0.0), 0)  # row i of L; zero from column i on
-        row = tl.sum(li[:, None] * A, 0)  # Σ_{j<i} L[i, j] A[j, :] (rows j < i are final)
-        A = tl.where(r[:, None] == i, tl.where(r == i, 1.0, 0.0)[None, :] - row[None, :], A)
-    return A
+    eye = tl.where(r[:, None] == r[None, :], 1.0, 0.0)
+    same = (r[:, None] // 16) == (r[None, :] // 16)
+    Ld = tl.where(same, L, 0.0)
+    Ad = eye
+    for i in range(1, 16):
+        row = (r % 16 == i)[:, None]  # rows j < i of every block are final
+        Ad = tl.where(row, eye - mm(tl.where(row, Ld, 0.0), Ad, PREC), Ad)
+    if C > 16:
+        M = mm(Ad, tl.where(same, 0.0, L), PREC)
+        P = eye - M
+        if C > 32:
+            P = mm(P, eye + mm(M, M, PREC), PREC)
+        Ad = mm(P, Ad, PREC)
+    return Ad
 
 
 @triton.jit
@@ -36,8 +48,9 @@ def f1_prep_kernel(k_ptr, v_ptr, beta_ptr, lam_ptr, lk_ptr, cu_ptr, cidx_ptr,
                    H: tl.constexpr, Dk: tl.constexpr, Dv: tl.constexpr, C: tl.constexpr,
                    BK: tl.constexpr, BV: tl.constexpr, SHIFTED: tl.constexpr, FRESH: tl.constexpr,
                    NORMALIZE: tl.constexpr, COUPLED: tl.constexpr, IS_VARLEN: tl.constexpr,
-                   PREC: tl.constexpr):
-    """Per chunk: η, g, G, the UT transform A, W = A diag(η e^{Gp}) X and Ũ = A diag(η) Y."""
+                   PREC: tl.constexpr, SOLVE_PREC: tl.constexpr):
+    """Per chunk: η, g, G, the UT transform A, W = A diag(η e^{Gp}) X and Ũ = A diag(η) Y.
+    SOLVE_PREC: the inverse's matmuls, always about fp32 (errors in A reach every output)."""
     pid, i_h = tl.program_id(0), tl.program_id(1)
     i_n, i_c = chunk_of(pid, cidx_ptr, NT, IS_VARLEN)
     bos, T_n = seq_bounds(i_n, cu_ptr, T, IS_VARLEN)
@@ -62,14 +75,14 @@ def f1_prep_kernel(k_ptr, v_ptr, beta_ptr, lam_ptr, lk_ptr, cu_ptr, cidx_ptr,
     tl.store(g_ptr + rows * H + i_h, g, mask=valid)
     strict = (r[:, None] > r[None, :]) & valid[:, None] & valid[None, :]
     decay = tl.where(strict, tl.exp(tl.where(strict, Gp[:, None] - G[None, :], 0.0)), 0.0)
-    A = unit_lower_inverse(eta[:, None] * decay * gram, C)
+    A = unit_lower_inverse(eta[:, None] * decay * gram, C, SOLVE_PREC)
     tl.store(A_ptr + (rows * H + i_h)[:, None] * C + r[None, :], A, mask=valid[:, None])
     scale_w = eta * tl.exp(Gp)
     for i_k in range(0, tl.cdiv(Dk, BK)):
         offs_k = i_k * BK + tl.arange(0, BK)
         x = load_pairs(k_ptr, lk_ptr, bos, t, valid, i_n, i_h, offs_k, H, Dk, SHIFTED, FRESH)
         w = mm(A, scale_w[:, None] * x, PREC)
-        tl.store(W_ptr + (rows * H + i_h)[:, None] * Dk + offs_k[None, :], w,
+        tl.store(W_ptr + (rows * H + i_h)[:, None] * Dk + offs_k[None, :], w.to(W_ptr.dtype.element_ty),
                  mask=valid[:, None] & (offs_k < Dk)[None, :])
     for i_v in range(0, tl.cdiv(Dv, BV)):
         offs_v = i_v * BV + tl.arange(0, BV)
