@@ -173,8 +173,11 @@ def main() -> None:
     ap.add_argument("--commit", default="unknown")
     ap.add_argument("--skip-check", action="store_true")
     ap.add_argument("--smoke", action="store_true", help="tiny shapes, to try the script without a GPU")
+    ap.add_argument("--quick", action="store_true", help="check the first shape only; no profile, sweep or fla")
     args = ap.parse_args()
     check_shapes, time_shapes = (SMOKE_SHAPES, SMOKE_SHAPES) if args.smoke else (CHECK_SHAPES, TIME_SHAPES)
+    if args.quick:
+        check_shapes = check_shapes[:1]
     from kernels.falcon import triton_regression as tr
 
     os.makedirs(args.out, exist_ok=True)
@@ -195,7 +198,9 @@ def main() -> None:
     t0 = time.time()
     sweep_shapes = (time_shapes[0], time_shapes[-1])
     jobs = [(r, d, D, H, (), {}) for r in RULES for d in ("bfloat16", "float32") for (_, _, H, D) in check_shapes]
-    jobs += [(r, "bfloat16", D, H, names, variant) for r, names, variant in SWEEP for (_, _, H, D) in sweep_shapes]
+    sweep = [] if args.quick or args.smoke else SWEEP
+    jobs += [(r, "bfloat16", D, H, names, variant) for r, names, variant in sweep for (_, _, H, D) in sweep_shapes]
+    jobs += [(r, "bfloat16", D, H, (), {}) for r in RULES for (_, _, H, D) in time_shapes[-1:]] if args.quick else []
     if not args.smoke:
         with ProcessPoolExecutor(max_workers=8, mp_context=get_context("spawn")) as pool:
             failed = [err for err in pool.map(warm, jobs) if err]
@@ -227,18 +232,18 @@ def main() -> None:
         for rule in RULES:
             guarded({"time": rule, "shape": shape, "dtype": "bf16", "prec": tr.MATMUL_PRECISION[torch.bfloat16]},
                     lambda: time_row(rule, shape))
-    if not args.smoke:
+    if not args.smoke and not args.quick:
         for shape in (time_shapes[0], time_shapes[-1]):
             for rule in RULES:
                 guarded({"profile_ms": rule, "shape": shape}, lambda: {"kernels": profile(rule, shape)})
-    for rule, names, variant in SWEEP if not args.smoke else ():
+    for rule, names, variant in sweep:
         tr.LAUNCH_OVERRIDES.update({name: variant for name in names})
         for shape in sweep_shapes:
             guarded({"time": rule, "shape": shape, "dtype": "bf16", "prec": tr.MATMUL_PRECISION[torch.bfloat16],
                      "variant": {name: variant for name in names}}, lambda: time_row(rule, shape))
         tr.LAUNCH_OVERRIDES.clear()
     log({"stage": "swept", "s": round(time.time() - t0, 1)})
-    for shape in time_shapes if not args.smoke else ():
+    for shape in time_shapes if not (args.smoke or args.quick) else ():
         guarded({"fla": shape}, lambda: {k: round(v, 3) for k, v in bench_fla(shape).items()})
     print("\n| what | rule | shape | dtype | prec | result |\n|---|---|---|---|---|---|")
     for r in rows:
