@@ -30,6 +30,7 @@ SWEEP = [("falcon-1", ("f1_state", "f1_dstate"), dict(BV=32, num_warps=4)),
          ("falcon-1", ("f1_state", "f1_dstate"), dict(BV=16, num_warps=4)),
          ("falcon-2", ("f2_fwd", "f2_dstate"), dict(BV=16, num_warps=2)),
          ("falcon-2", ("f2_fwd", "f2_dstate"), dict(BV=16, num_warps=4))]
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def draw(rule: str, shape, dtype: torch.dtype, seed: int):
