@@ -1,0 +1,74 @@
+"""`lab bench kernels`: the floors it divides by, its ratios, and its refusals on a machine without a GPU."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from lab.bench.kernels import (
+    ANCHORS,
+    BenchError,
+    _ratios,
+    bytes_moved,
+    flops,
+    parse_shape,
+)
+
+
+def test_parse_shape():
+    assert parse_shape("8,2048,12,64") == (8, 2048, 12, 64)
+    assert parse_shape("1x16384x16x128") == (1, 16384, 16, 128)
+    for bad in ("8,2048,12", "a,b,c,d", "0,1,1,1"):
+        with pytest.raises(BenchError, match="shape"):
+            parse_shape(bad)
+
+
+def test_flop_counts_follow_the_docstring():
+    B, T, H, D = 2, 128, 3, 64
+    C = 64
+    tokens = B * T * H
+    assert flops("linear", (B, T, H, D), "fwd") == tokens * (4 * D * D + C * 2 * D)
+    assert flops("linear", (B, T, H, D), "fwd+bwd") == 3 * flops("linear", (B, T, H, D), "fwd")
+    delta = tokens * (6 * D * D + C * 5 * D + 2 * C * C / 3)
+    assert flops("delta", (B, T, H, D), "fwd") == pytest.approx(delta)
+    assert flops("delta_per_channel", (B, T, H, D), "fwd") > flops("delta", (B, T, H, D), "fwd")
+    assert flops("softmax", (B, T, H, D), "fwd") == tokens * 2 * T * D
+    assert flops("softmax", (B, T, H, D), "fwd+bwd") == 3.5 * flops("softmax", (B, T, H, D), "fwd")
+
+
+def test_byte_floor_counts_inputs_and_output():
+    inputs = {"q": torch.zeros(2, 8, dtype=torch.bfloat16), "lam": torch.zeros(2, dtype=torch.float32)}
+    in_bytes = 2 * 8 * 2 + 2 * 4
+    assert bytes_moved(inputs, 100, "fwd") == in_bytes + 100
+    assert bytes_moved(inputs, 100, "fwd+bwd") == 3 * in_bytes + 2 * 100
+
+
+def test_ratios_are_taken_at_the_same_shape_and_mode():
+    anchor = ANCHORS[0]
+    rows = [
+        {"shape": "1x2x3x4", "mode": "fwd", "op": anchor, "ms": 2.0},
+        {"shape": "1x2x3x4", "mode": "fwd", "op": "falcon-1", "ms": 1.0},
+        {"shape": "1x2x3x4", "mode": "fwd+bwd", "op": "falcon-1", "ms": 5.0},
+        {"shape": "9x2x3x4", "mode": "fwd", "op": "falcon-1", "ms": 1.0},
+    ]
+    _ratios(rows)
+    assert rows[1][f"x_{anchor}"] == 0.5
+    assert rows[2][f"x_{anchor}"] is None and rows[3][f"x_{anchor}"] is None
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without a GPU")
+def test_without_a_gpu_it_says_so_and_writes_nothing(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "lab", "bench", "kernels", "--out", str(tmp_path)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 1 and "CUDA" in proc.stderr
+    assert not list(tmp_path.iterdir())
+
+
+def test_bad_options_are_named(tmp_path):
+    for args, word in ((["--dtype", "fp8"], "dtype"), (["--rules", "falcon-3"], "falcon-3")):
+        proc = subprocess.run([sys.executable, "-m", "lab", "bench", "kernels", "--out", str(tmp_path), *args],
+                              capture_output=True, text=True)
+        assert proc.returncode == 1 and word in proc.stderr
