@@ -10,7 +10,9 @@ import pytest
 import torch
 from lightning.pytorch.callbacks import Callback
 from torch import nn
+from typer.testing import CliRunner
 
+from lab.cli import app
 from lab.config import load_config
 from lab.eval.addition import evaluate_addition, greedy
 from lab.eval.callback import COLUMNS, AdditionEvaluation, evaluation_callbacks, pick_best, read_evals
@@ -108,6 +110,33 @@ def test_best_weights_reproduce_the_best_evaluation(finished: tuple[Path, dict])
     best = pick_best(read_evals(root / "run" / "evals.csv"))
     again = evaluate_addition(model, n_per_length=2, val_widths=range(1, 9), ood_widths=range(0))
     assert again.per_token == pytest.approx({n: best["per_token"][n] for n in range(1, 9)}, abs=1e-9)
+
+
+def test_lab_eval_addition_prints_the_runs_table_row(finished: tuple[Path, dict]) -> None:
+    root, metrics = finished
+    result = CliRunner().invoke(app, ["eval", "addition", "--run", str(root / "run"), "--per-n", "2",
+                                      "--free-per-n", "1"])
+    assert result.exit_code == 0, result.output
+    title, header, _, row = result.output.strip().splitlines()
+    assert f"best weights: best.pt, step {metrics['best_step']:.0f}" in title
+    cells = dict(zip(header.strip("| ").split(" | "), row.strip("| ").split(" | ")))
+    assert cells["Mixer"] == "transformer" and cells["Step"] == f"{metrics['best_step']:.0f}"
+    for title, key in (("Val. acc.", "best_val_acc"), ("Per-token mean 33–48", "best_ood_token_mean"),
+                       ("Free-running val. acc.", "best_free_val_acc")):
+        assert cells[title] == f"{metrics[key]:.1f}"
+    last = CliRunner().invoke(app, ["eval", "addition", "--run", str(root / "run"), "--which", "last", "--per-n", "2",
+                                    "--free-per-n", "0"])
+    assert last.exit_code == 0 and "| transformer | 12 |" in last.output
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--run", "."], "lab eval: "),
+    (["--which", "worst"], "lab eval: --which 'worst' is not accepted; accepted: best, last"),
+])
+def test_lab_eval_addition_mistakes_are_one_line(args: list[str], message: str, finished: tuple[Path, dict]) -> None:
+    root, _ = finished
+    result = CliRunner().invoke(app, ["eval", "addition", "--run", str(root / "run"), *args])
+    assert result.exit_code == 2 and result.output.count("\n") == 1 and result.output.startswith(message)
 
 
 class StopAt(Callback):

@@ -1,0 +1,53 @@
+"""A trained run's model: its configuration from config.yaml and its best or last weights."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from lab.config import RunConfig, from_dict, read_yaml
+from lab.eval.callback import best_weights_path
+from lab.runs import RunDir
+
+WHICH = ("best", "last")
+
+
+@dataclass
+class RunModel:
+    """A run's LanguageModel with the weights of `step`, read from `source`."""
+
+    cfg: RunConfig
+    model: nn.Module
+    step: int
+    source: Path
+
+
+def load_run_model(run_dir: str | Path, which: str = "best", device: torch.device | str = "cpu") -> RunModel:
+    """The model of the run in `run_dir` with its best weights (checkpoints/best.pt, written by the
+    addition evaluation) or its last ones (checkpoints/last.ckpt). ValueError saying what is missing."""
+    from mixers import LanguageModel
+
+    from lab.train.module import lm_config
+
+    if which not in WHICH:
+        raise ValueError(f"which={which!r} is not accepted; accepted: {', '.join(WHICH)}")
+    run = RunDir(Path(run_dir).resolve())
+    if not run.config.exists():
+        raise ValueError(f"{run.root} is not a run folder: it has no config.yaml")
+    cfg = from_dict(read_yaml(run.config))
+    source = best_weights_path(run) if which == "best" else run.last_checkpoint
+    if not source.exists():
+        hint = " (it is written by runs that evaluate addition, eval.enabled)" if which == "best" else ""
+        raise ValueError(f"run {run.root} has no {source.relative_to(run.root)}{hint}")
+    saved = torch.load(source, map_location="cpu", weights_only=True)
+    if which == "best":
+        state, step = saved["state_dict"], int(saved["step"])
+    else:
+        state = {k.removeprefix("model."): v for k, v in saved["state_dict"].items() if k.startswith("model.")}
+        step = int(saved["global_step"])
+    model = LanguageModel(lm_config(cfg))
+    model.load_state_dict(state)
+    return RunModel(cfg, model.to(device).eval(), step, source)
