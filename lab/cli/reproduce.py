@@ -1,5 +1,6 @@
 """`lab reproduce`: remake the paper's tables end to end."""
 
+import shlex
 from pathlib import Path
 from typing import Annotated
 
@@ -14,15 +15,85 @@ Mixers = Annotated[
 ]
 
 
+def _command(preset: str, rows: str | None, seeds: int | None, gpus: int | None, max_steps: int | None,
+             set_: list[str], results: Path | None, out: Path | None) -> str:
+    """The command line that remakes this table (placement, --gpus, left out: it changes no number)."""
+    parts = ["lab", "reproduce", "addition", "--preset", preset]
+    if rows is not None:
+        parts += ["--rows", rows]
+    if seeds is not None:
+        parts += ["--seeds", str(seeds)]
+    if max_steps is not None:
+        parts += ["--max-steps", str(max_steps)]
+    for item in set_:
+        parts += ["--set", item]
+    if results is not None:
+        parts += ["--results", str(results)]
+    if out is not None:
+        parts += ["--out", str(out)]
+    return shlex.join(parts)
+
+
 @app.command()
 def addition(
-    preset: Annotated[str, typer.Option(help="tiny (a small, quick model) or paper (the paper's settings).")] = "tiny",
-    mixer: Mixers = None,
-    devices: Annotated[int, typer.Option(help="Devices per run.")] = 1,
-    out: Annotated[Path, typer.Option(help="Folder for the runs and the table.")] = Path("results/addition"),
+    preset: Annotated[str, typer.Option(
+        help="paper (the paper's settings: 2000 steps, batch 256, ~10M parameters) or tiny (minutes on a CPU).")]
+    = "paper",
+    rows: Annotated[str | None, typer.Option(
+        help="Comma-separated rows to train, e.g. transformer,falcon-1a.3 (default: all).")] = None,
+    seeds: Annotated[int | None, typer.Option(help="Seeds per row, 0..N-1 (default: 3 for paper, 1 for tiny).")]
+    = None,
+    gpus: Annotated[int | None, typer.Option(
+        help="Runs at once, each on its own GPU (on a CPU: processes); default every visible GPU, 1 on a CPU.")]
+    = None,
+    max_steps: Annotated[int | None, typer.Option(help="Train each run for this many steps instead.")] = None,
+    set_: Annotated[list[str] | None, typer.Option(
+        "--set", help="Override one setting of every run, e.g. --set optim.lr=3e-3 (repeatable).")] = None,
+    results: Annotated[Path | None, typer.Option(
+        help="Folder of runs/ and the registry lab.db; default $LAB_RESULTS or results/.")] = None,
+    out: Annotated[Path | None, typer.Option(
+        help="Folder of the table files; default <results>/addition (tiny: <results>/addition/tiny).")] = None,
 ) -> None:
-    """The addition extrapolation table (val acc, mean 33-48, Acc@33, Acc@48, best step)."""
-    not_built("reproduction of the addition table")
+    """The addition extrapolation table (best step, val acc, mean 33-48, Acc@33, Acc@48) beside the paper's.
+
+    Finished runs are skipped and unfinished ones resume, so the table can be built a piece at a time."""
+    from lab.config import ConfigError
+    from lab.reproduce.addition import parse_rows, reproduce_addition
+    from lab.reproduce.launch import Outcome, check_slots, visible_gpus
+
+    try:
+        chosen = parse_rows(rows)
+        slots = gpus if gpus is not None else max(1, len(visible_gpus()))
+        check_slots(slots)
+    except ValueError as err:
+        typer.echo(f"lab reproduce: {err}", err=True)
+        raise typer.Exit(code=2) from None
+    command = _command(preset, rows, seeds, gpus, max_steps, set_ or [], results, out)
+
+    def report(outcome: Outcome) -> None:
+        job, m = outcome.job, outcome.metrics
+        head = f"{job.cfg.mixer} seed {job.cfg.train.seed} (run {job.run_id}):"
+        if outcome.status == "failed":
+            typer.echo(f"{head} failed after {outcome.seconds:.0f} s: {outcome.message}")
+            return
+        took = "finished before" if outcome.status == "skipped" else f"{outcome.status} in {outcome.seconds:.0f} s"
+        scores = "  ".join(f"{name} {m[key]:.1f}" for key, name in (
+            ("best_val_acc", "val"), ("best_ood_mean", "mean33-48"), ("best_acc@33", "@33"), ("best_acc@48", "@48"))
+            if m.get(key) is not None)
+        step = f"best step {m['best_step']:.0f}  " if m.get("best_step") is not None else ""
+        typer.echo(f"{head} {took}  {step}{scores}")
+
+    try:
+        done = reproduce_addition(preset, chosen, seeds, slots, max_steps, set_ or (), results, out, command,
+                                  on_done=report)
+    except (ValueError, ConfigError) as err:
+        typer.echo(f"lab reproduce: {err}", err=True)
+        raise typer.Exit(code=2) from None
+    typer.echo(f"table: {done.out / 'table.md'} ({done.finished} of {done.planned} planned runs finished)")
+    if done.failed:
+        typer.echo(f"lab reproduce: {len(done.failed)} run(s) failed; their logs are train.log in their run "
+                   f"folders", err=True)
+        raise typer.Exit(code=1)
 
 
 @app.command()

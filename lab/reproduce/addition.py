@@ -1,0 +1,141 @@
+"""`lab reproduce addition`: the paper's Table 3 (teacher-forced length extrapolation on addition).
+
+Every row is a registry mixer trained with one preset (`addition-tiny` or `addition-paper`) for each
+seed; a run's id is the hash of its configuration, so rerunning the command skips finished runs and
+resumes unfinished ones, and the table can be built a piece at a time (`--rows`, `--seeds`). After
+every run the table is rewritten from all finished runs of the plan.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from lab.config import load_config
+from lab.reproduce.launch import Job, Outcome, run_jobs
+from lab.runs import results_root
+
+PRESETS = {"tiny": "addition-tiny", "paper": "addition-paper"}
+DEFAULT_SEEDS = {"tiny": 1, "paper": 3}
+
+
+@dataclass(frozen=True)
+class PaperNumbers:
+    """A row of the paper's Table 3: best step, val. acc., mean over 33–48, Acc@33, Acc@48 (percent)."""
+
+    best_step: int
+    val_acc: float
+    ood_mean: float
+    acc33: float
+    acc48: float
+
+
+@dataclass(frozen=True)
+class Row:
+    """A table row: the registry mixer it trains, its label, and the paper's numbers when it has them."""
+
+    name: str
+    label: str
+    paper: PaperNumbers | None = None
+
+
+ROWS: tuple[Row, ...] = (
+    Row("transformer", "Transformer (RoPE)", PaperNumbers(2000, 100.0, 65.8, 97.0, 49.0)),
+    Row("retnet", "RetNet", PaperNumbers(2000, 99.7, 82.9, 99.0, 63.0)),
+    Row("mamba2", "Mamba-2", PaperNumbers(2000, 100.0, 75.2, 100.0, 51.0)),
+    Row("falcon-1a.1", "Falcon-1A.1 (QK-ℓ2, ctxβ-ctxλ)", PaperNumbers(1900, 100.0, 80.6, 100.0, 59.0)),
+    Row("falcon-1a.2", "Falcon-1A.2 (QK-ℓ2, ctxη-ctxλ)", PaperNumbers(2000, 100.0, 85.2, 100.0, 63.0)),
+    Row("falcon-1a.3", "Falcon-1A.3 (QK-RMSNorm, ctxη-ctxλ)", PaperNumbers(1900, 99.8, 85.9, 100.0, 69.0)),
+    Row("falcon-3a.3", "Falcon-3A.3 (QK-RMSNorm, ctxη-ctxλ)", PaperNumbers(2000, 99.9, 87.2, 100.0, 69.0)),
+    Row("falcon-1.3", "Falcon-1.3 (QK-RMSNorm, ctxη-ctxλ)", PaperNumbers(2000, 100.0, 68.8, 100.0, 48.0)),
+    # Beyond the paper's table: the other baselines and the remaining rules (with the .3 settings;
+    # falcon-1 with them is falcon-1.3 above).
+    Row("deltanet", "DeltaNet"),
+    Row("gated-deltanet", "Gated DeltaNet"),
+    Row("falcon-2", "Falcon-2 (.3 settings)"),
+    Row("falcon-3", "Falcon-3 (.3 settings, B=4)"),
+    Row("falcon-2a", "Falcon-2A (.3 settings)"),
+)
+ROW_NAMES = tuple(r.name for r in ROWS)
+ROW_BY_NAME = {r.name: r for r in ROWS}
+
+
+def parse_rows(text: str | None) -> list[Row]:
+    """Rows named in a comma-separated list (all rows for None); ValueError naming the accepted ones."""
+    if text is None:
+        return list(ROWS)
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if not names:
+        raise ValueError(f"--rows is empty; accepted: {', '.join(ROW_NAMES)}")
+    for name in names:
+        if name not in ROW_BY_NAME:
+            raise ValueError(f"unknown row {name!r}; accepted: {', '.join(ROW_NAMES)}")
+    return [ROW_BY_NAME[n] for n in dict.fromkeys(names)]
+
+
+def check_preset(preset: str) -> str:
+    """The lab preset behind a reproduce preset; ValueError naming the accepted ones."""
+    if preset not in PRESETS:
+        raise ValueError(f"unknown preset {preset!r}; accepted: {', '.join(PRESETS)}")
+    return PRESETS[preset]
+
+
+def plan(preset: str, rows: Sequence[Row], seeds: int, max_steps: int | None = None,
+         overrides: Sequence[str] = ()) -> list[Job]:
+    """One job per (seed, row), seed by seed, so that a whole table of one seed comes first.
+
+    Raises ValueError for a bad preset or seed count and ConfigError for a bad override."""
+    name = check_preset(preset)
+    if seeds < 1:
+        raise ValueError(f"--seeds must be >= 1, got {seeds}")
+    return [Job(load_config(name, overrides=list(overrides), task="addition", mixer=row.name,
+                            train__max_steps=max_steps, train__seed=seed), label=row.name)
+            for seed in range(seeds) for row in rows]
+
+
+def default_out(preset: str, results: Path) -> Path:
+    """Where the tables go: `<results>/addition` for the paper preset, `<results>/addition/<preset>` else."""
+    return results / "addition" if preset == "paper" else results / "addition" / preset
+
+
+@dataclass
+class Reproduction:
+    """What `reproduce_addition` did: each job's outcome and where the tables are."""
+
+    outcomes: list[Outcome]
+    out: Path
+    finished: int
+    planned: int
+
+    @property
+    def failed(self) -> list[Outcome]:
+        return [o for o in self.outcomes if o.status == "failed"]
+
+
+def reproduce_addition(preset: str = "paper", rows: Sequence[Row] | None = None, seeds: int | None = None,
+                       gpus: int = 1, max_steps: int | None = None, overrides: Sequence[str] = (),
+                       results: str | Path | None = None, out: str | Path | None = None,
+                       command: str = "lab reproduce addition",
+                       on_done: Callable[[Outcome], None] | None = None) -> Reproduction:
+    """Train the rows' runs not yet finished (up to `gpus` at once), then write table.md, table.csv
+    and per_width.csv to `out`, rewriting them after every run; `command` is printed in table.md."""
+    from lab.reproduce.addition_table import write_tables
+
+    seeds = DEFAULT_SEEDS.get(preset, 1) if seeds is None else seeds
+    rows = list(ROWS) if rows is None else list(rows)
+    # The table holds every row of the plan that has finished runs, not only the rows run now.
+    everything = plan(preset, ROWS, seeds, max_steps, overrides)
+    wanted = {r.name for r in rows}
+    jobs = [j for j in everything if j.cfg.mixer in wanted]
+    results = Path(results).resolve() if results is not None else results_root()
+    out = Path(out).resolve() if out is not None else default_out(preset, results)
+
+    def done(outcome: Outcome) -> None:
+        write_tables(everything, results, out, command)
+        if on_done is not None:
+            on_done(outcome)
+
+    outcomes = run_jobs(jobs, results, slots=gpus, argv=command.split(), on_done=done)
+    finished = write_tables(everything, results, out, command)
+    return Reproduction(outcomes, out, finished, len(everything))

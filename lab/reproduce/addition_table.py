@@ -1,0 +1,188 @@
+"""The addition table from finished runs: table.md (ours beside the paper's), table.csv and per_width.csv.
+
+Ours are mean ± sample standard deviation over the seeds of a row, each run taken at its best step
+(the evaluation with the highest validation accuracy, the earliest among equals), as the paper's
+Table 3 reports; the last step's accuracies stand beside them.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from lab.eval.callback import WIDTHS, evals_path, pick_best, read_evals
+from lab.reproduce.launch import Job
+from lab.runs import Registry, atomic_write_text, git_state, now, run_dir_for
+
+# (registry metric, column of table.csv, markdown header, decimals); PAPER's keys are columns here.
+METRICS = (
+    ("best_step", "best_step", "Best step", 0),
+    ("best_val_acc", "val_acc", "Val. acc.", 1),
+    ("best_ood_mean", "ood_mean", "Mean 33–48", 1),
+    ("best_acc@33", "acc33", "Acc@33", 1),
+    ("best_acc@48", "acc48", "Acc@48", 1),
+    ("best_free_val_acc", "free_val_acc", "Free-running val. acc.", 1),
+    ("best_free_ood_mean", "free_ood_mean", "Free-running mean 33–48", 1),
+    ("best_val_token_acc", "token_val_acc", "Per-token val. acc.", 1),
+    ("best_ood_token_mean", "token_ood_mean", "Per-token mean 33–48", 1),
+    ("last_val_acc", "last_val_acc", "Last-step val. acc.", 1),
+    ("last_ood_mean", "last_ood_mean", "Last-step mean 33–48", 1),
+)
+PAPER = (("best_step", "Best step"), ("val_acc", "Val. acc."), ("ood_mean", "Mean 33–48"),
+         ("acc33", "Acc@33"), ("acc48", "Acc@48"))
+
+
+def finished_runs(jobs: Sequence[Job], results: Path) -> list[dict[str, Any]]:
+    """One record per job whose run is finished: job, seed, metrics and the registry row."""
+    registry = Registry(results / "lab.db")
+    out = []
+    for job in jobs:
+        row = registry.get(job.run_id)
+        if row is not None and row["status"] == "finished":
+            out.append({"job": job, "seed": job.cfg.train.seed, "metrics": json.loads(row["metrics"] or "{}"),
+                        "registry": row})
+    return out
+
+
+def _mean_std(values: list[float]) -> tuple[float | None, float | None]:
+    if not values:
+        return None, None
+    return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else None)
+
+
+def summary_rows(jobs: Sequence[Job], runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """table.csv's rows: one per table row of the plan, in the plan's order."""
+    from lab.reproduce.addition import ROW_BY_NAME
+
+    planned: dict[str, int] = {}
+    for job in jobs:
+        planned[job.cfg.mixer] = planned.get(job.cfg.mixer, 0) + 1
+    table = []
+    for name, count in planned.items():
+        row = ROW_BY_NAME[name]
+        mine = [r for r in runs if r["job"].cfg.mixer == name]
+        record: dict[str, Any] = {"row": name, "model": row.label, "runs": len(mine), "planned": count,
+                                  "params": mine[0]["registry"]["n_params"] if mine else None,
+                                  "seeds": " ".join(str(r["seed"]) for r in mine)}
+        for key, _ in PAPER:
+            record[f"paper_{key}"] = getattr(row.paper, key) if row.paper else None
+        for metric, column, _, _ in METRICS:
+            values = [float(r["metrics"][metric]) for r in mine if r["metrics"].get(metric) is not None]
+            record[f"{column}_mean"], record[f"{column}_std"] = _mean_std(values)
+        table.append(record)
+    return table
+
+
+def per_width_rows(runs: list[dict[str, Any]], results: Path) -> list[dict[str, Any]]:
+    """per_width.csv's rows: every width of the best and the last evaluation of every finished run."""
+    out = []
+    for run in runs:
+        job = run["job"]
+        evals = read_evals(evals_path(run_dir_for(job.run_id, results=results)))
+        if not evals:
+            continue
+        for which, e in (("best", pick_best(evals)), ("last", evals[-1])):
+            for n in WIDTHS:
+                out.append({"row": job.cfg.mixer, "seed": run["seed"], "run_id": job.run_id, "which": which,
+                            "step": e["step"], "width": n,
+                            "teacher_forced": e.get("teacher_forced", {}).get(n),
+                            "per_token": e.get("per_token", {}).get(n),
+                            "free_running": e.get("free_running", {}).get(n)})
+    return out
+
+
+def _cell(mean: float | None, std: float | None, decimals: int) -> str:
+    if mean is None or (isinstance(mean, float) and math.isnan(mean)):
+        return "—"
+    text = f"{mean:.{decimals}f}"
+    return text if std is None else f"{text} ± {std:.{decimals}f}"
+
+
+def _paper_cell(value: float | None, decimals: int) -> str:
+    return "—" if value is None else f"{value:.{decimals}f}"
+
+
+def _params(n: int | None) -> str:
+    return "—" if n is None else f"{n / 1e6:.1f}M" if n >= 1e5 else f"{n / 1e3:.0f}K"
+
+
+def _markdown_table(header: list[str], lines: list[list[str]]) -> str:
+    rows = [header, ["---"] * len(header), *lines]
+    return "\n".join("| " + " | ".join(r) + " |" for r in rows) + "\n"
+
+
+def render_markdown(jobs: Sequence[Job], table: list[dict[str, Any]], runs: list[dict[str, Any]],
+                    command: str) -> str:
+    """table.md: provenance, settings, ours beside the paper's, then free-running and per-token accuracy."""
+    cfg = jobs[0].cfg
+    m, t, d, e = cfg.model, cfg.train, cfg.data, cfg.eval
+    code = git_state()
+    commit = (code["commit"] or "unknown")[:12] + (" (with uncommitted changes)" if code["dirty"] else "")
+    trained = sorted({(r["registry"]["commit"] or "unknown")[:12] for r in runs})
+    devices = sorted({r["registry"]["device"] or "unknown" for r in runs})
+    seeds = sorted({j.cfg.train.seed for j in jobs})
+    curriculum = ("" if d.curriculum is None
+                  else f", {d.curriculum} curriculum from width {d.start_width} over {d.ramp_steps} steps")
+    lines = [
+        "# Addition: teacher-forced length extrapolation (the paper's Table 3)",
+        "",
+        f"Remade by `{command}` from the repository root. Table written {now()} at commit {commit}; "
+        f"runs trained at {', '.join(trained) or '—'} on {'; '.join(devices) or '—'}. "
+        f"{len(runs)} of {len(jobs)} planned runs finished.",
+        "",
+        f"Preset `{cfg.preset}`: d_model {m.d_model}, {m.n_layers} layers, {m.n_heads} heads; {t.max_steps} steps "
+        f"of batch {t.batch_size}, lr {cfg.optim.lr:g} (warm-up {cfg.optim.warmup_steps}, cosine); train widths "
+        f"{d.widths[0]}–{d.widths[1]}{curriculum}; evaluated every {t.val_every} steps on widths 1–48 with "
+        f"{e.n_per_length} samples per width ({e.free_per_length} free-running, at the best and the last step); "
+        f"seeds {', '.join(map(str, seeds))}.",
+        "",
+        "Accuracies in percent. Teacher-forced whole-suffix accuracy: a sample counts when every target digit "
+        "and the end token are predicted right. Val. acc.: widths 1–32; Mean 33–48: widths 33–48. "
+        "Ours: mean ± standard deviation over seeds, each run at its best step (highest val. acc., earliest among equals); "
+        "(paper): the paper's Table 3.",
+        "",
+    ]
+    header = ["Model", "Params", "Runs"]
+    for key, title in PAPER:
+        header += [f"{title} (paper)", title]
+    body = []
+    by_column = {column: decimals for _, column, _, decimals in METRICS}
+    for r in table:
+        cells = [r["model"], _params(r["params"]), f"{r['runs']}/{r['planned']}"]
+        for key, _ in PAPER:
+            decimals = by_column[key]
+            cells += [_paper_cell(r[f"paper_{key}"], decimals), _cell(r[f"{key}_mean"], r[f"{key}_std"], decimals)]
+        body.append(cells)
+    lines.append(_markdown_table(header, body))
+    lines += [
+        "Beside the paper: free-running (greedy) accuracy and per-token accuracy at the best step, and "
+        "teacher-forced accuracy at the last step. A greedy answer is right exactly when every teacher-forced "
+        "prediction is, so free-running accuracy can part from teacher-forced accuracy only through "
+        "floating-point differences (and fewer samples).",
+        "",
+    ]
+    extra = METRICS[5:]
+    body = [[r["model"]] + [_cell(r[f"{c}_mean"], r[f"{c}_std"], dec) for _, c, _, dec in extra] for r in table]
+    lines.append(_markdown_table(["Model", *(title for _, _, title, _ in extra)], body))
+    lines.append("Per-width accuracies of every run (best and last step): `per_width.csv`; the numbers above: "
+                 "`table.csv`.\n")
+    return "\n".join(lines)
+
+
+def write_tables(jobs: Sequence[Job], results: Path, out: Path, command: str) -> int:
+    """Write table.md, table.csv and per_width.csv to `out` from the finished runs of `jobs`; return
+    how many runs are finished."""
+    runs = finished_runs(jobs, results)
+    table = summary_rows(jobs, runs)
+    atomic_write_text(out / "table.md", render_markdown(jobs, table, runs, command))
+    atomic_write_text(out / "table.csv", pd.DataFrame(table).to_csv(index=False))
+    columns = ["row", "seed", "run_id", "which", "step", "width", "teacher_forced", "per_token", "free_running"]
+    atomic_write_text(out / "per_width.csv", pd.DataFrame(per_width_rows(runs, results), columns=columns)
+                      .to_csv(index=False))
+    return len(runs)

@@ -1,0 +1,213 @@
+"""Run many independent training runs, up to K at a time, skipping those already finished.
+
+One slot runs in this process, one run after another (no start-up cost per run). K slots run each
+run as its own `lab train` process: on a GPU machine slot i sees only GPU i (CUDA_VISIBLE_DEVICES);
+on a CPU the K processes share the cores, each with cores/K threads. Every run writes its output to
+`train.log` in its run folder; the registry says how it ended.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from lab.config import RunConfig, config_hash, dump_yaml
+from lab.runs import Registry, run_dir_for
+
+# Where this code is imported from: child processes import the very same code.
+CODE_ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass(frozen=True)
+class Job:
+    """One run to make: its configuration and the labels it is reported under."""
+
+    cfg: RunConfig
+    label: str = ""
+
+    @property
+    def run_id(self) -> str:
+        return config_hash(self.cfg)
+
+
+@dataclass
+class Outcome:
+    """How a job ended: status "finished", "skipped" (finished before), "stopped" or "failed"."""
+
+    job: Job
+    status: str
+    seconds: float = 0.0
+    message: str | None = None
+    metrics: dict[str, Any] = field(default_factory=dict)
+
+
+def log_path(job: Job, results: Path) -> Path:
+    """The job's log file, in its run folder."""
+    return run_dir_for(job.run_id, results=results).root / "train.log"
+
+
+def finished_metrics(registry: Registry, run_id: str) -> dict[str, Any] | None:
+    """The final metrics of a finished run, or None when the run is not finished."""
+    row = registry.get(run_id)
+    if row is None or row["status"] != "finished":
+        return None
+    return json.loads(row["metrics"] or "{}")
+
+
+def visible_gpus() -> list[str]:
+    """Identifiers of the GPUs this process may use, as CUDA_VISIBLE_DEVICES names them; [] without CUDA."""
+    import torch
+
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    listed = [d.strip() for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+    return listed[:count] if listed else [str(i) for i in range(count)]
+
+
+def check_slots(slots: int) -> None:
+    """ValueError unless `slots` runs can run at once here (at most one per visible GPU)."""
+    if slots < 1:
+        raise ValueError(f"--gpus must be >= 1, got {slots}")
+    gpus = visible_gpus()
+    if gpus and slots > len(gpus):
+        raise ValueError(f"--gpus {slots} asks for more GPUs than the {len(gpus)} visible; "
+                         f"accepted: 1 to {len(gpus)}")
+
+
+def run_jobs(jobs: Sequence[Job], results: Path, slots: int = 1, argv: Sequence[str] | None = None,
+             on_done: Callable[[Outcome], None] | None = None) -> list[Outcome]:
+    """Make every job not yet finished in `<results>/lab.db`, up to `slots` at once; `on_done(outcome)`
+    is called as each ends (skipped jobs first). Returns the outcomes in the order the jobs ended."""
+    check_slots(slots)
+    results = Path(results).resolve()
+    registry = Registry(results / "lab.db")
+    outcomes: list[Outcome] = []
+
+    def done(outcome: Outcome) -> None:
+        outcomes.append(outcome)
+        if on_done is not None:
+            on_done(outcome)
+
+    todo = []
+    for job in jobs:
+        metrics = finished_metrics(registry, job.run_id)
+        if metrics is None:
+            todo.append(job)
+        else:
+            done(Outcome(job, "skipped", metrics=metrics))
+    if slots == 1:
+        for job in todo:
+            done(_run_here(job, results, registry, argv))
+    else:
+        _run_in_processes(todo, results, registry, slots, done)
+    return outcomes
+
+
+def _quiet_lightning() -> None:
+    """Keep Lightning's banners and known deprecation chatter out of the output."""
+    for name in ("lightning.pytorch", "lightning.fabric", "lightning"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    warnings.filterwarnings("ignore", message=".*treespec.*LeafSpec.*")
+    warnings.filterwarnings("ignore", message=".*does not have many workers.*")
+
+
+def _run_here(job: Job, results: Path, registry: Registry, argv: Sequence[str] | None) -> Outcome:
+    from lab.train import run_training
+
+    _quiet_lightning()
+    log = log_path(job, results)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    with log.open("a", encoding="utf-8") as f, contextlib.redirect_stdout(f), contextlib.redirect_stderr(f):
+        try:
+            result = run_training(job.cfg, results=results, progress=False, argv=argv)
+        except Exception as err:  # one run's failure must not stop the others
+            print(f"{type(err).__name__}: {err}", file=f)
+            return Outcome(job, "failed", time.perf_counter() - start, _first_line(str(err)))
+    seconds = time.perf_counter() - start
+    if result.status == "skipped":
+        return Outcome(job, "skipped", seconds, metrics=result.metrics)
+    return Outcome(job, result.status, seconds, metrics=result.metrics)
+
+
+def _child_env(slot: int, slots: int, gpus: list[str]) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(CODE_ROOT), *filter(None, [env.get("PYTHONPATH")])])
+    if gpus:
+        env["CUDA_VISIBLE_DEVICES"] = gpus[slot]
+    else:
+        env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // slots))
+    return env
+
+
+def _run_in_processes(jobs: Sequence[Job], results: Path, registry: Registry, slots: int,
+                      done: Callable[[Outcome], None]) -> None:
+    gpus = visible_gpus()
+    pending = deque(jobs)
+    free = list(range(slots))
+    running: dict[int, tuple[Job, subprocess.Popen, float, Any]] = {}
+    with tempfile.TemporaryDirectory(prefix="lab-reproduce-") as configs:
+        try:
+            while pending or running:
+                while pending and free:
+                    job, slot = pending.popleft(), free.pop(0)
+                    path = Path(configs) / f"{job.run_id}.yaml"
+                    path.write_text(dump_yaml(job.cfg), encoding="utf-8")
+                    log = log_path(job, results)
+                    log.parent.mkdir(parents=True, exist_ok=True)
+                    f = log.open("a", encoding="utf-8")
+                    cmd = [sys.executable, "-m", "lab", "train", "--config", str(path), "--results", str(results),
+                           "--no-progress"]
+                    proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT,
+                                            env=_child_env(slot, slots, gpus))
+                    running[slot] = (job, proc, time.perf_counter(), f)
+                time.sleep(0.2)
+                for slot, (job, proc, start, f) in list(running.items()):
+                    if proc.poll() is None:
+                        continue
+                    f.close()
+                    del running[slot]
+                    free.append(slot)
+                    done(_process_outcome(job, proc.returncode, time.perf_counter() - start, results, registry))
+        finally:
+            for job, proc, _, f in running.values():
+                # Interrupted: end our own children; their runs resume next time.
+                proc.terminate()
+                try:
+                    proc.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                f.close()
+
+
+def _process_outcome(job: Job, code: int, seconds: float, results: Path, registry: Registry) -> Outcome:
+    row = registry.get(job.run_id) or {}
+    status = row.get("status")
+    metrics = json.loads(row.get("metrics") or "{}")
+    if code == 0 and status in ("finished", "stopped"):
+        return Outcome(job, status, seconds, metrics=metrics)
+    message = row.get("message") or _last_line(log_path(job, results)) or f"exit code {code}"
+    return Outcome(job, "failed", seconds, _first_line(message))
+
+
+def _first_line(text: str) -> str:
+    return text.strip().splitlines()[0] if text.strip() else ""
+
+
+def _last_line(path: Path) -> str:
+    try:
+        lines = [line for line in path.read_text(encoding="utf-8", errors="replace").splitlines() if line.strip()]
+    except OSError:
+        return ""
+    return lines[-1] if lines else ""

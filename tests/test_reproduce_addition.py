@@ -1,0 +1,153 @@
+"""`lab reproduce addition`: the plan, the table's arithmetic, end to end on a CPU (in this process and
+as two processes), skipping finished runs, and one-line errors."""
+
+from __future__ import annotations
+
+import csv
+import os
+import re
+import statistics
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from lab.cli import app
+from lab.config import ConfigError
+from lab.reproduce.addition import ROW_NAMES, ROWS, parse_rows, plan
+from lab.reproduce.addition_table import summary_rows
+from lab.reproduce.launch import CODE_ROOT, _child_env, check_slots
+from lab.runs import Registry
+
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+PAPER_ROWS = ["transformer", "retnet", "mamba2", "falcon-1a.1", "falcon-1a.2", "falcon-1a.3", "falcon-3a.3",
+              "falcon-1.3"]
+
+
+def invoke(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(app, list(args))
+    return result.exit_code, ANSI.sub("", result.output)
+
+
+def read_csv(path: Path) -> list[dict[str, str]]:
+    with path.open(newline="", encoding="utf-8") as f:
+        return list(csv.DictReader(f))
+
+
+def test_rows_hold_the_papers_table_first_with_its_numbers() -> None:
+    assert list(ROW_NAMES[:8]) == PAPER_ROWS
+    assert all(r.paper is not None for r in ROWS[:8]) and all(r.paper is None for r in ROWS[8:])
+    assert {"deltanet", "gated-deltanet", "falcon-2", "falcon-3", "falcon-2a"} <= set(ROW_NAMES)
+    f3a = ROWS[ROW_NAMES.index("falcon-3a.3")].paper
+    assert (f3a.best_step, f3a.val_acc, f3a.ood_mean, f3a.acc33, f3a.acc48) == (2000, 99.9, 87.2, 100.0, 69.0)
+    from mixers import MIXERS
+
+    assert set(ROW_NAMES) <= set(MIXERS)
+
+
+def test_parse_rows_keeps_order_drops_repeats_and_names_what_is_accepted() -> None:
+    assert [r.name for r in parse_rows(" falcon-1a.3,transformer,falcon-1a.3 ")] == ["falcon-1a.3", "transformer"]
+    assert len(parse_rows(None)) == len(ROWS)
+    with pytest.raises(ValueError, match="unknown row 'nope'; accepted: transformer, retnet"):
+        parse_rows("transformer,nope")
+    with pytest.raises(ValueError, match="--rows is empty"):
+        parse_rows(" , ")
+
+
+def test_plan_goes_seed_by_seed_with_one_run_id_per_row_and_seed() -> None:
+    jobs = plan("tiny", parse_rows("transformer,mamba2"), seeds=2, max_steps=7, overrides=["optim.lr=1e-3"])
+    assert [(j.cfg.train.seed, j.cfg.mixer) for j in jobs] == [(0, "transformer"), (0, "mamba2"),
+                                                              (1, "transformer"), (1, "mamba2")]
+    assert len({j.run_id for j in jobs}) == 4
+    assert all(j.cfg.train.max_steps == 7 and j.cfg.optim.lr == 1e-3 and j.cfg.eval.enabled for j in jobs)
+    paper = plan("paper", parse_rows("transformer"), seeds=1)[0].cfg
+    assert (paper.train.max_steps, paper.train.batch_size, paper.train.val_every) == (2000, 256, 100)
+    assert paper.data.widths == (1, 32) and paper.eval.n_per_length == 100
+    with pytest.raises(ValueError, match="unknown preset 'huge'; accepted: tiny, paper"):
+        plan("huge", ROWS, 1)
+    with pytest.raises(ValueError, match="--seeds must be >= 1"):
+        plan("tiny", ROWS, 0)
+    with pytest.raises(ConfigError, match="unknown key 'optim.lrr'"):
+        plan("tiny", ROWS, 1, overrides=["optim.lrr=1"])
+
+
+def test_table_rows_are_mean_and_sample_std_over_finished_seeds() -> None:
+    jobs = plan("tiny", parse_rows("transformer,retnet"), seeds=3)
+    values = [61.0, 70.0, 67.0]
+    runs = [{"job": j, "seed": j.cfg.train.seed, "registry": {"n_params": 1234},
+             "metrics": {"best_step": 100.0 * (j.cfg.train.seed + 1), "best_ood_mean": values[j.cfg.train.seed]}}
+            for j in jobs if j.cfg.mixer == "transformer"]
+    runs.append({"job": jobs[1], "seed": 0, "registry": {"n_params": 99}, "metrics": {"best_ood_mean": 5.0}})
+    transformer, retnet = summary_rows(jobs, runs)
+    assert (transformer["runs"], transformer["planned"], transformer["params"]) == (3, 3, 1234)
+    assert transformer["ood_mean_mean"] == pytest.approx(statistics.fmean(values))
+    assert transformer["ood_mean_std"] == pytest.approx(statistics.stdev(values))
+    assert transformer["best_step_mean"] == 200.0 and transformer["paper_ood_mean"] == 65.8
+    assert transformer["val_acc_mean"] is None
+    assert (retnet["runs"], retnet["ood_mean_mean"], retnet["ood_mean_std"]) == (1, 5.0, None)
+
+
+def test_each_process_sees_its_own_gpu_or_its_share_of_the_cores() -> None:
+    assert _child_env(1, 2, ["3", "5"])["CUDA_VISIBLE_DEVICES"] == "5"
+    env = _child_env(0, 2, [])
+    assert env["OMP_NUM_THREADS"] == str(max(1, (os.cpu_count() or 1) // 2))
+    assert env.get("CUDA_VISIBLE_DEVICES") == os.environ.get("CUDA_VISIBLE_DEVICES")
+    assert env["PYTHONPATH"].split(os.pathsep)[0] == str(CODE_ROOT)
+    with pytest.raises(ValueError, match="--gpus must be >= 1"):
+        check_slots(0)
+
+
+ARGS = ["reproduce", "addition", "--preset", "tiny", "--rows", "transformer,falcon-1a.3", "--seeds", "1",
+        "--max-steps", "20"]
+
+
+def test_tiny_reproduction_end_to_end_then_a_rerun_skips_what_is_finished(tmp_path: Path) -> None:
+    code, text = invoke(*ARGS, "--results", str(tmp_path))
+    assert code == 0, text
+    out = tmp_path / "addition" / "tiny"
+    assert f"table: {out / 'table.md'} (2 of 13 planned runs finished)" in text
+    assert text.count("finished in") == 2
+    table = {r["row"]: r for r in read_csv(out / "table.csv")}
+    assert list(table) == list(ROW_NAMES)
+    assert table["transformer"]["runs"] == "1" and table["retnet"]["runs"] == "0"
+    assert float(table["falcon-1a.3"]["best_step_mean"]) == 20.0  # one evaluation: the last step
+    assert 0.0 <= float(table["falcon-1a.3"]["ood_mean_mean"]) <= 100.0
+    per_width = read_csv(out / "per_width.csv")
+    assert len(per_width) == 2 * 2 * 48  # two runs, best and last, 48 widths
+    assert {r["width"] for r in per_width} == {str(n) for n in range(1, 49)}
+    markdown = (out / "table.md").read_text()
+    assert "`lab reproduce addition --preset tiny --rows transformer,falcon-1a.3 --seeds 1 --max-steps 20" in markdown
+    assert "| Transformer (RoPE) |" in markdown and "| 65.8 |" in markdown and "2 of 13 planned runs finished" in markdown
+    registry = Registry(tmp_path / "lab.db")
+    assert [r["status"] for r in registry.rows()] == ["finished", "finished"]
+    stamps = [r["updated_at"] for r in registry.rows()]
+
+    code, text = invoke(*ARGS, "--results", str(tmp_path))
+    assert code == 0, text
+    assert text.count("finished before") == 2 and "finished in" not in text
+    assert [r["updated_at"] for r in registry.rows()] == stamps
+
+
+def test_two_runs_at_once_as_processes(tmp_path: Path) -> None:
+    code, text = invoke("reproduce", "addition", "--preset", "tiny", "--rows", "transformer,deltanet",
+                        "--max-steps", "3", "--gpus", "2", "--results", str(tmp_path), "--out", str(tmp_path / "t"))
+    assert code == 0, text
+    assert text.count("finished in") == 2
+    table = {r["row"]: r for r in read_csv(tmp_path / "t" / "table.csv")}
+    assert table["transformer"]["runs"] == table["deltanet"]["runs"] == "1"
+    logs = sorted(tmp_path.glob("runs/*/train.log"))
+    assert len(logs) == 2
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--rows", "transformer,nope"], "lab reproduce: unknown row 'nope'; accepted: transformer, retnet, "),
+    (["--preset", "huge"], "lab reproduce: unknown preset 'huge'; accepted: tiny, paper"),
+    (["--seeds", "0"], "lab reproduce: --seeds must be >= 1, got 0"),
+    (["--gpus", "0"], "lab reproduce: --gpus must be >= 1, got 0"),
+    (["--set", "optim.lrr=1"], "lab reproduce: unknown key 'optim.lrr'"),
+])
+def test_mistakes_are_one_line_with_exit_2_and_nothing_run(args: list[str], message: str, tmp_path: Path) -> None:
+    code, text = invoke("reproduce", "addition", "--preset", "tiny", *args, "--results", str(tmp_path))
+    assert code == 2
+    assert text.count("\n") == 1 and text.startswith(message) and "Traceback" not in text
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "addition").exists()
