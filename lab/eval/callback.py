@@ -79,7 +79,8 @@ def read_evals(path: str | Path) -> list[dict[str, Any]]:
             row: dict[str, Any] = {"step": int(raw["step"])}
             row.update({k: float(raw[k]) for k in (*SUMMARY, *FREE_SUMMARY) if raw.get(k) not in ("", None)})
             for prefix, name in PER_WIDTH.items():
-                per_n = {n: float(raw[f"{prefix}@{n}"]) for n in WIDTHS if raw.get(f"{prefix}@{n}") not in ("", None)}
+                cells = {n: raw.get(f"{prefix}@{n}") for n in WIDTHS}
+                per_n = {n: float(v) for n, v in cells.items() if v not in ("", None)}
                 if per_n:
                     row[name] = per_n
             rows.append(row)
