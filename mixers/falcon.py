@@ -70,7 +70,7 @@ class FalconOptions:
     decay_floor: float = 1e-3
     alignment: str = "shifted"
     timing: str = "raw"
-    backend: str = "chunk"
+    backend: str = "auto"  # the fused Triton kernels on a GPU where they cover the rule, else the chunk form
     chunk_size: int = 64
     output_gate: bool = True
     head_dim: int | None = None
@@ -82,7 +82,7 @@ class FalconOptions:
         check_choice(mixer, "ridge", self.ridge, RIDGES)
         check_choice(mixer, "alignment", self.alignment, ALIGNMENTS)
         check_choice(mixer, "timing", self.timing, TIMINGS)
-        check_choice(mixer, "backend", self.backend, tuple(BACKENDS))
+        check_choice(mixer, "backend", self.backend, ("auto", *BACKENDS))
         for name in ("v_norm", "conv", "scale_coupled_ridge", "output_gate"):
             check_bool(mixer, name, getattr(self, name))
         for name, minimum in (("conv_size", 1), ("window", 1), ("chunk_size", 1)):

@@ -139,7 +139,7 @@ def test_unknown_option_lists_accepted(name):
     ("falcon-2", "ridge", "lambda", "ctx_lambda, const_lambda"),
     ("falcon-3a", "alignment", "next", "shifted, same_time"),
     ("falcon-1", "timing", "late", "raw, rbw"),
-    ("falcon-1", "backend", "cuda", "recurrent"),
+    ("falcon-1", "backend", "cuda", "auto, recurrent, masked, chunk, triton"),
     ("retnet", "backend", "masked", "recurrent, chunk"),
     ("mamba2", "timing", "early", "raw, rbw"),
     ("deltanet", "alignment", "x", "shifted, same_time"),
@@ -173,7 +173,7 @@ def test_falcon_presets():
     for name, settings in expected.items():
         opts = default_options(name)
         assert {k: opts[k] for k in settings} == settings, name
-        assert opts["alignment"] == "shifted" and opts["timing"] == "raw" and opts["backend"] == "chunk"
+        assert opts["alignment"] == "shifted" and opts["timing"] == "raw" and opts["backend"] == "auto"
     for rule in ("falcon-1", "falcon-2", "falcon-3", "falcon-1a", "falcon-2a", "falcon-3a"):
         assert default_options(rule) == default_options("falcon-1.3"), rule
     assert build_mixer("falcon-3a.3", D_MODEL, HEADS).rule == "falcon-3a"

@@ -122,3 +122,30 @@ def test_autocast_does_not_reach_inside_the_op():
     with torch.autocast("cpu", dtype=torch.bfloat16):
         out, _ = fast_weight_rule(**x, rule="falcon-3", backend="chunk")
     assert out.dtype == torch.float32 and torch.allclose(out, ref, rtol=1e-5, atol=1e-6)
+
+
+def test_auto_backend_picks_the_fused_kernels_only_where_they_apply():
+    from types import SimpleNamespace
+
+    from kernels.falcon.config import RuleConfig
+    from kernels.falcon.fused import auto_backend
+
+    def tensor(cuda=True, dtype=torch.bfloat16, d=64):
+        return SimpleNamespace(is_cuda=cuda, dtype=dtype, shape=(1, 8, 2, d))
+
+    def pick(rule="falcon-1", chunk=64, floor=1e-3, **kw):
+        return auto_backend(tensor(**kw), tensor(**kw), RuleConfig(rule=rule, decay_floor=floor), chunk)
+
+    assert pick() == "triton" and pick(rule="falcon-2a") == "triton"
+    assert pick(cuda=False) == "chunk"
+    assert pick(dtype=torch.float64) == "chunk"
+    assert pick(rule="falcon-3") == "chunk" and pick(rule="falcon-3a") == "chunk"
+    assert pick(d=512) == "chunk" and pick(chunk=48) == "chunk"
+    assert pick(rule="falcon-2a", floor=1e-4) == "chunk" and pick(rule="falcon-1a", floor=1e-4) == "triton"
+
+
+def test_auto_backend_on_the_cpu_is_the_chunk_form():
+    x = rule_inputs("falcon-2", T=9, seed=30)
+    auto, _ = fast_weight_rule(**x, rule="falcon-2", backend="auto")
+    chunk, _ = fast_weight_rule(**x, rule="falcon-2", backend="chunk")
+    assert torch.equal(auto, chunk)

@@ -89,7 +89,8 @@ def fast_weight_rule(
         eps: ε of the step-size denominator. decay_floor: ε_γ, the carry never drops below it.
         alignment: ``"shifted"`` (x_t = k_{t−1}) or ``"same_time"`` (x_t = k_t).
         timing: ``"raw"`` (read S_t) or ``"rbw"`` (read S_{t−1}).
-        backend: ``"recurrent"`` (the oracle), ``"masked"`` (O(T²)), ``"chunk"`` (chunk-parallel).
+        backend: ``"recurrent"`` (the oracle), ``"masked"`` (O(T²)), ``"chunk"`` (chunk-parallel),
+            ``"triton"`` (fused kernels for falcon-1/2/1a/2a) or ``"auto"`` (triton where it applies, else chunk).
         initial_state: a ``FastWeightState`` to continue from, a bare S (a fresh sequence starting from S),
             or None (a fresh sequence from S = 0).
         output_final_state: return the state for exact continuation.
@@ -103,11 +104,15 @@ def fast_weight_rule(
     cfg = RuleConfig(rule=rule, window=window, eps=eps, decay_floor=decay_floor,
                      scale_coupled_ridge=scale_coupled_ridge, alignment=alignment, timing=timing,
                      normalize=normalize)
-    if backend not in BACKENDS:
-        raise ValueError(f"backend={backend!r}; accepted: {', '.join(BACKENDS)}")
+    if backend not in BACKENDS and backend != "auto":
+        raise ValueError(f"backend={backend!r}; accepted: auto, {', '.join(BACKENDS)}")
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
         raise ValueError(f"chunk_size must be an integer >= 1, got {chunk_size!r}")
     check_inputs(q, k, v, beta, lam, cfg, validate)
+    if backend == "auto":
+        from kernels.falcon.fused import auto_backend
+
+        backend = auto_backend(q, v, cfg, chunk_size)
     if cfg.per_channel and beta.dim() == 3:
         beta = beta[..., None].expand(*beta.shape, v.shape[-1])
     if cu_seqlens is not None:

@@ -6,12 +6,25 @@ chunk-local decay themselves; the state stays fp32.
 
 from __future__ import annotations
 
+import torch
 from torch import Tensor
 
 from kernels.falcon.config import RuleConfig
 from kernels.falcon.state import FastWeightState
 
 TRITON_RULES = ("falcon-1", "falcon-2", "falcon-1a", "falcon-2a")
+TRITON_CHUNK_SIZES = (16, 32, 64)  # accepted by every fused rule
+TRITON_MIN_DECAY_FLOOR_PER_CHANNEL = 1e-3  # falcon-2a's 16-token blocks factor its carry around their midpoint
+
+
+def auto_backend(q: Tensor, v: Tensor, cfg: RuleConfig, chunk_size: int) -> str:
+    """``backend="auto"``: the fused kernels where they apply (CUDA, half or single precision, a rule they
+    cover, Dk and Dv ≤ 256, a chunk size they take), else the PyTorch chunk form."""
+    fits = (q.is_cuda and q.dtype in (torch.bfloat16, torch.float16, torch.float32)
+            and cfg.rule in TRITON_RULES and max(q.shape[-1], v.shape[-1]) <= 256
+            and chunk_size in TRITON_CHUNK_SIZES
+            and not (cfg.rule == "falcon-2a" and cfg.decay_floor < TRITON_MIN_DECAY_FLOOR_PER_CHANNEL))
+    return "triton" if fits else "chunk"
 
 
 def triton_forward(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, lam: Tensor, cfg: RuleConfig,
