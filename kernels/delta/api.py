@@ -9,7 +9,8 @@ from torch import Tensor
 
 from kernels.delta.naive import recurrent_gated_delta_rule
 from kernels.falcon.config import ALIGNMENTS, TIMINGS
-from kernels.falcon.state import FastWeightState, fresh_state
+from kernels.falcon.checks import check_floating_on_one_device, check_qkv, check_shape, start_state
+from kernels.falcon.state import FastWeightState
 from kernels.precision import autocast_off
 
 Backend = Callable[..., tuple[Tensor, Tensor]]
@@ -26,63 +27,6 @@ def _recurrent(q, x, v, g, beta, scale, timing, S0, chunk_size):
 
 
 DELTA_BACKENDS: dict[str, Backend] = {"recurrent": _recurrent, "chunk": _chunk}
-
-
-def _check_inputs(q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor) -> None:
-    """Shapes, dtypes and devices; every error names the argument and what is accepted."""
-    if not isinstance(q, Tensor) or q.dim() != 4:
-        got = tuple(q.shape) if isinstance(q, Tensor) else type(q).__name__
-        raise ValueError(f"q must be a 4-D tensor [B, T, H, Dk], got {got}")
-    B, T, H, Dk = q.shape
-    if T < 1:
-        raise ValueError("q has T = 0 tokens; the sequence axis (dim 1) must hold at least one token")
-    expected = {"k": ((B, T, H, Dk), "[B, T, H, Dk] like q"), "g": ((B, T, H), "[B, T, H]"),
-                "beta": ((B, T, H), "[B, T, H]")}
-    for name, t in (("k", k), ("g", g), ("beta", beta)):
-        shape, what = expected[name]
-        if not isinstance(t, Tensor) or tuple(t.shape) != shape:
-            got = tuple(t.shape) if isinstance(t, Tensor) else type(t).__name__
-            raise ValueError(f"{name} has shape {got}; expected {what} = {shape}")
-    if not isinstance(v, Tensor) or v.dim() != 4 or tuple(v.shape[:3]) != (B, T, H):
-        got = tuple(v.shape) if isinstance(v, Tensor) else type(v).__name__
-        raise ValueError(f"v has shape {got}; expected [B, T, H, Dv] with B, T, H = {(B, T, H)}")
-    for name, t in (("q", q), ("k", k), ("v", v), ("g", g), ("beta", beta)):
-        if not t.is_floating_point():
-            raise ValueError(f"{name} must be a floating-point tensor (float16/bfloat16/float32/float64), "
-                             f"got {t.dtype}")
-    if k.dtype != q.dtype or v.dtype != q.dtype:
-        raise ValueError(f"q, k, v must share one dtype, got q {q.dtype}, k {k.dtype}, v {v.dtype}")
-    devices = {t.device for t in (q, k, v, g, beta)}
-    if len(devices) > 1:
-        raise ValueError(f"q, k, v, g, beta must be on one device, got {sorted(map(str, devices))}")
-
-
-def _start(q: Tensor, v: Tensor, initial_state: FastWeightState | Tensor | None,
-           dtype: torch.dtype) -> tuple[FastWeightState, bool]:
-    """The state to start from and whether the sequence is fresh (None or a bare S start fresh)."""
-    B, _, H, Dk = q.shape
-    Dv = v.shape[-1]
-    if initial_state is None or isinstance(initial_state, Tensor):
-        if isinstance(initial_state, Tensor) and tuple(initial_state.shape) != (B, H, Dk, Dv):
-            raise ValueError(f"initial_state has shape {tuple(initial_state.shape)}; expected S of shape "
-                             f"[B, H, Dk, Dv] = {(B, H, Dk, Dv)} or a FastWeightState")
-        if isinstance(initial_state, Tensor) and not initial_state.is_floating_point():
-            raise ValueError(f"initial_state must be a floating-point tensor, got {initial_state.dtype}")
-        return fresh_state(B, H, Dk, Dv, 1, dtype, q.device, initial_state), True
-    if not isinstance(initial_state, FastWeightState):
-        raise ValueError(f"initial_state must be None, a tensor S or a FastWeightState, "
-                         f"got {type(initial_state).__name__}")
-    expected = {"S": (B, H, Dk, Dv), "last_key": (B, H, Dk)}
-    for field, shape in expected.items():
-        t = getattr(initial_state, field)
-        if not isinstance(t, Tensor) or tuple(t.shape) != shape:
-            got = tuple(t.shape) if isinstance(t, Tensor) else type(t).__name__
-            raise ValueError(f"initial_state.{field} has shape {got}; expected {shape}")
-    if initial_state.x_tail.shape[2] != 0:
-        raise ValueError(f"initial_state holds a window tail of {initial_state.x_tail.shape[2]} pairs; the "
-                         f"gated delta rule continues from a span-1 state (an empty tail)")
-    return fresh_state(B, H, Dk, Dv, 1, dtype, q.device, initial_state.S)._replace(
-        last_key=initial_state.last_key.to(dtype)), False
 
 
 @autocast_off
@@ -122,10 +66,13 @@ def gated_delta_rule(
         raise ValueError(f"chunk_size must be an integer >= 1, got {chunk_size!r}")
     if isinstance(scale, bool) or not isinstance(scale, (int, float)):
         raise ValueError(f"scale must be a real number, got {scale!r}")
-    _check_inputs(q, k, v, g, beta)
+    B, T, H, _, _ = check_qkv(q, k, v)
+    check_shape("g", g, (B, T, H), "[B, T, H]")
+    check_shape("beta", beta, (B, T, H), "[B, T, H]")
+    check_floating_on_one_device(q=q, k=k, v=v, g=g, beta=beta)
     out_dtype = q.dtype
     dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
-    state, fresh = _start(q, v, initial_state, dtype)
+    state, fresh = start_state(q, v, initial_state, dtype)
     q, k, v, g, beta = (t.to(dtype) for t in (q, k, v, g, beta))
     if alignment == "shifted":
         first = torch.zeros_like(state.last_key) if fresh else state.last_key

@@ -7,10 +7,10 @@ from typing import Callable
 import torch
 from torch import Tensor
 
-from kernels.falcon.checks import check_inputs, check_state
+from kernels.falcon.checks import check_inputs, start_state
 from kernels.falcon.config import RuleConfig
 from kernels.falcon.naive import advance, recurrent_forward
-from kernels.falcon.state import FastWeightState, fresh_state
+from kernels.falcon.state import FastWeightState
 from kernels.precision import autocast_off
 
 Backend = Callable[..., tuple[Tensor, FastWeightState]]
@@ -47,27 +47,6 @@ NATIVE_DTYPE_BACKENDS = ("triton",)
 def compute_dtype(dtype: torch.dtype) -> torch.dtype:
     """State and accumulation precision: float64 for float64 inputs, float32 otherwise."""
     return torch.float64 if dtype == torch.float64 else torch.float32
-
-
-def _start(q: Tensor, v: Tensor, cfg: RuleConfig, initial_state: FastWeightState | Tensor | None,
-           dtype: torch.dtype, n_seqs: int | None = None) -> tuple[FastWeightState, bool]:
-    """The state to start from and whether the sequence is fresh (a bare S tensor starts fresh).
-    ``n_seqs``: with packed sequences the state has one row per sequence."""
-    B, _, H, Dk = q.shape
-    B = B if n_seqs is None else n_seqs
-    Dv = v.shape[-1]
-    if initial_state is None or isinstance(initial_state, Tensor):
-        if isinstance(initial_state, Tensor) and tuple(initial_state.shape) != (B, H, Dk, Dv):
-            raise ValueError(f"initial_state has shape {tuple(initial_state.shape)}; expected S of shape "
-                             f"[B, H, Dk, Dv] = {(B, H, Dk, Dv)} or a FastWeightState")
-        return fresh_state(B, H, Dk, Dv, cfg.span, dtype, q.device, initial_state), True
-    if not isinstance(initial_state, FastWeightState):
-        raise ValueError(f"initial_state must be None, a tensor S or a FastWeightState, "
-                         f"got {type(initial_state).__name__}")
-    check_state(initial_state, q, v, cfg, batch=B)
-    st = initial_state
-    return FastWeightState(st.S.to(dtype), st.last_key.to(dtype), st.x_tail.to(dtype), st.v_tail.to(dtype),
-                           st.tail_mask.bool()), False
 
 
 @autocast_off
@@ -122,12 +101,12 @@ def fast_weight_rule(
                            bounds)
     out_dtype, dtype = q.dtype, compute_dtype(q.dtype)
     if backend in NATIVE_DTYPE_BACKENDS:
-        state, fresh = _start(q, v, cfg, initial_state, dtype, n_seqs=None if cu_seqlens is None
-                              else cu_seqlens.numel() - 1)
+        state, fresh = start_state(q, v, initial_state, dtype, span=cfg.span,
+                                   batch=None if cu_seqlens is None else cu_seqlens.numel() - 1)
         o, final = BACKENDS[backend](q, k, v, beta, lam, cfg, state, fresh, chunk_size=chunk_size,
                                      cu_seqlens=cu_seqlens)
         return o, (final if output_final_state else None)
-    state, fresh = _start(q, v, cfg, initial_state, dtype)
+    state, fresh = start_state(q, v, initial_state, dtype, span=cfg.span)
     q, k, v, beta, lam = (t.to(dtype) for t in (q, k, v, beta, lam))
     o, final = BACKENDS[backend](q, k, v, beta, lam, cfg, state, fresh, chunk_size=chunk_size)
     return o.to(out_dtype), (final if output_final_state else None)
@@ -184,7 +163,7 @@ def fast_weight_step(
     q, k, v, beta, lam = map(unsq, (q_t, k_t, v_t, beta_t, lam_t))
     check_inputs(q, k, v, beta, lam, cfg, validate=False)
     dtype = compute_dtype(q.dtype)
-    st, fresh = _start(q, v, cfg, state, dtype)
+    st, fresh = start_state(q, v, state, dtype, span=cfg.span)
     if cfg.per_channel and beta.dim() == 3:
         beta = beta[..., None].expand(*beta.shape, v.shape[-1])
     q, k, v, beta, lam = (t[:, 0].to(dtype) for t in (q, k, v, beta, lam))
