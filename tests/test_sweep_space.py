@@ -120,7 +120,8 @@ BAD = [
      "parameter beta: when g='const_beta' can never hold"),
     ("params:\n  s: {type: categorical, choices: [a, b]}", "parameter s: it has no key and no parameter depends on it"),
     ("params:\n  a: {key: optim.lr, type: float, low: 0.1, high: 0.2}\n"
-     "  b: {key: optim.lr, type: float, low: 0.1, high: 0.2}", "parameter b: key optim.lr is already set by parameter a"),
+     "  b: {key: optim.lr, type: float, low: 0.1, high: 0.2}",
+     "parameter b: key optim.lr is already set by parameter a"),
     ("params:\n  w: {key: model.d_model, type: categorical, choices: [64, 128], also: {model.n_heads: [1]}}",
      "parameter w: also.model.n_heads must list one value per choice"),
     ("prams: {}", "unknown key 'prams'"),

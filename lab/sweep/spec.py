@@ -121,7 +121,8 @@ def check_base(spec: SweepSpec, space: Space) -> None:
             what = "--mixer" if key == "mixer" else "the sweep itself"
             raise ValueError(f"--set {key} is not accepted in a sweep: {what} sets it")
     if spec.mixer is not None and "mixer" in keys:
-        raise ValueError(f"--mixer {spec.mixer} conflicts with the space {space.path}, whose parameters choose the mixer")
+        raise ValueError(f"--mixer {spec.mixer} conflicts with the space {space.path}, "
+                         f"whose parameters choose the mixer")
     if spec.mixer is None and space.mixer is None and "mixer" not in keys:
         raise ValueError(f"the space {space.path} fixes no mixer; give --mixer NAME")
 
