@@ -181,7 +181,10 @@ def write_tables(jobs: Sequence[Job], results: Path, out: Path, command: str) ->
     runs = finished_runs(jobs, results)
     table = summary_rows(jobs, runs)
     atomic_write_text(out / "table.md", render_markdown(jobs, table, runs, command))
-    atomic_write_text(out / "table.csv", pd.DataFrame(table).to_csv(index=False))
+    frame = pd.DataFrame(table)
+    # Whole numbers stay whole where a row has none (the paper's best step, the parameter count).
+    frame[["params", "paper_best_step"]] = frame[["params", "paper_best_step"]].astype("Int64")
+    atomic_write_text(out / "table.csv", frame.to_csv(index=False))
     columns = ["row", "seed", "run_id", "which", "step", "width", "teacher_forced", "per_token", "free_running"]
     atomic_write_text(out / "per_width.csv", pd.DataFrame(per_width_rows(runs, results), columns=columns)
                       .to_csv(index=False))
