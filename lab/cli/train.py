@@ -23,7 +23,7 @@ def _quiet_lightning() -> None:
 def train(
     task: Annotated[str | None, typer.Option(help="Task: addition or random (default: the preset's).")] = None,
     mixer: Annotated[str | None, typer.Option(help="Mixer name from the registry, e.g. transformer.")] = None,
-    preset: Annotated[str | None, typer.Option(help="Size and schedule preset: tiny or small.")] = None,
+    preset: Annotated[str | None, typer.Option(help="Size and schedule preset: a name in lab/presets (tiny, small, addition-tiny, addition-paper).")] = None,
     config: Annotated[Path | None, typer.Option(help="YAML file overriding the preset's settings.")] = None,
     set_: Annotated[list[str] | None, typer.Option(
         "--set", help="Override one setting, e.g. --set optim.lr=3e-3 (repeatable).")] = None,
