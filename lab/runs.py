@@ -18,11 +18,11 @@ import sqlite3
 import subprocess
 import sys
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -39,21 +39,33 @@ def file_mode() -> int:
     return 0o666 & ~mask
 
 
-def atomic_write_text(path: str | Path, text: str) -> None:
-    """Write `text` to `path` through a temporary file in the same folder and os.replace."""
+def atomic_write(path: str | Path, write: Callable[[BinaryIO], None]) -> None:
+    """Write `path` through a temporary file in the same folder, synced, then os.replace: a kill mid-write
+    leaves the previous file whole. `write` fills the open binary file."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         os.fchmod(fd, file_mode())
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
+        with os.fdopen(fd, "wb") as f:
+            write(f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    # the rename itself must reach the disk too
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def atomic_write_text(path: str | Path, text: str) -> None:
+    """Write `text` (UTF-8) to `path` atomically (see `atomic_write`)."""
+    atomic_write(path, lambda f: f.write(text.encode("utf-8")))
 
 
 def results_root() -> Path:

@@ -39,6 +39,7 @@ import sys
 import time
 from pathlib import Path
 
+from lab.runs import atomic_write_text
 from lab.bench.ops import CHUNK, Op, Shape, anchor_ops, rule_ops, torch_chunk_op
 
 BANDWIDTH = 4.3e12  # bytes/s
@@ -194,10 +195,6 @@ def _fmt(v, digits: int = 3) -> str:
     return str(v)
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 def write(rows: list[dict], prov: dict, out: Path) -> None:
@@ -208,7 +205,7 @@ def write(rows: list[dict], prov: dict, out: Path) -> None:
     w.writeheader()
     for r in rows:
         w.writerow({c: _fmt(r.get(c), 6) for c in COLUMNS})
-    _write_atomic(out / "kernels.csv", buf.getvalue())
+    atomic_write_text(out / "kernels.csv", buf.getvalue())
     head = ["shape", "op", "mode", "ms", "peak MiB", "bytes floor ms (frac)", "FLOP floor ms (frac)",
             "× delta", "× gated delta", "× simple GLA", "× SDPA", "× PyTorch chunk", "status"]
     lines = [f"# Kernel benchmark ({prov['dtype']})", "",
@@ -224,7 +221,7 @@ def write(rows: list[dict], prov: dict, out: Path) -> None:
         cells = [r["shape"], r["op"], r["mode"], _fmt(r.get("ms")), _fmt(r.get("peak_mib"), 4), *floors,
                  *[_fmt(r.get(f"x_{a}"), 3) for a in ANCHORS], r.get("status", "")]
         lines.append("| " + " | ".join(cells) + " |")
-    _write_atomic(out / "kernels.md", "\n".join(lines) + "\n")
+    atomic_write_text(out / "kernels.md", "\n".join(lines) + "\n")
 
 
 def run(shapes: list[Shape], rules: tuple[str, ...], dtype_name: str, out: Path, rep: int = 100,
