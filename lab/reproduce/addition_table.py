@@ -50,7 +50,8 @@ def finished_runs(jobs: Sequence[Job], results: Path) -> list[dict[str, Any]]:
     return out
 
 
-def _mean_std(values: list[float]) -> tuple[float | None, float | None]:
+def mean_std(values: list[float]) -> tuple[float | None, float | None]:
+    """Mean and sample standard deviation; (None, None) for no values, std None for one."""
     if not values:
         return None, None
     return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else None)
@@ -74,7 +75,7 @@ def summary_rows(jobs: Sequence[Job], runs: list[dict[str, Any]]) -> list[dict[s
             record[f"paper_{key}"] = getattr(row.paper, key) if row.paper else None
         for metric, column, _, _ in METRICS:
             values = [float(r["metrics"][metric]) for r in mine if r["metrics"].get(metric) is not None]
-            record[f"{column}_mean"], record[f"{column}_std"] = _mean_std(values)
+            record[f"{column}_mean"], record[f"{column}_std"] = mean_std(values)
         table.append(record)
     return table
 
@@ -97,7 +98,8 @@ def per_width_rows(runs: list[dict[str, Any]], results: Path) -> list[dict[str, 
     return out
 
 
-def _cell(mean: float | None, std: float | None, decimals: int) -> str:
+def format_cell(mean: float | None, std: float | None, decimals: int) -> str:
+    """`mean ± std` with `decimals` decimals; `mean` alone without a std; "—" without a mean."""
     if mean is None or (isinstance(mean, float) and math.isnan(mean)):
         return "—"
     text = f"{mean:.{decimals}f}"
@@ -108,39 +110,51 @@ def _paper_cell(value: float | None, decimals: int) -> str:
     return "—" if value is None else f"{value:.{decimals}f}"
 
 
-def _params(n: int | None) -> str:
+def format_params(n: int | None) -> str:
+    """A parameter count as 33K or 10.6M; "—" when unknown."""
     return "—" if n is None else f"{n / 1e6:.1f}M" if n >= 1e5 else f"{n / 1e3:.0f}K"
 
 
-def _markdown_table(header: list[str], lines: list[list[str]]) -> str:
+def markdown_table(header: list[str], lines: list[list[str]]) -> str:
+    """A GitHub markdown table of `header` and body `lines` (lists of cell texts)."""
     rows = [header, ["---"] * len(header), *lines]
     return "\n".join("| " + " | ".join(r) + " |" for r in rows) + "\n"
+
+
+def provenance_sentence(jobs: Sequence[Job], runs: list[dict[str, Any]], command: str) -> str:
+    """How a table was made: the command, when and at which commit it was written, where its runs trained."""
+    code = git_state()
+    commit = (code["commit"] or "unknown")[:12] + (" (with uncommitted changes)" if code["dirty"] else "")
+    trained = sorted({(r["registry"]["commit"] or "unknown")[:12] for r in runs})
+    devices = sorted({r["registry"]["device"] or "unknown" for r in runs})
+    return (f"Remade by `{command}` from the repository root. Table written {now()} at commit {commit}; "
+            f"runs trained at {', '.join(trained) or '—'} on {'; '.join(devices) or '—'}. "
+            f"{len(runs)} of {len(jobs)} planned runs finished.")
+
+
+def settings_sentence(jobs: Sequence[Job]) -> str:
+    """The settings the runs of a plan share: preset, model shape, schedule, widths, evaluation, seeds."""
+    cfg = jobs[0].cfg
+    m, t, d, e = cfg.model, cfg.train, cfg.data, cfg.eval
+    seeds = sorted({j.cfg.train.seed for j in jobs})
+    curriculum = ("" if d.curriculum is None
+                  else f", {d.curriculum} curriculum from width {d.start_width} over {d.ramp_steps} steps")
+    return (f"Preset `{cfg.preset}`: d_model {m.d_model}, {m.n_layers} layers, {m.n_heads} heads; {t.max_steps} steps "
+            f"of batch {t.batch_size}, lr {cfg.optim.lr:g} (warm-up {cfg.optim.warmup_steps}, cosine); train widths "
+            f"{d.widths[0]}–{d.widths[1]}{curriculum}; evaluated every {t.val_every} steps on widths 1–48 with "
+            f"{e.n_per_length} samples per width ({e.free_per_length} free-running, at the best and the last step); "
+            f"seeds {', '.join(map(str, seeds))}.")
 
 
 def render_markdown(jobs: Sequence[Job], table: list[dict[str, Any]], runs: list[dict[str, Any]],
                     command: str) -> str:
     """table.md: provenance, settings, ours beside the paper's, then free-running and per-token accuracy."""
-    cfg = jobs[0].cfg
-    m, t, d, e = cfg.model, cfg.train, cfg.data, cfg.eval
-    code = git_state()
-    commit = (code["commit"] or "unknown")[:12] + (" (with uncommitted changes)" if code["dirty"] else "")
-    trained = sorted({(r["registry"]["commit"] or "unknown")[:12] for r in runs})
-    devices = sorted({r["registry"]["device"] or "unknown" for r in runs})
-    seeds = sorted({j.cfg.train.seed for j in jobs})
-    curriculum = ("" if d.curriculum is None
-                  else f", {d.curriculum} curriculum from width {d.start_width} over {d.ramp_steps} steps")
     lines = [
         "# Addition: teacher-forced length extrapolation (the paper's Table 3)",
         "",
-        f"Remade by `{command}` from the repository root. Table written {now()} at commit {commit}; "
-        f"runs trained at {', '.join(trained) or '—'} on {'; '.join(devices) or '—'}. "
-        f"{len(runs)} of {len(jobs)} planned runs finished.",
+        provenance_sentence(jobs, runs, command),
         "",
-        f"Preset `{cfg.preset}`: d_model {m.d_model}, {m.n_layers} layers, {m.n_heads} heads; {t.max_steps} steps "
-        f"of batch {t.batch_size}, lr {cfg.optim.lr:g} (warm-up {cfg.optim.warmup_steps}, cosine); train widths "
-        f"{d.widths[0]}–{d.widths[1]}{curriculum}; evaluated every {t.val_every} steps on widths 1–48 with "
-        f"{e.n_per_length} samples per width ({e.free_per_length} free-running, at the best and the last step); "
-        f"seeds {', '.join(map(str, seeds))}.",
+        settings_sentence(jobs),
         "",
         "Accuracies in percent. Teacher-forced whole-suffix accuracy: a sample counts when every target digit "
         "and the end token are predicted right. Val. acc.: widths 1–32; Mean 33–48: widths 33–48. "
@@ -154,12 +168,13 @@ def render_markdown(jobs: Sequence[Job], table: list[dict[str, Any]], runs: list
     body = []
     by_column = {column: decimals for _, column, _, decimals in METRICS}
     for r in table:
-        cells = [r["model"], _params(r["params"]), f"{r['runs']}/{r['planned']}"]
+        cells = [r["model"], format_params(r["params"]), f"{r['runs']}/{r['planned']}"]
         for key, _ in PAPER:
             decimals = by_column[key]
-            cells += [_paper_cell(r[f"paper_{key}"], decimals), _cell(r[f"{key}_mean"], r[f"{key}_std"], decimals)]
+            cells += [_paper_cell(r[f"paper_{key}"], decimals),
+                      format_cell(r[f"{key}_mean"], r[f"{key}_std"], decimals)]
         body.append(cells)
-    lines.append(_markdown_table(header, body))
+    lines.append(markdown_table(header, body))
     lines += [
         "Beside the paper: free-running (greedy) accuracy and per-token accuracy at the best step, and "
         "teacher-forced accuracy at the last step. A greedy answer is right exactly when every teacher-forced "
@@ -168,8 +183,9 @@ def render_markdown(jobs: Sequence[Job], table: list[dict[str, Any]], runs: list
         "",
     ]
     extra = METRICS[5:]
-    body = [[r["model"]] + [_cell(r[f"{c}_mean"], r[f"{c}_std"], dec) for _, c, _, dec in extra] for r in table]
-    lines.append(_markdown_table(["Model", *(title for _, _, title, _ in extra)], body))
+    body = [[r["model"]] + [format_cell(r[f"{c}_mean"], r[f"{c}_std"], dec) for _, c, _, dec in extra]
+            for r in table]
+    lines.append(markdown_table(["Model", *(title for _, _, title, _ in extra)], body))
     lines.append("Per-width accuracies of every run (best and last step): `per_width.csv`; the numbers above: "
                  "`table.csv`.\n")
     return "\n".join(lines)
