@@ -53,6 +53,20 @@ class Outcome:
     metrics: dict[str, Any] = field(default_factory=dict)
 
 
+def outcome_line(outcome: Outcome) -> str:
+    """One line for a user: the job's label, seed and run id, how it ended, and its best evaluation."""
+    job, m = outcome.job, outcome.metrics
+    head = f"{job.label or job.cfg.mixer} seed {job.cfg.train.seed} (run {job.run_id}):"
+    if outcome.status == "failed":
+        return f"{head} failed after {outcome.seconds:.0f} s: {outcome.message}"
+    took = "finished before" if outcome.status == "skipped" else f"{outcome.status} in {outcome.seconds:.0f} s"
+    scores = "  ".join(f"{name} {m[key]:.1f}" for key, name in (
+        ("best_val_acc", "val"), ("best_ood_mean", "mean33-48"), ("best_acc@33", "@33"), ("best_acc@48", "@48"))
+        if m.get(key) is not None)
+    step = f"best step {m['best_step']:.0f}  " if m.get("best_step") is not None else ""
+    return f"{head} {took}  {step}{scores}"
+
+
 def log_path(job: Job, results: Path) -> Path:
     """The job's log file, in its run folder."""
     return run_dir_for(job.run_id, results=results).root / "train.log"
