@@ -87,8 +87,13 @@ class Objective:
         except optuna.TrialPruned:
             raise
         except BaseException as err:
+            stopped = isinstance(err, (SystemExit, KeyboardInterrupt))
             with contextlib.suppress(Exception):
-                trial.set_user_attr("error", _one_line(err))
+                trial.set_user_attr("error", f"stopped ({_one_line(err)})" if stopped else _one_line(err))
+            if isinstance(err, SystemExit):
+                # Lightning answers SIGTERM with SystemExit, which Optuna would let pass with the trial
+                # still RUNNING; as KeyboardInterrupt the trial is told FAIL first.
+                raise KeyboardInterrupt(str(err)) from err
             raise
 
     def _run(self, trial: optuna.Trial) -> float | tuple[float, float]:

@@ -123,6 +123,8 @@ def run_sweep(spec: SweepSpec, workers: int = 1, echo: Callable[[str], None] = p
     echo(f"study {spec.study}: {owed} trials to run on {workers} worker(s) ({where}); storage {redact(spec.storage)}")
     procs = _start_workers(spec, workers, gpus)
     codes: list[int] = []
+    # SIGTERM stops the sweep as Ctrl-C does: the workers are told to stop, not left running.
+    previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
         while any(p.poll() is None for p in procs):
             time.sleep(poll_seconds)
@@ -131,14 +133,18 @@ def run_sweep(spec: SweepSpec, workers: int = 1, echo: Callable[[str], None] = p
         echo("stopping: the running trials are marked FAIL; run the same command again to resume")
         for p in procs:
             if p.poll() is None:
-                p.send_signal(signal.SIGINT)
+                p.send_signal(signal.SIGTERM)
         for p in procs:
             try:
                 p.wait(timeout=60)
             except subprocess.TimeoutExpired:
                 p.kill()
+        for number in fail_dead_trials(study, storage):
+            echo(f"trial {number}: its worker is gone; marked FAIL")
+        _echo_new(study, seen, names, echo)
         raise
     finally:
+        signal.signal(signal.SIGTERM, previous)
         codes = [p.wait() for p in procs]
     for number in fail_dead_trials(study, storage):
         echo(f"trial {number}: its worker is gone; marked FAIL")
@@ -149,6 +155,10 @@ def run_sweep(spec: SweepSpec, workers: int = 1, echo: Callable[[str], None] = p
             echo(f"worker {i} ended with {how}; its log: {_log_path(spec, i)}")
     trials = study.get_trials(deepcopy=False)
     return SweepOutcome(counts_by_state(trials), spec.trials, codes)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
 
 
 def _counts_text(counts: dict[str, int]) -> str:

@@ -7,6 +7,7 @@ its GPU chosen through CUDA_VISIBLE_DEVICES and its output sent to a log file.
 from __future__ import annotations
 
 import logging
+import signal
 import sys
 import warnings
 
@@ -65,7 +66,15 @@ def _quiet() -> None:
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def main(argv: list[str]) -> int:
+    # Stopped by SIGTERM (from `lab sweep run`) or SIGINT, the running trial is told FAIL before the
+    # worker exits; a process started in the background inherits SIGINT ignored, hence both.
+    signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGINT, _interrupt)
     if len(argv) != 1 or not argv[0].isdigit():
         print("usage: python -m lab.sweep.worker INDEX < SPEC_JSON", file=sys.stderr)
         return 2
@@ -73,7 +82,11 @@ def main(argv: list[str]) -> int:
     import lightning  # noqa: F401  (imported first: it sets its own log levels, which _quiet overrides)
 
     _quiet()
-    return work(spec, int(argv[0]))
+    try:
+        return work(spec, int(argv[0]))
+    except KeyboardInterrupt:
+        print("worker stopped; its running trial is marked FAIL", flush=True)
+        return 130
 
 
 if __name__ == "__main__":
