@@ -1,25 +1,80 @@
 """`lab ablate`: controlled ablations, one change at a time."""
 
+import shlex
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from lab.cli._common import not_built
-
 app = typer.Typer(help="Run ablations: the 2x2 RAW/RBW x shifted/same-time alignment grid.")
+
+
+def _command(preset: str, mixers: str | None, seeds: int | None, max_steps: int | None, set_: list[str],
+             results: Path | None, out: Path | None) -> str:
+    """The command line that remakes this table (--gpus left out: it changes no number)."""
+    parts = ["lab", "ablate", "alignment", "--preset", preset]
+    if mixers is not None:
+        parts += ["--mixers", mixers]
+    if seeds is not None:
+        parts += ["--seeds", str(seeds)]
+    if max_steps is not None:
+        parts += ["--max-steps", str(max_steps)]
+    for item in set_:
+        parts += ["--set", item]
+    if results is not None:
+        parts += ["--results", str(results)]
+    if out is not None:
+        parts += ["--out", str(out)]
+    return shlex.join(parts)
 
 
 @app.command()
 def alignment(
-    mixer: Annotated[
-        list[str] | None, typer.Option("--mixer", help="Recurrent mixer to ablate (repeatable).")
-    ] = None,
-    task: Annotated[str, typer.Option(help="Task: addition or fineweb.")] = "addition",
-    preset: Annotated[str, typer.Option(help="Size and schedule preset.")] = "tiny",
-    seeds: Annotated[int, typer.Option(help="Seeds per cell.")] = 1,
-    devices: Annotated[int, typer.Option(help="Devices per run.")] = 1,
-    out: Annotated[Path, typer.Option(help="Folder for the runs and the table.")] = Path("results/ablation"),
+    mixers: Annotated[str | None, typer.Option(
+        help="Comma-separated recurrent mixers (default: falcon-1a.3, falcon-3a.3, falcon-1.3, deltanet, "
+             "gated-deltanet, mamba2, retnet).")] = None,
+    preset: Annotated[str, typer.Option(
+        help="paper (the addition table's settings: 2000 steps, batch 256) or tiny (minutes on a CPU).")]
+    = "paper",
+    seeds: Annotated[int | None, typer.Option(help="Seeds per cell, 0..N-1 (default: 3 for paper, 1 for tiny).")]
+    = None,
+    gpus: Annotated[int | None, typer.Option(
+        help="Runs at once, each on its own GPU (on a CPU: processes); default every visible GPU, 1 on a CPU.")]
+    = None,
+    max_steps: Annotated[int | None, typer.Option(help="Train each run for this many steps instead.")] = None,
+    set_: Annotated[list[str] | None, typer.Option(
+        "--set", help="Override one setting of every run, e.g. --set optim.lr=3e-3 (repeatable).")] = None,
+    results: Annotated[Path | None, typer.Option(
+        help="Folder of runs/ and the registry lab.db; default $LAB_RESULTS or results/.")] = None,
+    out: Annotated[Path | None, typer.Option(
+        help="Folder of the table files; default <results>/ablation (tiny: <results>/ablation/tiny).")] = None,
 ) -> None:
-    """Train every mixer under timing {raw, rbw} x alignment {shifted, same_time}."""
-    not_built("the alignment ablation")
+    """Train each mixer in the four cells RAW/shifted, RAW/same-time, RBW/shifted, RBW/same-time on addition.
+
+    Writes alignment.md, alignment.csv and alignment_per_width.csv: per mixer and cell the addition
+    table's numbers and their difference from the mixer's default cell. Finished runs are skipped and
+    unfinished ones resume; a mixer's default cell is the run `lab reproduce addition` makes."""
+    from lab.ablate.alignment import ablate_alignment, parse_mixers
+    from lab.config import ConfigError
+    from lab.reproduce.launch import check_slots, outcome_line, visible_gpus
+
+    try:
+        chosen = parse_mixers(mixers)
+        slots = gpus if gpus is not None else max(1, len(visible_gpus()))
+        check_slots(slots)
+    except ValueError as err:
+        typer.echo(f"lab ablate: {err}", err=True)
+        raise typer.Exit(code=2) from None
+    command = _command(preset, mixers, seeds, max_steps, set_ or [], results, out)
+
+    try:
+        done = ablate_alignment(preset, chosen, seeds, slots, max_steps, set_ or (), results, out, command,
+                                on_done=lambda outcome: typer.echo(outcome_line(outcome)))
+    except (ValueError, ConfigError) as err:
+        typer.echo(f"lab ablate: {err}", err=True)
+        raise typer.Exit(code=2) from None
+    typer.echo(f"table: {done.out / 'alignment.md'} ({done.finished} of {done.planned} planned runs finished)")
+    if done.failed:
+        typer.echo(f"lab ablate: {len(done.failed)} run(s) failed; their logs are train.log in their run "
+                   f"folders", err=True)
+        raise typer.Exit(code=1)

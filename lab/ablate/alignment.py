@@ -1,0 +1,173 @@
+"""`lab ablate alignment`: the 2×2 design of the paper's appendix C.5 (Fig. 11) on the addition track.
+
+Timing {RAW, RBW} × write pairing {shifted, same-time}. RAW reads the state after the step's write
+(the output at t reads S_t); RBW reads S_{t−1}, then writes. Shifted pairs the write feature
+x_t = k_{t−1} with the target v_t (x_1 = 0); same-time pairs x_t = k_t with v_t. Falcon's default is
+RAW/shifted; the baselines' own papers use RAW/same-time. Every recurrent mixer takes both as mixer
+options, so every cell is one run of the addition preset per seed, made by the reproduce machinery:
+run ids are config hashes, finished runs are skipped, unfinished ones resume. A cell equal to the
+mixer's default sets no option at all, so it is the very run `lab reproduce addition` makes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from lab.config import load_config
+from lab.reproduce.addition import DEFAULT_SEEDS, check_preset
+from lab.reproduce.launch import Job, Outcome, run_jobs
+from lab.runs import results_root
+
+# The mixers ablated by default: the paper's recurrent Falcon rows, then the recurrent baselines.
+DEFAULT_MIXERS = ("falcon-1a.3", "falcon-3a.3", "falcon-1.3", "deltanet", "gated-deltanet", "mamba2", "retnet")
+TIMINGS = ("raw", "rbw")
+ALIGNMENTS = ("shifted", "same_time")
+OPTION_KEYS = ("timing", "alignment")
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One cell of the 2×2 design: a timing (raw, rbw) and a write pairing (shifted, same_time)."""
+
+    timing: str
+    alignment: str
+
+    @property
+    def name(self) -> str:
+        """The cell's key in files: raw/shifted, rbw/same_time, ..."""
+        return f"{self.timing}/{self.alignment}"
+
+    @property
+    def label(self) -> str:
+        """The cell as tables print it: RAW · shifted, RBW · same-time, ..."""
+        return f"{self.timing.upper()} · {self.alignment.replace('_', '-')}"
+
+
+# Falcon's cell first, as the brief of the design lists them.
+CELLS = tuple(Cell(t, a) for t in TIMINGS for a in ALIGNMENTS)
+
+
+def ablatable_mixers() -> list[str]:
+    """Registry mixers that take both a timing and an alignment option (every recurrent one)."""
+    from mixers import MIXERS, default_options
+
+    return [name for name in MIXERS if all(key in default_options(name) for key in OPTION_KEYS)]
+
+
+def parse_mixers(text: str | None) -> list[str]:
+    """Mixers named in a comma-separated list (DEFAULT_MIXERS for None), in order without repeats;
+    ValueError naming the mixers the ablation takes."""
+    if text is None:
+        return list(DEFAULT_MIXERS)
+    names = list(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
+    accepted = ablatable_mixers()
+    takes = f"the ablation takes the recurrent mixers: {', '.join(accepted)}"
+    if not names:
+        raise ValueError(f"--mixers is empty; {takes}")
+    from mixers import MIXERS
+
+    for name in names:
+        if name in MIXERS and name not in accepted:
+            raise ValueError(f"mixer {name!r} has no timing or alignment to ablate; {takes}")
+        if name not in accepted:
+            raise ValueError(f"unknown mixer {name!r}; {takes}")
+    return names
+
+
+def default_cell(mixer: str) -> Cell:
+    """The cell of the mixer's own paper: its registry defaults (Falcon: RAW/shifted)."""
+    from mixers import default_options
+
+    options = default_options(mixer)
+    return Cell(options["timing"], options["alignment"])
+
+
+def cell_of(job: Job) -> Cell:
+    """The cell a job's configuration trains: its mixer options over the mixer's defaults."""
+    from mixers import default_options
+
+    options = {**default_options(job.cfg.mixer), **job.cfg.model.mixer_options}
+    return Cell(options["timing"], options["alignment"])
+
+
+def cell_overrides(mixer: str, cell: Cell) -> list[str]:
+    """`--set` items that turn the mixer into `cell`: only the options differing from its defaults,
+    so the default cell's configuration (and run id) is the mixer's plain one."""
+    default = default_cell(mixer)
+    return [f"model.mixer_options.{key}={getattr(cell, key)}" for key in OPTION_KEYS
+            if getattr(cell, key) != getattr(default, key)]
+
+
+def plan(preset: str, mixers: Sequence[str], seeds: int, max_steps: int | None = None,
+         overrides: Sequence[str] = ()) -> list[Job]:
+    """One job per (seed, mixer, cell), seed by seed, so that a whole grid of one seed comes first.
+
+    Raises ValueError for a bad preset, seed count or an override of the options the cells set, and
+    ConfigError for a bad override."""
+    name = check_preset(preset)
+    if seeds < 1:
+        raise ValueError(f"--seeds must be >= 1, got {seeds}")
+    jobs = []
+    for seed in range(seeds):
+        for mixer in mixers:
+            for cell in CELLS:
+                cfg = load_config(name, overrides=[*overrides, *cell_overrides(mixer, cell)], task="addition",
+                                  mixer=mixer, train__max_steps=max_steps, train__seed=seed)
+                job = Job(cfg, label=f"{mixer} {cell.name}")
+                if cell_of(job) != cell:
+                    raise ValueError("--set may not change model.mixer_options.timing or .alignment: "
+                                     "the ablation sets them, one cell at a time")
+                jobs.append(job)
+    return jobs
+
+
+def default_out(preset: str, results: Path) -> Path:
+    """Where the tables go: `<results>/ablation` for the paper preset, `<results>/ablation/<preset>` else."""
+    return results / "ablation" if preset == "paper" else results / "ablation" / preset
+
+
+@dataclass
+class Ablation:
+    """What `ablate_alignment` did: each job's outcome and where the tables are."""
+
+    outcomes: list[Outcome]
+    out: Path
+    finished: int
+    planned: int
+
+    @property
+    def failed(self) -> list[Outcome]:
+        return [o for o in self.outcomes if o.status == "failed"]
+
+
+def ablate_alignment(preset: str = "paper", mixers: Sequence[str] | None = None, seeds: int | None = None,
+                     gpus: int = 1, max_steps: int | None = None, overrides: Sequence[str] = (),
+                     results: str | Path | None = None, out: str | Path | None = None,
+                     command: str = "lab ablate alignment",
+                     on_done: Callable[[Outcome], Any] | None = None) -> Ablation:
+    """Train the cells' runs not yet finished (up to `gpus` at once), then write alignment.md,
+    alignment.csv and alignment_per_width.csv to `out`, rewriting them after every run."""
+    from lab.ablate.alignment_table import write_tables
+
+    seeds = DEFAULT_SEEDS.get(preset, 1) if seeds is None else seeds
+    mixers = list(DEFAULT_MIXERS) if mixers is None else list(mixers)
+    # The table holds every default mixer with finished runs (and the ones asked for now), as
+    # `lab reproduce addition` holds every row.
+    shown = list(dict.fromkeys([*DEFAULT_MIXERS, *mixers]))
+    everything = plan(preset, shown, seeds, max_steps, overrides)
+    wanted = set(mixers)
+    jobs = [j for j in everything if j.cfg.mixer in wanted]
+    results = Path(results).resolve() if results is not None else results_root()
+    out = Path(out).resolve() if out is not None else default_out(preset, results)
+
+    def done(outcome: Outcome) -> None:
+        write_tables(everything, results, out, command)
+        if on_done is not None:
+            on_done(outcome)
+
+    outcomes = run_jobs(jobs, results, slots=gpus, argv=command.split(), on_done=done)
+    finished = write_tables(everything, results, out, command)
+    return Ablation(outcomes, out, finished, len(everything))
