@@ -1,25 +1,67 @@
-"""`lab plot`: figures from recorded runs."""
+"""`lab plot`: figures from the tables in results/."""
 
+import shlex
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from lab.cli._common import not_built
+app = typer.Typer(help="Render figures (PNG) from the tables `lab reproduce` and `lab ablate` write.")
 
-app = typer.Typer(help="Render figures from recorded runs.")
+Out = Annotated[Path | None, typer.Option(help="Folder for the PNG files; default the table's folder.")]
+TrainWidths = Annotated[str, typer.Option(
+    help="Operand widths the runs trained on, shaded as LO-HI (the paper preset: 1-32, tiny: 1-8).")]
 
-Runs = Annotated[Path, typer.Option(help="Folder of runs to read.")]
-Out = Annotated[Path | None, typer.Option(help="Image file to write; default beside the runs.")]
+
+def _command(group: str, table: Path | None, out: Path | None, train_widths: str) -> str:
+    parts = ["lab", "plot", group]
+    if table is not None:
+        parts += ["--table", str(table)]
+    if out is not None:
+        parts += ["--out", str(out)]
+    if train_widths != "1-32":
+        parts += ["--train-widths", train_widths]
+    return shlex.join(parts)
+
+
+def _draw(group: str, table: Path | None, out: Path | None, train_widths: str) -> None:
+    from lab.plots.ablation import plot_ablation
+    from lab.plots.addition import parse_widths, plot_addition
+    from lab.runs import results_root
+
+    draw = {"addition": plot_addition, "ablation": plot_ablation}[group]
+    folder = table if table is not None else results_root() / group
+    try:
+        files = draw(folder, out, parse_widths(train_widths), _command(group, table, out, train_widths))
+    except ValueError as err:
+        typer.echo(f"lab plot: {err}", err=True)
+        raise typer.Exit(code=2) from None
+    for path in files:
+        typer.echo(f"figure: {path}")
 
 
 @app.command()
-def addition(runs: Runs = Path("results/addition"), out: Out = None) -> None:
-    """Per-digit accuracy curves over operand lengths, one line per mixer."""
-    not_built("addition plots")
+def addition(
+    table: Annotated[Path | None, typer.Option(
+        help="Folder holding per_width.csv (from `lab reproduce addition`); default <results>/addition.")] = None,
+    out: Out = None,
+    train_widths: TrainWidths = "1-32",
+) -> None:
+    """Accuracy against operand width (1-48), one line per row at its best step: per_width.png.
+
+    Lines are means over seeds with a ± one standard deviation band when there are several; the trained
+    widths are shaded and 33-48 marked as extrapolation. A per-token panel joins when the CSV has it."""
+    _draw("addition", table, out, train_widths)
 
 
 @app.command()
-def ablation(runs: Runs = Path("results/ablation"), out: Out = None) -> None:
-    """The 2x2 RAW/RBW x shifted/same-time grid as a heat map per mixer."""
-    not_built("ablation plots")
+def ablation(
+    table: Annotated[Path | None, typer.Option(
+        help="Folder holding alignment.csv (from `lab ablate alignment`); default <results>/ablation.")] = None,
+    out: Out = None,
+    train_widths: TrainWidths = "1-32",
+) -> None:
+    """The 2x2 timing x pairing grid of every mixer as heat maps (val acc, mean 33-48): alignment.png.
+
+    Also alignment_per_width.png, accuracy against width per cell, when alignment_per_width.csv is there."""
+    _draw("ablation", table, out, train_widths)

@@ -1,0 +1,125 @@
+"""`lab plot addition`: accuracy against operand width, one line per table row, from per_width.csv.
+
+Each run is taken at its best step (the `which == "best"` rows); a line is the mean over a row's
+seeds, with a band of ± one standard deviation when it has several. The trained widths are shaded,
+and widths 33–48, beyond the paper's training range, are marked as extrapolation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import pandas as pd
+from matplotlib.axes import Axes
+
+from lab.plots.figure import new_figure, save_png, styled
+from lab.plots.tables import read_table
+
+WIDEST = 48
+EXTRAPOLATION = (33, 48)
+# Which accuracy each panel shows: (column of per_width.csv, panel title).
+PANELS = (("teacher_forced", "Whole-answer accuracy (teacher-forced)"),
+          ("per_token", "Per-token accuracy (teacher-forced)"))
+MADE_BY = "lab reproduce addition"
+
+
+def parse_widths(text: str) -> tuple[int, int]:
+    """`LO-HI` (e.g. 1-32) as a pair; ValueError naming the option and the accepted form."""
+    lo, sep, hi = text.partition("-")
+    try:
+        widths = (int(lo), int(hi)) if sep else None
+    except ValueError:
+        widths = None
+    if widths is None or not 1 <= widths[0] <= widths[1] <= WIDEST:
+        raise ValueError(f"--train-widths {text!r} is not accepted; accepted: LO-HI with 1 <= LO <= HI <= {WIDEST}, "
+                         f"e.g. 1-32")
+    return widths
+
+
+def read_per_width(path: Path, keys: Sequence[str] = ("row",), made_by: str = MADE_BY) -> pd.DataFrame:
+    """The best-step rows of a per-width CSV with columns `keys`, seed, which, width, teacher_forced
+    (per_token optional); ValueError naming the file and the column when it is malformed."""
+    frame = read_table(path, numbers=("seed", "width", "teacher_forced"), texts=(*keys, "which"),
+                       optional=("per_token",), made_by=made_by)
+    best = frame[frame["which"] == "best"]
+    if best.empty:
+        raise ValueError(f"{path}: no rows with which=best (each run's best step)")
+    outside = best[(best["width"] < 1) | (best["width"] > WIDEST)]
+    if not outside.empty:
+        raise ValueError(f"{path}: column 'width' holds {outside['width'].iloc[0]:g}; accepted: 1 to {WIDEST}")
+    return best
+
+
+def has_values(frame: pd.DataFrame, column: str) -> bool:
+    """Whether `frame` has the column with at least one value."""
+    return column in frame.columns and bool(frame[column].notna().any())
+
+
+def shade_widths(ax: Axes, train: tuple[int, int]) -> None:
+    """Shade the trained widths and mark 33–48 as extrapolation."""
+    lo, hi = train
+    ax.axvspan(lo - 0.5, hi + 0.5, color="tab:green", alpha=0.08, lw=0, label=f"trained widths {lo}–{hi}")
+    ax.axvspan(EXTRAPOLATION[0] - 0.5, EXTRAPOLATION[1] + 0.5, color="tab:red", alpha=0.06, lw=0,
+               label=f"extrapolation {EXTRAPOLATION[0]}–{EXTRAPOLATION[1]}")
+    ax.axvline(EXTRAPOLATION[0] - 0.5, color="tab:red", lw=1, ls="--")
+    ax.set_xlim(0.5, WIDEST + 0.5)
+    ax.set_ylim(-3, 103)
+    ax.set_xlabel("operand width (digits)")
+    ax.set_ylabel("accuracy (%)")
+
+
+def draw_curves(ax: Axes, frame: pd.DataFrame, column: str, key: str, colors: dict[str, object]) -> None:
+    """One line per value of `key` (first-seen order): the mean of `column` over seeds at each width,
+    with a ± one standard deviation band where several seeds are present."""
+    for name in dict.fromkeys(frame[key]):
+        mine = frame[frame[key] == name].dropna(subset=[column])
+        if mine.empty:
+            continue
+        stats = mine.groupby("width")[column].agg(["mean", "std", "count"]).sort_index()
+        color = colors[name]
+        seeds = int(stats["count"].max())
+        label = name if seeds == 1 else f"{name} ({seeds} seeds)"
+        ax.plot(stats.index, stats["mean"], color=color, lw=1.5, label=label)
+        if seeds > 1:
+            spread = stats["std"].fillna(0.0)
+            ax.fill_between(stats.index, stats["mean"] - spread, stats["mean"] + spread, color=color, alpha=0.2, lw=0)
+
+
+def seed_count(seeds: pd.Series) -> str:
+    """How many seeds the lines have: "1 seed", "3 seeds" or "1–3 seeds"."""
+    lo, hi = int(seeds.min()), int(seeds.max())
+    return f"{lo} seed" if lo == hi == 1 else f"{hi} seeds" if lo == hi else f"{lo}–{hi} seeds"
+
+
+def palette(names: Sequence[str]) -> dict[str, object]:
+    """A colour per name, distinct for up to 20 names."""
+    import seaborn as sns
+
+    colors = sns.color_palette("tab10" if len(names) <= 10 else "tab20", len(names))
+    return dict(zip(names, colors))
+
+
+def plot_addition(table: str | Path, out: str | Path | None = None, train_widths: tuple[int, int] = (1, 32),
+                  command: str = "lab plot addition") -> list[Path]:
+    """Draw `<out>/per_width.png` from `<table>/per_width.csv` (out defaults to table): accuracy against
+    width, a whole-answer panel and a per-token one when the CSV has per-token accuracy. Returns the files."""
+    table = Path(table)
+    out = Path(out) if out is not None else table
+    source = table / "per_width.csv"
+    frame = read_per_width(source)
+    panels = [(c, t) for c, t in PANELS if has_values(frame, c)]
+    colors = palette(list(dict.fromkeys(frame["row"])))
+    seeds = frame.groupby("row")["seed"].nunique()
+    with styled():
+        fig = new_figure(6.5 * len(panels) + 2.5, 5)
+        axes = fig.subplots(1, len(panels), squeeze=False)[0]
+        for ax, (column, title) in zip(axes, panels):
+            shade_widths(ax, train_widths)
+            draw_curves(ax, frame, column, "row", colors)
+            ax.set_title(title)
+        handles, labels = axes[0].get_legend_handles_labels()
+        fig.legend(handles, labels, loc="outside right upper", fontsize="small")
+        fig.suptitle(f"Addition at each run's best step: {len(seeds)} rows, {seed_count(seeds)} each "
+                     f"({source.as_posix()})", fontsize="medium")
+    return [save_png(fig, out / "per_width.png", source.as_posix(), command)]
