@@ -100,9 +100,9 @@ def run_sweep(spec: SweepSpec, workers: int = 1, echo: Callable[[str], None] = p
     if spec.sampler in ("grid", "bruteforce") and spec.trials > grid_size(space):
         raise ValueError(f"--trials {spec.trials} exceeds the {grid_size(space)} points of the grid of "
                          f"{space.path}; accepted: --trials <= {grid_size(space)}")
+    sampler, pruner = make_sampler(spec, space), make_pruner(spec, *base_steps(spec, space))
     storage = open_storage(spec.storage, spec.heartbeat)
-    pruner = make_pruner(spec, *base_steps(spec, space))
-    study = open_study(spec, storage, space, make_sampler(spec, space), pruner, create=True)
+    study = open_study(spec, storage, space, sampler, pruner, create=True)
     record_command(study, spec)
     for number in fail_dead_trials(study, storage):
         echo(f"trial {number}: its worker is gone; marked FAIL")
@@ -120,6 +120,8 @@ def run_sweep(spec: SweepSpec, workers: int = 1, echo: Callable[[str], None] = p
     workers = min(workers, owed)
     gpus = visible_gpus()
     where = f"GPU {', '.join(gpus)}" if gpus else "CPU"
+    if gpus and workers > len(gpus):
+        where += f"; {workers} workers share {len(gpus)} GPUs in turn"
     echo(f"study {spec.study}: {owed} trials to run on {workers} worker(s) ({where}); storage {redact(spec.storage)}")
     procs = _start_workers(spec, workers, gpus)
     codes: list[int] = []
