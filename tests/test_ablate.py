@@ -1,0 +1,189 @@
+"""`lab ablate alignment`: the plan (four cells per mixer, distinct runs, the default cell shared with
+`lab reproduce addition`), the table's differences from the default cell, refusals, and one tiny run
+end to end on a CPU with a rerun that skips what is finished."""
+
+from __future__ import annotations
+
+import csv
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from lab.ablate.alignment import (
+    CELLS,
+    DEFAULT_MIXERS,
+    Cell,
+    ablatable_mixers,
+    cell_of,
+    default_cell,
+    parse_mixers,
+    plan,
+)
+from lab.ablate.alignment_table import summary_rows
+from lab.cli import app
+from lab.reproduce import addition as reproduce
+from lab.reproduce.launch import Job
+from lab.runs import Registry
+
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def invoke(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(app, list(args))
+    return result.exit_code, ANSI.sub("", result.output)
+
+
+def read_csv(path: Path) -> list[dict[str, str]]:
+    with path.open(newline="", encoding="utf-8") as f:
+        return list(csv.DictReader(f))
+
+
+def test_the_four_cells_in_the_order_of_the_design() -> None:
+    assert [c.name for c in CELLS] == ["raw/shifted", "raw/same_time", "rbw/shifted", "rbw/same_time"]
+    assert [c.label for c in CELLS] == ["RAW · shifted", "RAW · same-time", "RBW · shifted", "RBW · same-time"]
+
+
+def test_every_recurrent_mixer_takes_the_ablation_and_the_transformer_does_not() -> None:
+    accepted = ablatable_mixers()
+    assert set(DEFAULT_MIXERS) <= set(accepted)
+    assert "transformer" not in accepted
+    assert {"falcon-1", "falcon-2", "falcon-3", "falcon-1a", "falcon-2a", "falcon-3a"} <= set(accepted)
+
+
+def test_default_cells_are_each_papers_own() -> None:
+    for mixer in ("falcon-1a.3", "falcon-3a.3", "falcon-1.3"):
+        assert default_cell(mixer) == Cell("raw", "shifted")
+    for mixer in ("deltanet", "gated-deltanet", "mamba2", "retnet"):
+        assert default_cell(mixer) == Cell("raw", "same_time")
+
+
+def test_plan_has_four_distinct_cells_per_mixer_and_seed() -> None:
+    jobs = plan("tiny", ["falcon-1a.3", "deltanet"], seeds=2, max_steps=7, overrides=["optim.lr=1e-3"])
+    assert len(jobs) == 2 * 2 * 4
+    assert len({j.run_id for j in jobs}) == len(jobs)
+    assert [j.cfg.train.seed for j in jobs] == [0] * 8 + [1] * 8
+    for seed in (0, 1):
+        for mixer in ("falcon-1a.3", "deltanet"):
+            mine = [j for j in jobs if j.cfg.mixer == mixer and j.cfg.train.seed == seed]
+            assert [cell_of(j) for j in mine] == list(CELLS)
+            assert [j.label for j in mine] == [f"{mixer} {c.name}" for c in CELLS]
+    assert all(j.cfg.train.max_steps == 7 and j.cfg.optim.lr == 1e-3 and j.cfg.eval.enabled for j in jobs)
+
+
+def test_the_default_cell_is_the_reproduce_run_itself() -> None:
+    # Cells set only the options that differ from the mixer's defaults, so the default cell's config,
+    # and with it the run id, is that of `lab reproduce addition`: one run serves both tables.
+    jobs = {(j.cfg.mixer, cell_of(j)): j for j in plan("tiny", ["falcon-1a.3", "deltanet"], seeds=1)}
+    rows = {j.cfg.mixer: j for j in reproduce.plan("tiny", reproduce.parse_rows("falcon-1a.3,deltanet"), seeds=1)}
+    for mixer, default in (("falcon-1a.3", Cell("raw", "shifted")), ("deltanet", Cell("raw", "same_time"))):
+        assert jobs[(mixer, default)].run_id == rows[mixer].run_id
+        assert jobs[(mixer, default)].cfg.model.mixer_options == {}
+    assert jobs[("falcon-1a.3", Cell("rbw", "same_time"))].cfg.model.mixer_options == {
+        "timing": "rbw", "alignment": "same_time"}
+    assert jobs[("deltanet", Cell("raw", "shifted"))].cfg.model.mixer_options == {"alignment": "shifted"}
+
+
+def test_set_may_not_move_a_cell() -> None:
+    for item in ("model.mixer_options.timing=rbw", "model.mixer_options.alignment=shifted"):
+        with pytest.raises(ValueError, match="--set may not change model.mixer_options.timing or .alignment"):
+            plan("tiny", ["deltanet"], seeds=1, overrides=[item])
+
+
+def test_parse_mixers_keeps_order_drops_repeats_and_names_what_is_accepted() -> None:
+    assert parse_mixers(None) == list(DEFAULT_MIXERS)
+    assert parse_mixers(" retnet, falcon-1a.3,retnet ") == ["retnet", "falcon-1a.3"]
+    with pytest.raises(ValueError, match=r"mixer 'transformer' has no timing or alignment to ablate; the ablation "
+                                         r"takes the recurrent mixers: .*falcon-1a\.3"):
+        parse_mixers("falcon-1a.3,transformer")
+    with pytest.raises(ValueError, match="unknown mixer 'nope'; the ablation takes the recurrent mixers"):
+        parse_mixers("nope")
+    with pytest.raises(ValueError, match="--mixers is empty"):
+        parse_mixers(" , ")
+
+
+def _run(job: Job, **metrics: float) -> dict[str, Any]:
+    """A finished run's record as `finished_runs` makes it."""
+    return {"job": job, "seed": job.cfg.train.seed, "metrics": metrics, "registry": {"n_params": 1000}}
+
+
+def test_table_rows_hold_mean_std_and_the_difference_from_the_default_cell() -> None:
+    jobs = plan("tiny", ["deltanet", "falcon-1a.3"], seeds=2)
+    by = {(j.cfg.mixer, cell_of(j).name, j.cfg.train.seed): j for j in jobs}
+    runs = [
+        _run(by[("deltanet", "raw/same_time", 0)], best_ood_mean=10.0, best_val_acc=50.0),
+        _run(by[("deltanet", "raw/same_time", 1)], best_ood_mean=20.0, best_val_acc=70.0),
+        _run(by[("deltanet", "raw/shifted", 0)], best_ood_mean=40.0, best_val_acc=55.0),
+        _run(by[("falcon-1a.3", "rbw/shifted", 0)], best_ood_mean=5.0),
+    ]
+    table = summary_rows(jobs, runs)
+    assert [(r["row"], r["cell"]) for r in table] == [(m, c.name) for m in ("deltanet", "falcon-1a.3") for c in CELLS]
+    rows = {(r["row"], r["cell"]): r for r in table}
+    base = rows[("deltanet", "raw/same_time")]
+    assert base["default"] and (base["runs"], base["planned"]) == (2, 2)
+    assert base["ood_mean_mean"] == 15.0 and base["ood_mean_std"] == pytest.approx(7.0710678)
+    assert base["ood_mean_delta"] == 0.0
+    shifted = rows[("deltanet", "raw/shifted")]
+    assert not shifted["default"] and shifted["ood_mean_delta"] == 25.0 and shifted["val_acc_delta"] == -5.0
+    assert shifted["ood_mean_std"] is None  # one seed: no spread
+    assert rows[("deltanet", "rbw/shifted")]["ood_mean_delta"] is None  # no runs
+    # falcon-1a.3's default cell has no runs: no difference can be taken.
+    assert rows[("falcon-1a.3", "rbw/shifted")]["ood_mean_mean"] == 5.0
+    assert rows[("falcon-1a.3", "rbw/shifted")]["ood_mean_delta"] is None
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--mixers", "transformer"], ("lab ablate: mixer 'transformer' has no timing or alignment to ablate; "
+                                   "the ablation takes the recurrent mixers: ")),
+    (["--mixers", "falcon-1a.3,nope"], "lab ablate: unknown mixer 'nope'; the ablation takes"),
+    (["--preset", "huge"], "lab ablate: unknown preset 'huge'; accepted: tiny, paper"),
+    (["--seeds", "0"], "lab ablate: --seeds must be >= 1, got 0"),
+    (["--set", "model.mixer_options.alignment=same_time"], "lab ablate: --set may not change"),
+])
+def test_mistakes_are_one_line_with_exit_2_and_nothing_run(args: list[str], message: str, tmp_path: Path) -> None:
+    code, text = invoke("ablate", "alignment", "--preset", "tiny", *args, "--results", str(tmp_path))
+    assert code == 2
+    assert text.count("\n") == 1 and text.startswith(message) and "Traceback" not in text
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "ablation").exists()
+
+
+ARGS = ["ablate", "alignment", "--preset", "tiny", "--mixers", "falcon-1a.3", "--max-steps", "10"]
+
+
+def test_tiny_ablation_end_to_end_then_a_rerun_skips_what_is_finished(tmp_path: Path) -> None:
+    code, text = invoke(*ARGS, "--results", str(tmp_path))
+    assert code == 0, text
+    out = tmp_path / "ablation" / "tiny"
+    planned = 4 * len(DEFAULT_MIXERS)
+    assert f"table: {out / 'alignment.md'} (4 of {planned} planned runs finished)" in text
+    assert text.count("finished in") == 4
+    table = read_csv(out / "alignment.csv")
+    mine = [r for r in table if r["row"] == "falcon-1a.3"]
+    assert [r["cell"] for r in mine] == [c.name for c in CELLS]
+    assert [r["default"] for r in mine] == ["True", "False", "False", "False"]
+    assert all(r["runs"] == "1" and float(r["best_step_mean"]) == 10.0 for r in mine)
+    assert all(r["runs"] == "0" for r in table if r["row"] != "falcon-1a.3")
+    for r in mine:
+        assert float(r["ood_mean_delta"]) == pytest.approx(float(r["ood_mean_mean"]) - float(mine[0]["ood_mean_mean"]))
+    per_width = read_csv(out / "alignment_per_width.csv")
+    assert len(per_width) == 4 * 2 * 48  # four runs, best and last, 48 widths
+    assert {r["cell"] for r in per_width} == {c.name for c in CELLS}
+    markdown = (out / "alignment.md").read_text()
+    assert f"`lab ablate alignment --preset tiny --mixers falcon-1a.3 --max-steps 10 --results {tmp_path}`" in markdown
+    assert "| RAW · shifted (default) | 1/1 |" in markdown and "| RBW · same-time | 1/1 |" in markdown
+    assert "test the pipeline, not the rules" in markdown and "Not yet run: falcon-3a.3, falcon-1.3" in markdown
+    registry = Registry(tmp_path / "lab.db")
+    stamps = [r["updated_at"] for r in registry.rows()]
+    assert len(stamps) == 4
+
+    code, text = invoke(*ARGS, "--results", str(tmp_path))
+    assert code == 0, text
+    assert text.count("finished before") == 4 and "finished in" not in text
+    assert [r["updated_at"] for r in registry.rows()] == stamps
+
+    code, text = invoke("plot", "ablation", "--table", str(out), "--train-widths", "1-8")
+    assert code == 0, text
+    for name in ("alignment.png", "alignment_per_width.png"):
+        assert f"figure: {out / name}" in text and (out / name).stat().st_size > 10_000
