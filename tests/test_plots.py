@@ -1,0 +1,184 @@
+"""`lab plot addition` and `lab plot ablation` from small synthetic CSVs: the PNGs, their panels, the
+seed bands, the framed default cell, and one-line errors for missing or malformed tables."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from matplotlib.collections import PolyCollection
+from matplotlib.figure import Figure
+from matplotlib.patches import Rectangle
+from PIL import Image
+from typer.testing import CliRunner
+
+from lab.cli import app
+from lab.plots.ablation import heatmap
+from lab.plots.addition import draw_curves, palette, parse_widths
+
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+PNG = b"\x89PNG\r\n\x1a\n"
+CELLS = (("raw", "shifted"), ("raw", "same_time"), ("rbw", "shifted"), ("rbw", "same_time"))
+
+
+def invoke(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(app, list(args))
+    return result.exit_code, ANSI.sub("", result.output)
+
+
+def per_width(rows: dict[str, int], per_token: bool = True, cells: bool = False) -> pd.DataFrame:
+    """A per_width.csv: for each row its number of seeds, best and last step, widths 1-48."""
+    records = []
+    for i, (row, seeds) in enumerate(rows.items()):
+        for cell in ([f"{t}/{a}" for t, a in CELLS] if cells else [None]):
+            for seed in range(seeds):
+                for which in ("best", "last"):
+                    for n in range(1, 49):
+                        record = {"row": row, "seed": seed, "run_id": f"r{i}{seed}", "which": which, "step": 100,
+                                  "width": n, "teacher_forced": max(0.0, 100.0 - 2 * n - 5 * seed - i),
+                                  "free_running": ""}
+                        if per_token:
+                            record["per_token"] = 100.0 - n
+                        if cell is not None:
+                            record["cell"] = cell
+                        records.append(record)
+    return pd.DataFrame(records)
+
+
+def alignment(mixers: dict[str, tuple[str, str]], runs: int = 1) -> pd.DataFrame:
+    """An alignment.csv: four cells per mixer, its default cell given."""
+    records = []
+    for i, (mixer, default) in enumerate(mixers.items()):
+        for j, (timing, pairing) in enumerate(CELLS):
+            records.append({"row": mixer, "model": mixer, "timing": timing, "alignment": pairing,
+                            "cell": f"{timing}/{pairing}", "default": (timing, pairing) == default, "runs": runs,
+                            "planned": 1, "val_acc_mean": 90.0 - j, "val_acc_std": 1.5,
+                            "ood_mean_mean": 40.0 + 10 * j + i, "ood_mean_std": "",
+                            "token_ood_mean_mean": 70.0, "token_ood_mean_std": ""})
+    return pd.DataFrame(records)
+
+
+def assert_png(path: Path) -> Image.Image:
+    assert path.read_bytes()[:8] == PNG and path.stat().st_size > 5_000
+    return Image.open(path)
+
+
+def test_addition_figure_has_a_per_token_panel_only_when_the_csv_has_it(tmp_path: Path) -> None:
+    with_tokens, without = tmp_path / "a", tmp_path / "b"
+    for folder, tokens in ((with_tokens, True), (without, False)):
+        folder.mkdir()
+        per_width({"transformer": 2, "falcon-1a.3": 1}, per_token=tokens).to_csv(folder / "per_width.csv", index=False)
+        code, text = invoke("plot", "addition", "--table", str(folder))
+        assert code == 0, text
+        assert text.strip() == f"figure: {folder / 'per_width.png'}"
+    two, one = assert_png(with_tokens / "per_width.png"), assert_png(without / "per_width.png")
+    assert two.size[0] > one.size[0] * 1.5 and two.size[1] == one.size[1]
+    assert two.text["Description"] == f"Remade by `lab plot addition --table {with_tokens}` from the repository root."
+    assert two.text["Source"] == (with_tokens / "per_width.csv").as_posix()
+
+
+def test_addition_figure_goes_to_out_and_shades_the_given_widths(tmp_path: Path) -> None:
+    per_width({"retnet": 1}).to_csv(tmp_path / "per_width.csv", index=False)
+    code, text = invoke("plot", "addition", "--table", str(tmp_path), "--out", str(tmp_path / "figs"),
+                        "--train-widths", "1-8")
+    assert code == 0, text
+    assert_png(tmp_path / "figs" / "per_width.png")
+    assert not (tmp_path / "per_width.png").exists()
+    assert parse_widths("1-8") == (1, 8)
+    for bad in ("8", "0-4", "9-3", "1-49", "a-b"):
+        with pytest.raises(ValueError, match="--train-widths .* accepted: LO-HI with 1 <= LO <= HI <= 48"):
+            parse_widths(bad)
+
+
+def test_a_band_for_rows_with_several_seeds_and_none_for_one() -> None:
+    frame = per_width({"two-seeds": 2, "one-seed": 1})
+    frame = frame[frame["which"] == "best"]
+    ax = Figure().subplots()
+    draw_curves(ax, frame, "teacher_forced", "row", palette(["two-seeds", "one-seed"]))
+    assert [line.get_label() for line in ax.get_lines()] == ["two-seeds (2 seeds)", "one-seed"]
+    assert len([c for c in ax.collections if isinstance(c, PolyCollection)]) == 1
+    mean = ax.get_lines()[0].get_ydata()
+    assert mean[0] == pytest.approx((98.0 + 93.0) / 2)  # width 1, seeds 0 and 1
+
+
+def test_ablation_figures_from_the_ablation_tables(tmp_path: Path) -> None:
+    alignment({"falcon-1a.3": ("raw", "shifted"), "deltanet": ("raw", "same_time")}).to_csv(
+        tmp_path / "alignment.csv", index=False)
+    code, text = invoke("plot", "ablation", "--table", str(tmp_path))
+    assert code == 0, text
+    assert text.strip() == f"figure: {tmp_path / 'alignment.png'}"  # no per-width CSV, no curves
+    heatmaps = assert_png(tmp_path / "alignment.png")
+    per_width({"falcon-1a.3": 1, "deltanet": 1}, cells=True).to_csv(tmp_path / "alignment_per_width.csv", index=False)
+    code, text = invoke("plot", "ablation", "--table", str(tmp_path))
+    assert code == 0, text
+    assert f"figure: {tmp_path / 'alignment_per_width.png'}" in text
+    assert_png(tmp_path / "alignment_per_width.png")
+    assert heatmaps.size[1] > heatmaps.size[0] * 0.4  # two mixers stacked
+
+
+def test_a_heatmap_frames_the_default_cell_and_reads_mean_and_std() -> None:
+    frame = alignment({"deltanet": ("raw", "same_time")}).astype({"default": str})
+    ax = Figure().subplots()
+    heatmap(ax, frame, "val_acc", "deltanet")
+    # Columns RBW, RAW; rows same-time, shifted (the paper's Fig. 11): RAW/same-time is row 0, column 1.
+    (frame_patch,) = [p for p in ax.patches if isinstance(p, Rectangle) and not p.get_fill()]
+    assert frame_patch.get_xy() == pytest.approx((1 - 0.47, 0 - 0.47))
+    texts = {(t.get_position()): t.get_text() for t in ax.texts}
+    assert texts[(1, 0)] == "89.0\n± 1.5"  # raw/same_time is the second cell: 90 - 1
+    assert texts[(0, 1)] == "88.0\n± 1.5"  # rbw/shifted
+
+
+def _write(folder: Path, name: str, text: str) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / name).write_text(text, encoding="utf-8")
+    return folder
+
+
+GOOD_HEADER = "row,seed,which,width,teacher_forced"
+
+
+@pytest.mark.parametrize(("name", "text", "message"), [
+    (None, None, "per_width.csv: no such file; make it with `lab reproduce addition`"),
+    ("per_width.csv", "row,seed,which,width\nx,0,best,1\n",
+     "per_width.csv: missing column 'teacher_forced'; expected columns: row, which, seed, width, teacher_forced"),
+    ("per_width.csv", f"{GOOD_HEADER}\nx,0,best,1,50\nx,0,best,2,lots\n",
+     "per_width.csv: column 'teacher_forced' holds 'lots' on line 3, not a number"),
+    ("per_width.csv", f"{GOOD_HEADER}\n", "per_width.csv: no rows"),
+    ("per_width.csv", "", "per_width.csv: not a readable CSV file"),
+    ("per_width.csv", f"{GOOD_HEADER}\nx,0,last,1,50\n", "per_width.csv: no rows with which=best"),
+    ("per_width.csv", f"{GOOD_HEADER}\nx,0,best,60,50\n", "per_width.csv: column 'width' holds 60; accepted: 1 to 48"),
+])
+def test_addition_refuses_a_missing_or_malformed_csv_in_one_line(name: str | None, text: str | None, message: str,
+                                                                 tmp_path: Path) -> None:
+    folder = _write(tmp_path / "t", name, text) if name else tmp_path / "t"
+    code, out = invoke("plot", "addition", "--table", str(folder))
+    assert code == 2
+    assert out.count("\n") == 1 and out.startswith(f"lab plot: {folder}/{message}"), out
+    assert not list(tmp_path.rglob("*.png"))
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"timing": "sideways"}, "alignment.csv: column 'timing' holds 'sideways'; accepted: rbw, raw"),
+    ({"runs": 0}, "alignment.csv: no mixer has a finished run yet"),
+    ({"ood_mean_mean": "high"}, "alignment.csv: column 'ood_mean_mean' holds 'high' on line 2, not a number"),
+])
+def test_ablation_refuses_a_malformed_csv_in_one_line(change: dict[str, object], message: str,
+                                                      tmp_path: Path) -> None:
+    frame = alignment({"retnet": ("raw", "same_time")})
+    for column, value in change.items():
+        frame[column] = frame[column].astype(object)
+        frame.loc[0 if column != "runs" else slice(None), column] = value
+    frame.to_csv(tmp_path / "alignment.csv", index=False)
+    code, out = invoke("plot", "ablation", "--table", str(tmp_path))
+    assert code == 2
+    assert out.count("\n") == 1 and out.startswith(f"lab plot: {tmp_path}/{message}"), out
+    assert not list(tmp_path.glob("*.png"))
+
+
+def test_ablation_names_a_missing_column(tmp_path: Path) -> None:
+    alignment({"retnet": ("raw", "same_time")}).drop(columns="ood_mean_mean").to_csv(
+        tmp_path / "alignment.csv", index=False)
+    code, out = invoke("plot", "ablation", "--table", str(tmp_path))
+    assert code == 2 and "alignment.csv: missing column 'ood_mean_mean'" in out
