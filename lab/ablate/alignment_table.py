@@ -156,8 +156,11 @@ def render_markdown(jobs: Sequence[Job], table: list[dict[str, Any]], runs: list
     params = {r["model"]: format_params(r["params"]) for r in shown if r["params"] is not None}
     if params:
         lines += ["Parameters: " + ", ".join(f"{name} {n}" for name, n in params.items()) + ".", ""]
+    lo, hi = cfg.data.widths
+    widths = "" if (lo, hi) == (1, 32) else f" --train-widths {lo}-{hi}"
     lines.append(f"Numbers above: `alignment.csv`; every width of every run (best and last step): "
-                 f"`alignment_per_width.csv`. Figures: `lab plot ablation --table {_shown_path(out)}`.\n")
+                 f"`alignment_per_width.csv`. Figures (`alignment.png`, `alignment_per_width.png`): "
+                 f"`lab plot ablation --table {_shown_path(out)}{widths}`.\n")
     return "\n".join(lines)
 
 
