@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -149,9 +150,21 @@ def test_mistakes_are_one_line_with_exit_2_and_nothing_run(args: list[str], mess
     assert not (tmp_path / "runs").exists() and not (tmp_path / "ablation").exists()
 
 
+@pytest.fixture
+def one_thread() -> Iterator[None]:
+    """One torch thread for the tiny runs: on a small shared machine more threads only contend."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 ARGS = ["ablate", "alignment", "--preset", "tiny", "--mixers", "falcon-1a.3", "--max-steps", "10"]
 
 
+@pytest.mark.usefixtures("one_thread")
 def test_tiny_ablation_end_to_end_then_a_rerun_skips_what_is_finished(tmp_path: Path) -> None:
     code, text = invoke(*ARGS, "--results", str(tmp_path))
     assert code == 0, text
