@@ -59,7 +59,7 @@ def addition(
     Finished runs are skipped and unfinished ones resume, so the table can be built a piece at a time."""
     from lab.config import ConfigError
     from lab.reproduce.addition import parse_rows, reproduce_addition
-    from lab.reproduce.launch import Outcome, check_slots, visible_gpus
+    from lab.reproduce.launch import check_slots, outcome_line, visible_gpus
 
     try:
         chosen = parse_rows(rows)
@@ -70,22 +70,9 @@ def addition(
         raise typer.Exit(code=2) from None
     command = _command(preset, rows, seeds, gpus, max_steps, set_ or [], results, out)
 
-    def report(outcome: Outcome) -> None:
-        job, m = outcome.job, outcome.metrics
-        head = f"{job.cfg.mixer} seed {job.cfg.train.seed} (run {job.run_id}):"
-        if outcome.status == "failed":
-            typer.echo(f"{head} failed after {outcome.seconds:.0f} s: {outcome.message}")
-            return
-        took = "finished before" if outcome.status == "skipped" else f"{outcome.status} in {outcome.seconds:.0f} s"
-        scores = "  ".join(f"{name} {m[key]:.1f}" for key, name in (
-            ("best_val_acc", "val"), ("best_ood_mean", "mean33-48"), ("best_acc@33", "@33"), ("best_acc@48", "@48"))
-            if m.get(key) is not None)
-        step = f"best step {m['best_step']:.0f}  " if m.get("best_step") is not None else ""
-        typer.echo(f"{head} {took}  {step}{scores}")
-
     try:
         done = reproduce_addition(preset, chosen, seeds, slots, max_steps, set_ or (), results, out, command,
-                                  on_done=report)
+                                  on_done=lambda outcome: typer.echo(outcome_line(outcome)))
     except (ValueError, ConfigError) as err:
         typer.echo(f"lab reproduce: {err}", err=True)
         raise typer.Exit(code=2) from None
