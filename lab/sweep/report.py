@@ -10,9 +10,7 @@ report.md with the reason instead.
 from __future__ import annotations
 
 import math
-import os
 import shlex
-import tempfile
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -23,7 +21,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from lab.config import dump_yaml, from_dict
-from lab.runs import atomic_write_text, git_state, now
+from lab.runs import atomic_write, atomic_write_text, git_state, now
 
 # Contour plots of more than this many parameters are a wall of panels; the most important ones go in.
 CONTOUR_PARAMS = 3
@@ -67,7 +65,7 @@ def write_report(study: optuna.Study, folder: str | Path) -> Report:
         warnings.simplefilter("ignore")
         _figures(study, names, report)
     df = study.trials_dataframe()
-    _atomic(folder / "trials.csv", lambda path: df.to_csv(path, index=False))
+    atomic_write(folder / "trials.csv", lambda f: df.to_csv(f, index=False))
     report.files.append(folder / "trials.csv")
     if report.best is not None and "config" in report.best.user_attrs:
         path = folder / "best.yaml"
@@ -81,19 +79,6 @@ def write_report(study: optuna.Study, folder: str | Path) -> Report:
     return report
 
 
-def _atomic(path: Path, write: Callable[[str], None]) -> None:
-    """Let `write(tmp)` make the file, then move it into place."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=path.suffix)
-    os.close(fd)
-    try:
-        write(tmp)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def _save(report: Report, name: str, draw: Callable[[], Any]) -> None:
     import matplotlib.pyplot as plt
 
@@ -105,7 +90,7 @@ def _save(report: Report, name: str, draw: Callable[[], Any]) -> None:
         return
     first = axes.flat[0] if hasattr(axes, "flat") else axes
     path = report.folder / f"{name}.png"
-    _atomic(path, lambda tmp: first.figure.savefig(tmp, dpi=120, bbox_inches="tight", format="png"))
+    atomic_write(path, lambda f: first.figure.savefig(f, dpi=120, bbox_inches="tight", format="png"))
     plt.close("all")
     report.files.append(path)
 
