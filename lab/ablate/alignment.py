@@ -18,7 +18,7 @@ from typing import Any
 
 from lab.config import load_config
 from lab.reproduce.addition import DEFAULT_SEEDS, check_preset
-from lab.reproduce.launch import Job, Outcome, run_jobs
+from lab.reproduce.launch import Campaign, Job, Outcome, run_campaign
 from lab.runs import results_root
 
 # The mixers ablated by default: the paper's recurrent Falcon rows, then the recurrent baselines.
@@ -129,25 +129,11 @@ def default_out(preset: str, results: Path) -> Path:
     return results / "ablation" if preset == "paper" else results / "ablation" / preset
 
 
-@dataclass
-class Ablation:
-    """What `ablate_alignment` did: each job's outcome and where the tables are."""
-
-    outcomes: list[Outcome]
-    out: Path
-    finished: int
-    planned: int
-
-    @property
-    def failed(self) -> list[Outcome]:
-        return [o for o in self.outcomes if o.status == "failed"]
-
-
 def ablate_alignment(preset: str = "paper", mixers: Sequence[str] | None = None, seeds: int | None = None,
                      gpus: int = 1, max_steps: int | None = None, overrides: Sequence[str] = (),
                      results: str | Path | None = None, out: str | Path | None = None,
                      command: str = "lab ablate alignment",
-                     on_done: Callable[[Outcome], Any] | None = None) -> Ablation:
+                     on_done: Callable[[Outcome], Any] | None = None) -> Campaign:
     """Train the cells' runs not yet finished (up to `gpus` at once), then write alignment.md,
     alignment.csv and alignment_per_width.csv to `out`, rewriting them after every run."""
     from lab.ablate.alignment_table import write_tables
@@ -163,11 +149,4 @@ def ablate_alignment(preset: str = "paper", mixers: Sequence[str] | None = None,
     results = Path(results).resolve() if results is not None else results_root()
     out = Path(out).resolve() if out is not None else default_out(preset, results)
 
-    def done(outcome: Outcome) -> None:
-        write_tables(everything, results, out, command)
-        if on_done is not None:
-            on_done(outcome)
-
-    outcomes = run_jobs(jobs, results, slots=gpus, argv=command.split(), on_done=done)
-    finished = write_tables(everything, results, out, command)
-    return Ablation(outcomes, out, finished, len(everything))
+    return run_campaign(jobs, everything, write_tables, results, out, gpus, command, on_done)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lab.config import load_config
-from lab.reproduce.launch import Job, Outcome, run_jobs
+from lab.reproduce.launch import Campaign, Job, Outcome, run_campaign
 from lab.runs import results_root
 
 PRESETS = {"tiny": "addition-tiny", "paper": "addition-paper"}
@@ -99,25 +99,11 @@ def default_out(preset: str, results: Path) -> Path:
     return results / "addition" if preset == "paper" else results / "addition" / preset
 
 
-@dataclass
-class Reproduction:
-    """What `reproduce_addition` did: each job's outcome and where the tables are."""
-
-    outcomes: list[Outcome]
-    out: Path
-    finished: int
-    planned: int
-
-    @property
-    def failed(self) -> list[Outcome]:
-        return [o for o in self.outcomes if o.status == "failed"]
-
-
 def reproduce_addition(preset: str = "paper", rows: Sequence[Row] | None = None, seeds: int | None = None,
                        gpus: int = 1, max_steps: int | None = None, overrides: Sequence[str] = (),
                        results: str | Path | None = None, out: str | Path | None = None,
                        command: str = "lab reproduce addition",
-                       on_done: Callable[[Outcome], None] | None = None) -> Reproduction:
+                       on_done: Callable[[Outcome], None] | None = None) -> Campaign:
     """Train the rows' runs not yet finished (up to `gpus` at once), then write table.md, table.csv
     and per_width.csv to `out`, rewriting them after every run; `command` is printed in table.md."""
     from lab.reproduce.addition_table import write_tables
@@ -131,11 +117,4 @@ def reproduce_addition(preset: str = "paper", rows: Sequence[Row] | None = None,
     results = Path(results).resolve() if results is not None else results_root()
     out = Path(out).resolve() if out is not None else default_out(preset, results)
 
-    def done(outcome: Outcome) -> None:
-        write_tables(everything, results, out, command)
-        if on_done is not None:
-            on_done(outcome)
-
-    outcomes = run_jobs(jobs, results, slots=gpus, argv=command.split(), on_done=done)
-    finished = write_tables(everything, results, out, command)
-    return Reproduction(outcomes, out, finished, len(everything))
+    return run_campaign(jobs, everything, write_tables, results, out, gpus, command, on_done)

@@ -128,6 +128,37 @@ def run_jobs(jobs: Sequence[Job], results: Path, slots: int = 1, argv: Sequence[
     return outcomes
 
 
+@dataclass
+class Campaign:
+    """What a table-building command (`lab reproduce`, `lab ablate`) did: each job's outcome, where its
+    tables are, and how many of the planned runs have finished."""
+
+    outcomes: list[Outcome]
+    out: Path
+    finished: int
+    planned: int
+
+    @property
+    def failed(self) -> list[Outcome]:
+        return [o for o in self.outcomes if o.status == "failed"]
+
+
+def run_campaign(jobs: Sequence[Job], planned: Sequence[Job],
+                 write_tables: Callable[[Sequence[Job], Path, Path, str], int], results: Path, out: Path,
+                 slots: int, command: str, on_done: Callable[[Outcome], Any] | None = None) -> Campaign:
+    """Run `jobs` (up to `slots` at once) and rewrite the tables of everything `planned` after each one,
+    so a stopped campaign keeps a table of what finished; `write_tables` returns the finished count."""
+
+    def done(outcome: Outcome) -> None:
+        write_tables(planned, results, out, command)
+        if on_done is not None:
+            on_done(outcome)
+
+    outcomes = run_jobs(jobs, results, slots=slots, argv=command.split(), on_done=done)
+    finished = write_tables(planned, results, out, command)
+    return Campaign(outcomes, out, finished, len(planned))
+
+
 def _quiet_lightning() -> None:
     """Keep Lightning's banners and known deprecation chatter out of the output."""
     for name in ("lightning.pytorch", "lightning.fabric", "lightning"):
