@@ -1,5 +1,7 @@
 """What every `lab` command group shares."""
 
+import shlex
+from collections.abc import Iterable
 from typing import NoReturn
 
 import typer
@@ -13,3 +15,13 @@ def not_built(what: str) -> NoReturn:
     """
     typer.echo(f"lab: {what} is not built yet; nothing was done.", err=True)
     raise typer.Exit(code=2)
+
+
+def remake_command(words: Iterable[str], options: Iterable[tuple[str, object | None]]) -> str:
+    """The shell line that remakes a result: `words`, then each `(flag, value)` whose value is not None,
+    in order (a flag may repeat, as `--set` does). Printed beside the tables and figures it made."""
+    parts = list(words)
+    for flag, value in options:
+        if value is not None:
+            parts += [flag, str(value)]
+    return shlex.join(parts)

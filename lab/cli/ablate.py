@@ -1,31 +1,13 @@
 """`lab ablate`: controlled ablations, one change at a time."""
 
-import shlex
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from lab.cli._common import remake_command
+
 app = typer.Typer(help="Run ablations: the 2x2 RAW/RBW x shifted/same-time alignment grid.")
-
-
-def _command(preset: str, mixers: str | None, seeds: int | None, max_steps: int | None, set_: list[str],
-             results: Path | None, out: Path | None) -> str:
-    """The command line that remakes this table (--gpus left out: it changes no number)."""
-    parts = ["lab", "ablate", "alignment", "--preset", preset]
-    if mixers is not None:
-        parts += ["--mixers", mixers]
-    if seeds is not None:
-        parts += ["--seeds", str(seeds)]
-    if max_steps is not None:
-        parts += ["--max-steps", str(max_steps)]
-    for item in set_:
-        parts += ["--set", item]
-    if results is not None:
-        parts += ["--results", str(results)]
-    if out is not None:
-        parts += ["--out", str(out)]
-    return shlex.join(parts)
 
 
 @app.command()
@@ -65,7 +47,9 @@ def alignment(
     except ValueError as err:
         typer.echo(f"lab ablate: {err}", err=True)
         raise typer.Exit(code=2) from None
-    command = _command(preset, mixers, seeds, max_steps, set_ or [], results, out)
+    command = remake_command(["lab", "ablate", "alignment"], [
+        ("--preset", preset), ("--mixers", mixers), ("--seeds", seeds), ("--max-steps", max_steps),
+        *(("--set", item) for item in set_ or []), ("--results", results), ("--out", out)])
 
     try:
         done = ablate_alignment(preset, chosen, seeds, slots, max_steps, set_ or (), results, out, command,

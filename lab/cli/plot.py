@@ -1,27 +1,17 @@
 """`lab plot`: figures from the tables in results/."""
 
-import shlex
 from pathlib import Path
 from typing import Annotated
 
 import typer
+
+from lab.cli._common import remake_command
 
 app = typer.Typer(help="Render figures (PNG) from the tables `lab reproduce` and `lab ablate` write.")
 
 Out = Annotated[Path | None, typer.Option(help="Folder for the PNG files; default the table's folder.")]
 TrainWidths = Annotated[str, typer.Option(
     help="Operand widths the runs trained on, shaded as LO-HI (the paper preset: 1-32, tiny: 1-8).")]
-
-
-def _command(group: str, table: Path | None, out: Path | None, train_widths: str) -> str:
-    parts = ["lab", "plot", group]
-    if table is not None:
-        parts += ["--table", str(table)]
-    if out is not None:
-        parts += ["--out", str(out)]
-    if train_widths != "1-32":
-        parts += ["--train-widths", train_widths]
-    return shlex.join(parts)
 
 
 def _draw(group: str, table: Path | None, out: Path | None, train_widths: str) -> None:
@@ -32,7 +22,9 @@ def _draw(group: str, table: Path | None, out: Path | None, train_widths: str) -
     draw = {"addition": plot_addition, "ablation": plot_ablation}[group]
     folder = table if table is not None else results_root() / group
     try:
-        files = draw(folder, out, parse_widths(train_widths), _command(group, table, out, train_widths))
+        command = remake_command(["lab", "plot", group], [
+            ("--table", table), ("--out", out), ("--train-widths", None if train_widths == "1-32" else train_widths)])
+        files = draw(folder, out, parse_widths(train_widths), command)
     except ValueError as err:
         typer.echo(f"lab plot: {err}", err=True)
         raise typer.Exit(code=2) from None

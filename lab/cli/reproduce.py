@@ -1,37 +1,17 @@
 """`lab reproduce`: remake the paper's tables end to end."""
 
-import shlex
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from lab.cli._common import not_built
+from lab.cli._common import not_built, remake_command
 
 app = typer.Typer(help="Reproduce the paper's tables: data, training, evaluation and the table, in one command.")
 
 Mixers = Annotated[
     list[str] | None, typer.Option("--mixer", help="Mixer to include (repeatable); default the paper's set.")
 ]
-
-
-def _command(preset: str, rows: str | None, seeds: int | None, gpus: int | None, max_steps: int | None,
-             set_: list[str], results: Path | None, out: Path | None) -> str:
-    """The command line that remakes this table (placement, --gpus, left out: it changes no number)."""
-    parts = ["lab", "reproduce", "addition", "--preset", preset]
-    if rows is not None:
-        parts += ["--rows", rows]
-    if seeds is not None:
-        parts += ["--seeds", str(seeds)]
-    if max_steps is not None:
-        parts += ["--max-steps", str(max_steps)]
-    for item in set_:
-        parts += ["--set", item]
-    if results is not None:
-        parts += ["--results", str(results)]
-    if out is not None:
-        parts += ["--out", str(out)]
-    return shlex.join(parts)
 
 
 @app.command()
@@ -68,7 +48,10 @@ def addition(
     except ValueError as err:
         typer.echo(f"lab reproduce: {err}", err=True)
         raise typer.Exit(code=2) from None
-    command = _command(preset, rows, seeds, gpus, max_steps, set_ or [], results, out)
+    # --gpus is left out: where runs are placed changes no number
+    command = remake_command(["lab", "reproduce", "addition"], [
+        ("--preset", preset), ("--rows", rows), ("--seeds", seeds), ("--max-steps", max_steps),
+        *(("--set", item) for item in set_ or []), ("--results", results), ("--out", out)])
 
     try:
         done = reproduce_addition(preset, chosen, seeds, slots, max_steps, set_ or (), results, out, command,
