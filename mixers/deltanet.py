@@ -25,7 +25,8 @@ from torch import Tensor, nn
 
 from kernels import ALIGNMENTS, TIMINGS, gated_delta_rule
 from kernels.delta import DELTA_BACKENDS
-from mixers.layers import Mixer, RMSNorm, ShortConv, dt_bias_init, full_precision, l2_norm, residual_out
+from mixers.layers import (Mixer, RMSNorm, ShortConv, dt_bias_init, full_precision, l2_norm, residual_out,
+                           short_conv_step)
 from mixers.options import check_bool, check_choice, check_int, check_range, head_dim_of
 
 
@@ -143,11 +144,7 @@ class DeltaNet(Mixer):
 
     def step(self, x_t: Tensor, cache: dict) -> tuple[Tensor, dict]:
         q, k, v = self.q_proj(x_t), self.k_proj(x_t), self.v_proj(x_t)
-        convs = cache["conv"]
-        if self.convs is not None:
-            stepped = [conv.step(t, c) for conv, t, c in zip(self.convs, (q, k, v), convs)]
-            (q, k, v), convs = zip(*stepped)
-            convs = list(convs)
+        (q, k, v), convs = short_conv_step(self.convs, (q, k, v), cache["conv"])
         feats = (t[:, None] for t in self._features(x_t, q, k, v))
         o, state = self._rule(*feats, "recurrent", cache["state"])
         return self._output(o[:, 0], x_t), {"conv": convs, "state": state}

@@ -40,7 +40,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from kernels import ALIGNMENTS, BACKENDS, TIMINGS, fast_weight_rule, fast_weight_step
-from mixers.layers import Mixer, RMSNorm, ShortConv, full_precision, l2_norm, residual_out, rms_norm
+from mixers.layers import (Mixer, RMSNorm, ShortConv, full_precision, l2_norm, residual_out, rms_norm,
+                           short_conv_step)
 from mixers.options import check_bool, check_choice, check_int, check_range, head_dim_of
 
 GAINS = ("ctx_beta", "ctx_eta", "const_beta")
@@ -188,11 +189,7 @@ class FalconMixer(Mixer):
 
     def step(self, x_t: Tensor, cache: dict) -> tuple[Tensor, dict]:
         q, k, v = self.q_proj(x_t), self.k_proj(x_t), self.v_proj(x_t)
-        convs = cache["conv"]
-        if self.convs is not None:
-            stepped = [conv.step(t, c) for conv, t, c in zip(self.convs, (q, k, v), convs)]
-            (q, k, v), convs = zip(*stepped)
-            convs = list(convs)
+        (q, k, v), convs = short_conv_step(self.convs, (q, k, v), cache["conv"])
         q, k, v = self._featurise(q, k, v)
         gain, lam = self._gates(x_t)
         with full_precision(q):

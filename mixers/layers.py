@@ -133,3 +133,14 @@ class Mixer(nn.Module, ABC):
     @abstractmethod
     def step(self, x_t: Tensor, cache: Any) -> tuple[Tensor, Any]:
         """Advance one token ``[B, d_model]``; returns the output and the new cache."""
+
+
+def short_conv_step(convs: nn.ModuleList | None, tensors: tuple[Tensor, ...],
+                    caches: list | None) -> tuple[tuple[Tensor, ...], list | None]:
+    """One token of each tensor through its short causal conv (``convs`` None: no conv, unchanged).
+    Returns the convolved tensors and the convs' new windows."""
+    if convs is None:
+        return tensors, caches
+    stepped = [conv.step(t, c) for conv, t, c in zip(convs, tensors, caches)]
+    out, windows = zip(*stepped)
+    return tuple(out), list(windows)
