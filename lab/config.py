@@ -21,7 +21,7 @@ from typing import Any
 import yaml
 
 PRESETS_DIR = Path(__file__).resolve().parent / "presets"
-TASKS = ("addition", "random")
+TASKS = ("addition", "random", "fineweb")
 CURRICULA = ("linear",)
 PRECISIONS = ("auto", "32-true", "bf16-mixed", "16-mixed", "64-true")
 STRATEGIES = ("auto", "ddp", "ddp_find_unused_parameters_true")
@@ -31,6 +31,9 @@ DEFAULT_RANDOM_SEQ_LEN = 128
 # Keys that change where a run executes but not what it computes: the data of a step is a pure
 # function of (seed, step, global row), so a run may resume on another number of devices.
 PLACEMENT_KEYS = ("train.devices", "train.num_nodes", "train.strategy", "train.accelerator")
+# Keys added after runs were recorded: left out of the run id while at these defaults, so that
+# the ids of earlier runs do not change.
+LATER_KEYS = {"data.path": None, "data.val_windows": 16}
 
 
 class ConfigError(ValueError):
@@ -79,12 +82,14 @@ class TrainConfig:
 
 @dataclass
 class DataConfig:
-    """Task options: addition widths (inclusive), row length, packing, validation size, random vocabulary.
+    """Task options: addition widths (inclusive), row length, packing, validation size, vocabulary, shards.
 
     `seq_len` None means the task's natural length: the widest addition sample, or
     DEFAULT_RANDOM_SEQ_LEN random tokens. `curriculum` "linear" grows the widest training width
     from `start_width` at step 0 to widths[1] at step `ramp_steps` (null: every step draws from
-    all of `widths`); validation always covers all of `widths`.
+    all of `widths`); validation always covers all of `widths`. `path` is the folder of FineWeb-Edu
+    token shards (`lab data fineweb`); fineweb validates on the first `val_windows` non-overlapping
+    windows of its val shard, and `vocab_size` must cover the shards' tokenizer (50257 for GPT-2).
     """
 
     widths: tuple[int, int] = (1, 32)
@@ -95,6 +100,8 @@ class DataConfig:
     ramp_steps: int = 1000
     val_per_length: int = 4
     vocab_size: int = 256
+    path: str | None = None
+    val_windows: int = 16
 
 
 @dataclass
@@ -147,6 +154,10 @@ def config_hash(cfg: RunConfig, length: int = 10) -> str:
     for key in PLACEMENT_KEYS:
         section, name = key.split(".")
         data[section].pop(name)
+    for key, default in LATER_KEYS.items():
+        section, name = key.split(".")
+        if data[section].get(name) == default:
+            data[section].pop(name)
     text = json.dumps(data, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:length]
 
@@ -214,7 +225,8 @@ def validate(cfg: RunConfig) -> None:
                        ("train.batch_size", t.batch_size), ("train.devices", t.devices),
                        ("train.num_nodes", t.num_nodes), ("train.log_every", t.log_every),
                        ("train.val_every", t.val_every), ("train.ckpt_every", t.ckpt_every),
-                       ("data.val_per_length", d.val_per_length), ("data.vocab_size", d.vocab_size)):
+                       ("data.val_per_length", d.val_per_length), ("data.vocab_size", d.vocab_size),
+                       ("data.val_windows", d.val_windows)):
         if value < 1:
             raise ConfigError(f"{key} must be >= 1, got {value}")
     if m.d_model % m.n_heads and "head_dim" not in m.mixer_options:
@@ -262,12 +274,14 @@ def _validate_data(cfg: RunConfig) -> None:
         if d.seq_len is not None and d.seq_len < need:
             raise ConfigError(f"data.seq_len={d.seq_len} is too short for width {hi}; accepted: >= {need}")
     elif d.packing:
-        raise ConfigError("data.packing applies to task 'addition' only; accepted for 'random': false")
+        raise ConfigError(f"data.packing applies to task 'addition' only; accepted for {cfg.task!r}: false")
     elif d.curriculum is not None:
-        raise ConfigError("data.curriculum applies to task 'addition' only; accepted for 'random': null")
+        raise ConfigError(f"data.curriculum applies to task 'addition' only; accepted for {cfg.task!r}: null")
+    if cfg.task == "fineweb" and not d.path:
+        raise ConfigError("task 'fineweb' needs data.path, the folder of token shards made by `lab data fineweb`")
     e = cfg.eval
     if e.enabled and cfg.task != "addition":
-        raise ConfigError("eval.enabled applies to task 'addition' only; accepted for 'random': false")
+        raise ConfigError(f"eval.enabled applies to task 'addition' only; accepted for {cfg.task!r}: false")
     if e.n_per_length < 1:
         raise ConfigError(f"eval.n_per_length must be >= 1, got {e.n_per_length}")
     if e.free_per_length < 0:

@@ -8,6 +8,7 @@ sees exactly the batches an uninterrupted one would.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from functools import lru_cache
 
 import lightning.pytorch as pl
 import torch
@@ -16,6 +17,8 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 from lab.config import DEFAULT_RANDOM_SEQ_LEN, RunConfig
 from tasks.addition import VOCAB_SIZE, generate_records, make_batch, positions_needed, teacher_forced_batch
 from tasks.addition.curriculum import linear_widths
+from tasks.fineweb import ShardSet, val_windows
+from tasks.fineweb import train_batch as fineweb_batch
 from tasks.random_tokens import random_token_batch
 
 Batch = tuple[torch.Tensor, torch.Tensor]
@@ -35,6 +38,12 @@ def seq_len(cfg: RunConfig) -> int:
     return DEFAULT_RANDOM_SEQ_LEN
 
 
+@lru_cache(maxsize=4)
+def fineweb_shards(path: str, split: str, length: int, vocab: int) -> ShardSet:
+    """The memory-mapped shards of one split, opened (and their tokens checked) once per process."""
+    return ShardSet(path, split, length, vocab)
+
+
 def train_widths(cfg: RunConfig, step: int) -> tuple[int, int]:
     """The addition width range of `step`'s batch: data.widths, or the curriculum's range at `step`."""
     d = cfg.data
@@ -52,6 +61,9 @@ def train_batch(cfg: RunConfig, step: int, rank: int, world_size: int) -> Batch:
         batch = make_batch(cfg.train.seed, step, local, train_widths(cfg, step), seq_len(cfg), d.packing,
                            rank=rank)
         return batch.input_ids, batch.labels
+    if cfg.task == "fineweb":
+        shards = fineweb_shards(cfg.data.path, "train", seq_len(cfg), vocab_size(cfg))
+        return fineweb_batch(shards, cfg.train.batch_size, cfg.train.seed, step, rank, world_size)
     # The random stream is drawn per step for the global batch, then sliced, so that its rows do
     # not depend on the number of ranks either.
     ids, labels = random_token_batch(vocab_size(cfg), seq_len(cfg), cfg.train.batch_size, cfg.train.seed, step)
@@ -91,6 +103,20 @@ class ValBatches(IterableDataset):
         return iter(self.batches)
 
 
+class ShardValBatches(IterableDataset):
+    """The first data.val_windows non-overlapping windows of the FineWeb-Edu val shard, in batches of
+    at most batch_size rows; every rank evaluates all of them."""
+
+    def __init__(self, cfg: RunConfig) -> None:
+        shards = fineweb_shards(cfg.data.path, "val", seq_len(cfg), vocab_size(cfg))
+        windows = val_windows(shards, cfg.data.val_windows)
+        size = cfg.train.batch_size
+        self.batches = [shards.rows(windows[i:i + size]) for i in range(0, len(windows), size)]
+
+    def __iter__(self) -> Iterator[Batch]:
+        return iter(self.batches)
+
+
 class LabData(pl.LightningDataModule):
     """The run's loaders. The training stream starts at the trainer's step, which on resume is the
     restored one, so a resumed run continues with the very next batch."""
@@ -105,4 +131,6 @@ class LabData(pl.LightningDataModule):
         return DataLoader(batches, batch_size=None)
 
     def val_dataloader(self) -> DataLoader | list:
+        if self.cfg.task == "fineweb":
+            return DataLoader(ShardValBatches(self.cfg), batch_size=None)
         return DataLoader(ValBatches(self.cfg), batch_size=None) if self.cfg.task == "addition" else []
