@@ -5,8 +5,6 @@ from typing import Annotated
 
 import typer
 
-from lab.cli._common import not_built
-
 app = typer.Typer(help="Generate the datasets: variable-length addition and FineWeb-Edu token shards.")
 
 
@@ -53,13 +51,26 @@ def addition(
 
 @app.command()
 def fineweb(
-    source: Annotated[str, typer.Option(help="Folder of FineWeb-Edu parquet files, or a datasets name.")],
+    parquet: Annotated[list[Path], typer.Option(
+        help="FineWeb-Edu parquet file, or folder of *.parquet (repeatable; taken in the order given).")],
+    tokenizer: Annotated[Path, typer.Option(
+        help="GPT-2 BPE ranks as a local .tiktoken file (openai-whisper's whisper/assets/gpt2.tiktoken).")],
     out: Annotated[Path, typer.Option(help="Folder to write uint16 token shards into.")] = Path("data/fineweb-edu"),
-    tokenizer: Annotated[
-        Path | None, typer.Option(help="GPT-2 BPE ranks as a local .tiktoken file (offline use).")
-    ] = None,
-    shard_tokens: Annotated[int, typer.Option(help="Tokens per shard.")] = 100_000_000,
-    val_tokens: Annotated[int, typer.Option(help="Tokens held out for validation.")] = 10_000_000,
+    shard_tokens: Annotated[int, typer.Option(help="Tokens per train shard.")] = 100_000_000,
+    val_tokens: Annotated[int, typer.Option(help="Tokens of the validation shard (the stream's first).")]
+    = 10_000_000,
+    min_int_score: Annotated[int | None, typer.Option(help="Keep only documents with int_score >= this.")] = None,
 ) -> None:
-    """Tokenise FineWeb-Edu with GPT-2 BPE into llm.c-compatible shards."""
-    not_built("FineWeb-Edu tokenisation and sharding")
+    """Tokenise local FineWeb-Edu parquet with GPT-2 BPE into llm.c-compatible shards (resumable)."""
+    from tasks.fineweb import build_shards
+
+    try:
+        manifest = build_shards(parquet, tokenizer, out, shard_tokens, val_tokens, min_int_score, log=typer.echo)
+    except ValueError as err:
+        typer.echo(f"lab data fineweb: {err}", err=True)
+        raise typer.Exit(code=2) from None
+    except OSError as err:
+        typer.echo(f"lab data fineweb: {err.filename or out}: {err.strerror}", err=True)
+        raise typer.Exit(code=1) from None
+    typer.echo(f"{out}: {manifest['n_shards']} shards, {manifest['val_tokens']} val and "
+               f"{manifest['train_tokens']} train tokens from {manifest['documents']} documents")
