@@ -5,8 +5,6 @@ from typing import Annotated
 
 import typer
 
-from lab.cli._common import not_built
-
 app = typer.Typer(help="Evaluate trained runs: addition extrapolation accuracy, perplexity.")
 
 COLUMNS = (("val_acc", "Val. acc."), ("ood_mean", "Mean 33–48"), ("acc@33", "Acc@33"), ("acc@48", "Acc@48"),
@@ -62,9 +60,63 @@ def addition(
 
 @app.command()
 def ppl(
-    run: Annotated[Path, typer.Argument(help="Run folder or checkpoint to evaluate.")],
-    dataset: Annotated[str, typer.Option(help="fineweb-edu, wikitext-103 or lambada.")] = "fineweb-edu",
-    data: Annotated[Path | None, typer.Option(help="Local file or folder holding the dataset.")] = None,
+    run: Annotated[Path, typer.Option("--run", help="Run folder to evaluate (its last checkpoint).")],
+    shards: Annotated[Path | None, typer.Option(
+        help="Folder of token shards whose val shard to score; default: the run's data.path (without --text).")]
+    = None,
+    text: Annotated[list[Path] | None, typer.Option(
+        help="Local text file to score (repeatable): .jsonl with a 'text' field per record (LAMBADA), "
+             "or plain text as one document (WikiText-103).")] = None,
+    tokenizer: Annotated[Path | None, typer.Option(
+        help="The .tiktoken file for --text; default: the one recorded in the shard folder's manifest.")] = None,
+    seq_len: Annotated[int | None, typer.Option(help="Window length; default: the run's data.seq_len.")] = None,
+    max_tokens: Annotated[int | None, typer.Option(help="Score at most this many tokens per source.")] = None,
+    batch_size: Annotated[int, typer.Option(help="Windows per forward pass.")] = 8,
 ) -> None:
-    """Perplexity of a language model on a held-out corpus."""
-    not_built("perplexity evaluation")
+    """Perplexity of a run's weights in non-overlapping windows: token-weighted mean NLL, then exp.
+    Prints one line per source and merges them into <run>/perplexity.json."""
+    import numpy as np
+    import torch
+
+    from lab.config import ConfigError
+    from lab.eval.perplexity import read_texts, record, stream_nll
+    from lab.eval.run_weights import load_run_model
+    from lab.train.data import seq_len as run_seq_len
+    from lab.train.data import vocab_size
+    from tasks.fineweb import encode_documents, find_shards, load_tokenizer, read_manifest, read_shard
+
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        loaded = load_run_model(run, "last", device)
+        cfg = loaded.cfg
+        length = seq_len if seq_len is not None else run_seq_len(cfg)
+        folder = shards if shards is not None else (Path(cfg.data.path) if cfg.data.path else None)
+        sources = []
+        if shards is not None or not text:
+            if folder is None:
+                raise ValueError(f"run {run} has no data.path; give --shards DIR or --text FILE")
+            tokens = np.concatenate([read_shard(p, vocab_size(cfg)) for p in find_shards(folder, "val")])
+            sources.append(("fineweb-edu-val", str(folder), tokens))
+        if text:
+            if tokenizer is None:
+                manifest = read_manifest(folder) if folder is not None else None
+                if manifest is None:
+                    raise ValueError("--text needs --tokenizer FILE.tiktoken (no shard manifest names one)")
+                tokenizer = Path(manifest["settings"]["tokenizer"])
+            enc = load_tokenizer(tokenizer)
+            if enc.n_vocab > vocab_size(cfg):
+                raise ValueError(f"tokenizer {tokenizer} has {enc.n_vocab} ids, more than the run's "
+                                 f"vocabulary of {vocab_size(cfg)}")
+            for path in text:
+                sources.append((path.stem, str(path), encode_documents(enc, read_texts(path))))
+        results = [stream_nll(loaded.model, tokens, length, name, max_tokens, batch_size, device)
+                   for name, _, tokens in sources]
+    except (ValueError, ConfigError) as err:
+        typer.echo(f"lab eval ppl: {err}", err=True)
+        raise typer.Exit(code=2) from None
+    for result, (_, where, _) in zip(results, sources):
+        typer.echo(f"{result.name}: ppl {result.ppl:.4f}  (nll {result.nll:.4f} nats/token over {result.tokens} "
+                   f"tokens, windows of {length}; {where})")
+    path = record(run, results, step=loaded.step, seq_len=length, weights=loaded.source.name,
+                  tokenizer=None if tokenizer is None else str(tokenizer))
+    typer.echo(f"{run}: step {loaded.step}; wrote {path}")
