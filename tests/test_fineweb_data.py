@@ -133,3 +133,20 @@ def test_parquet_schema_is_checked(tmp_path, ranks):
         build_shards([src], ranks, tmp_path / "out")
     with pytest.raises(ValueError, match="does not exist"):
         build_shards([tmp_path / "nope.parquet"], ranks, tmp_path / "out")
+
+
+def test_lab_data_fineweb_cli(tmp_path, ranks):
+    from typer.testing import CliRunner
+
+    from lab.cli import app
+
+    src = write_parquet(tmp_path / "a.parquet", documents(20))
+    args = ["data", "fineweb", "--parquet", str(src), "--tokenizer", str(ranks), "--out", str(tmp_path / "out"),
+            "--shard-tokens", "200", "--val-tokens", "100"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "edufineweb_val_000000.bin" in result.output and "shards" in result.output.splitlines()[-1]
+    again = CliRunner().invoke(app, args)
+    assert again.exit_code == 0 and "already written" in again.output
+    missing = CliRunner().invoke(app, args[:4] + ["--tokenizer", str(tmp_path / "gpt2.tiktoken")] + args[6:])
+    assert missing.exit_code == 2 and "openai-whisper" in missing.output
