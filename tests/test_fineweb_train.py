@@ -63,6 +63,12 @@ def test_run_batches_follow_the_config(shards):
     ids, labels = run_train_batch(cfg, 2, rank=1, world_size=2)
     expected = train_batch(ShardSet(shards, "train", 16, VOCAB), 4, 7, 2, rank=1, world_size=2)
     assert torch.equal(ids, expected[0]) and torch.equal(labels, expected[1])
+    from lab.train.data import ShardValBatches
+
+    val = list(ShardValBatches(load_config("tiny", overrides=[
+        "task=fineweb", f"data.path={shards}", f"data.vocab_size={VOCAB}", "data.seq_len=16",
+        "train.batch_size=4", "data.val_windows=10"])))
+    assert [len(b[0]) for b in val] == [4, 4, 2] and torch.equal(val[0][0][1, 0], val[0][1][0, -1])
     with pytest.raises(ConfigError, match="needs data.path"):
         load_config("tiny", overrides=["task=fineweb"])
     assert load_config("fineweb-124m").train.batch_size == 480
