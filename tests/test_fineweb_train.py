@@ -78,8 +78,12 @@ def test_windows_and_token_checks(shards, tmp_path):
     s = ShardSet(shards, "val", 16, VOCAB)
     idx = val_windows(s, 100)
     assert list(idx) == list(range(0, 16 * len(idx), 16)) and len(idx) == (400 - 1) // 16
-    with pytest.raises(ValueError, match="outside the vocabulary of 100"):
+    with pytest.raises(ValueError, match="265-id tokenizer, more than the vocabulary of 100 ids"):
         ShardSet(shards, "train", 16, 100)
+    # Without a manifest (shards made elsewhere) every token is checked.
+    write_shard(tmp_path / "x_train_000001.bin", np.arange(30, dtype=np.uint16) * 5)
+    with pytest.raises(ValueError, match="token 100 at position 20 is outside the vocabulary of 100"):
+        ShardSet(tmp_path, "train", 16, 100)
     write_shard(tmp_path / "x_train_000001.bin", np.arange(10, dtype=np.uint16))
     with pytest.raises(ValueError, match="no window of 17 tokens"):
         ShardSet(tmp_path, "train", 16, VOCAB)

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from tasks.fineweb.build import read_manifest
 from tasks.fineweb.shards import find_shards, read_shard
 
 
@@ -29,7 +30,14 @@ class ShardSet:
             raise ValueError(f"seq_len must be >= 1, got {seq_len}")
         self.folder, self.split, self.seq_len = Path(folder), split, seq_len
         self.paths = find_shards(folder, split)
-        self.tokens = [read_shard(p, vocab_size) for p in self.paths]
+        # Shards made here record their tokenizer's size; others (llm.c's) are scanned token by token.
+        manifest = read_manifest(folder)
+        made_for = None if manifest is None else manifest["settings"]["vocab_size"]
+        if made_for is not None and made_for > vocab_size:
+            raise ValueError(f"shards of {folder} hold ids of a {made_for}-id tokenizer, more than the "
+                             f"vocabulary of {vocab_size} ids (data.vocab_size)")
+        scan = None if made_for is not None else vocab_size
+        self.tokens = [read_shard(p, scan) for p in self.paths]
         # A shard of n tokens holds n - seq_len windows of seq_len + 1 tokens.
         starts = [max(len(t) - seq_len, 0) for t in self.tokens]
         if sum(starts) == 0:

@@ -58,11 +58,11 @@ def iter_texts(
         row = 0
         skip = first_row if f == first_file else 0
         for batch in pq.ParquetFile(files[f]).iter_batches(batch_size=READ_ROWS, columns=["text", "int_score"]):
-            texts, scores = batch.column("text").to_pylist(), batch.column("int_score").to_pylist()
-            n = len(texts)
+            n = batch.num_rows
             if row + n <= skip:
                 row += n
                 continue
+            texts, scores = batch.column("text").to_pylist(), batch.column("int_score").to_pylist()
             lo = max(skip - row, 0)
             block = []
             for i in range(lo, n):

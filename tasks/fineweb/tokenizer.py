@@ -12,8 +12,12 @@ import hashlib
 import os
 from collections.abc import Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    import tiktoken
 
 EOT = "<|endoftext|>"
 # GPT-2's pre-tokenisation pattern (tiktoken's r50k_base / gpt2 encodings).
@@ -57,7 +61,7 @@ def read_ranks(path: str | os.PathLike[str]) -> dict[bytes, int]:
     return ranks
 
 
-def load_tokenizer(path: str | os.PathLike[str]):  # -> tiktoken.Encoding
+def load_tokenizer(path: str | os.PathLike[str]) -> tiktoken.Encoding:
     """GPT-2 BPE from the rank file at `path`, with `<|endoftext|>` right after the last rank
     (id 50256 for GPT-2's file)."""
     import tiktoken
@@ -67,18 +71,13 @@ def load_tokenizer(path: str | os.PathLike[str]):  # -> tiktoken.Encoding
                              mergeable_ranks=ranks, special_tokens={EOT: len(ranks)})
 
 
-def eot_id(enc) -> int:
-    """The id of `<|endoftext|>` in `enc`."""
-    return enc.eot_token
-
-
-def encode_documents(enc, texts: Iterable[str]) -> np.ndarray:
+def encode_documents(enc: tiktoken.Encoding, texts: Iterable[str]) -> np.ndarray:
     """Token ids of `texts` as one uint16 stream, each document preceded by EOT (llm.c's layout),
     so EOT separates documents. Text that spells `<|endoftext|>` is encoded as plain text."""
     texts = list(texts)
     if enc.n_vocab > 1 << 16:
         raise ValueError(f"the tokenizer has {enc.n_vocab} ids; uint16 shards hold at most {1 << 16}")
-    eot = eot_id(enc)
+    eot = enc.eot_token
     pieces = []
     for ids in enc.encode_ordinary_batch(texts):
         pieces.append(np.array([eot, *ids], dtype=np.uint16))
