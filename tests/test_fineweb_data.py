@@ -150,3 +150,17 @@ def test_lab_data_fineweb_cli(tmp_path, ranks):
     assert again.exit_code == 0 and "already written" in again.output
     missing = CliRunner().invoke(app, args[:4] + ["--tokenizer", str(tmp_path / "gpt2.tiktoken")] + args[6:])
     assert missing.exit_code == 2 and "openai-whisper" in missing.output
+
+
+@pytest.mark.skipif(not __import__("os").environ.get("LAB_GPT2_TIKTOKEN"),
+                    reason="set LAB_GPT2_TIKTOKEN to GPT-2's rank file (openai-whisper's whisper/assets/gpt2.tiktoken)")
+def test_gpt2_rank_file():
+    import os
+
+    from tasks.fineweb.tokenizer import GPT2_SHA256, file_sha256
+
+    path = os.environ["LAB_GPT2_TIKTOKEN"]
+    assert file_sha256(path) == GPT2_SHA256
+    enc = load_tokenizer(path)
+    assert (enc.n_vocab, enc.eot_token) == (50257, 50256)
+    assert enc.encode_ordinary("Hello world") == [15496, 995]

@@ -22,6 +22,8 @@ if TYPE_CHECKING:
 EOT = "<|endoftext|>"
 # GPT-2's pre-tokenisation pattern (tiktoken's r50k_base / gpt2 encodings).
 GPT2_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}++| ?\p{N}++| ?[^\s\p{L}\p{N}]++|\s++$|\s+(?!\S)|\s"""
+# sha256 of GPT-2's rank file (tiktoken's r50k_base; openai-whisper's gpt2.tiktoken).
+GPT2_SHA256 = "306cd27f03c1a714eca7108e03d66b7dc042abe8c258b44c199a7ed9838dd930"
 WHERE_TO_GET = ("get GPT-2's rank file offline from the PyPI source package openai-whisper "
                 "(whisper/assets/gpt2.tiktoken, identical to tiktoken's r50k_base)")
 
