@@ -21,7 +21,7 @@ def _quiet_lightning() -> None:
 
 @app.callback(invoke_without_command=True)
 def train(
-    task: Annotated[str | None, typer.Option(help="Task: addition or random (default: the preset's).")] = None,
+    task: Annotated[str | None, typer.Option(help="Task: addition, fineweb or random (default: the preset's).")] = None,
     mixer: Annotated[str | None, typer.Option(help="Mixer name from the registry, e.g. transformer.")] = None,
     preset: Annotated[str | None, typer.Option(help="Size and schedule preset: a name in lab/presets (tiny, small, addition-tiny, addition-paper).")] = None,
     config: Annotated[Path | None, typer.Option(help="YAML file overriding the preset's settings.")] = None,

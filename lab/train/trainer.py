@@ -38,7 +38,7 @@ def resolve_strategy(cfg: RunConfig) -> str:
 
 def has_validation(cfg: RunConfig) -> bool:
     """Whether the task has a validation set (random tokens have nothing to validate)."""
-    return cfg.task == "addition"
+    return cfg.task in ("addition", "fineweb")
 
 
 def make_trainer(
