@@ -40,7 +40,7 @@ def train(
     preset: Annotated[str, typer.Option(help="Size preset.")] = "small",
     task: Annotated[str, typer.Option(help="Task: addition or random.")] = "addition",
     max_steps: Annotated[int, typer.Option(help="Optimiser steps per mixer.")] = 300,
-    out: Annotated[Path, typer.Option(help="Folder for train.csv, train_curves.csv and train.md.")] = Path("results/bench"),
+    out: Annotated[Path, typer.Option(help="Folder for train.csv, train_curves.csv and train.md.")] = Path("results/bench/train"),
     work: Annotated[Path, typer.Option(help="Folder for the runs themselves (ignored by git).")] = Path("results/runs/bench-train"),
     set_: Annotated[list[str] | None, typer.Option("--set", help="Override a setting of every run (repeatable).")] = None,
     timeout: Annotated[float | None, typer.Option(help="Seconds one mixer may train before it is stopped.")] = None,
