@@ -57,22 +57,30 @@ def step_size_and_carry(cfg: RuleConfig, beta: Tensor, lam: Tensor, energy: Tens
     return eta, gamma
 
 
+def _outer(a: Tensor, b: Tensor) -> Tensor:
+    """a bᵀ for every batch and head."""
+    return a[..., :, None] * b[..., None, :]
+
+
+def _read(S: Tensor, x: Tensor) -> Tensor:
+    """Sᵀx for every batch and head."""
+    return torch.einsum("bhkv,bhk->bhv", S, x)
+
+
 def update(cfg: RuleConfig, S: Tensor, xw: Tensor, vw: Tensor, valid: Tensor, eta: Tensor,
            gamma: Tensor) -> Tensor:
     """One write. S ``[B, H, Dk, Dv]``; xw/vw the window ``[B, H, W, D]``; valid ``[B, 1, W]``."""
     x, y = xw[:, :, -1], vw[:, :, -1]  # the newest pair (x_t, y_t)
-    outer = lambda a, b: a[..., :, None] * b[..., None, :]  # noqa: E731
-    read = lambda x_: torch.einsum("bhkv,bhk->bhv", S, x_)  # noqa: E731  Sᵀx
     if cfg.rule == "falcon-1":
-        r = y - read(x)
-        return gamma[..., None, None] * S + eta[..., None, None] * outer(x, r)
+        r = y - _read(S, x)
+        return gamma[..., None, None] * S + eta[..., None, None] * _outer(x, r)
     if cfg.rule == "falcon-2":
-        r = y - read(x)
-        return gamma[..., None, :] * S + outer(x, eta * r)
+        r = y - _read(S, x)
+        return gamma[..., None, :] * S + _outer(x, eta * r)
     if cfg.rule == "falcon-1a":
-        return gamma[..., None, None] * S + eta[..., None, None] * outer(x, y)
+        return gamma[..., None, None] * S + eta[..., None, None] * _outer(x, y)
     if cfg.rule == "falcon-2a":
-        return gamma[..., None, :] * S + outer(x, eta * y)
+        return gamma[..., None, :] * S + _outer(x, eta * y)
     n = valid.sum(-1).clamp(min=1.0)[..., None, None]  # B_t
     w = valid[..., None]  # invalid slots contribute nothing
     if cfg.rule == "falcon-3":
@@ -90,8 +98,7 @@ def advance(cfg: RuleConfig, S: Tensor, xw: Tensor, vw: Tensor, mw: Tensor, q: T
     n_pairs = valid.sum(-1)
     eta, gamma = step_size_and_carry(cfg, beta, lam, window_energy(cfg, xw, valid), n_pairs)
     S_new = update(cfg, S, xw, vw, valid, eta, gamma)
-    read_state = S if cfg.timing == "rbw" else S_new  # RBW reads S_{t−1}, RAW reads S_t
-    o = torch.einsum("bhkv,bhk->bhv", read_state, q)
+    o = _read(S if cfg.timing == "rbw" else S_new, q)  # RBW reads S_{t−1}, RAW reads S_t
     return o, S_new
 
 
