@@ -159,15 +159,16 @@ def fast_weight_step(
     cfg = RuleConfig(rule=rule, window=window, eps=eps, decay_floor=decay_floor,
                      scale_coupled_ridge=scale_coupled_ridge, alignment=alignment, timing=timing,
                      normalize=normalize)
-    unsq = lambda t: t.unsqueeze(1) if isinstance(t, Tensor) else t  # noqa: E731  one token as T = 1
-    q, k, v, beta, lam = map(unsq, (q_t, k_t, v_t, beta_t, lam_t))
+    # one token as a sequence of T = 1, so the sequence checks apply
+    q, k, v, beta, lam = (t.unsqueeze(1) if isinstance(t, Tensor) else t
+                          for t in (q_t, k_t, v_t, beta_t, lam_t))
     check_inputs(q, k, v, beta, lam, cfg, validate=False)
     dtype = compute_dtype(q.dtype)
     st, fresh = start_state(q, v, state, dtype, span=cfg.span)
     if cfg.per_channel and beta.dim() == 3:
         beta = beta[..., None].expand(*beta.shape, v.shape[-1])
     q, k, v, beta, lam = (t[:, 0].to(dtype) for t in (q, k, v, beta, lam))
-    x_t = (st.last_key if cfg.shifted else k)
+    x_t = st.last_key if cfg.shifted else k
     is_pair = not (fresh and cfg.shifted)
     xw = torch.cat([st.x_tail, x_t[:, :, None]], dim=2)
     vw = torch.cat([st.v_tail, v[:, :, None]], dim=2)
