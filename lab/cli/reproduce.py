@@ -5,13 +5,9 @@ from typing import Annotated
 
 import typer
 
-from lab.cli._common import not_built, remake_command
+from lab.cli._common import remake_command
 
 app = typer.Typer(help="Reproduce the paper's tables: data, training, evaluation and the table, in one command.")
-
-Mixers = Annotated[
-    list[str] | None, typer.Option("--mixer", help="Mixer to include (repeatable); default the paper's set.")
-]
 
 
 @app.command()
@@ -68,10 +64,57 @@ def addition(
 
 @app.command()
 def fineweb(
-    preset: Annotated[str, typer.Option(help="tiny or paper (124M models, 100k steps).")] = "tiny",
-    mixer: Mixers = None,
-    devices: Annotated[int, typer.Option(help="Devices per run.")] = 4,
-    out: Annotated[Path, typer.Option(help="Folder for the runs and the table.")] = Path("results/fineweb"),
+    preset: Annotated[str, typer.Option(
+        help="fineweb-124m (the paper's: ~124M parameters, 100k steps of 480x1024 tokens) or tiny (a CPU).")]
+    = "fineweb-124m",
+    rows: Annotated[str | None, typer.Option(
+        help="Comma-separated rows to train, e.g. transformer,falcon-1a.3 (default: all).")] = None,
+    seeds: Annotated[int, typer.Option(help="Seeds per row, 0..N-1.")] = 1,
+    gpus: Annotated[int | None, typer.Option(
+        help="Runs at once, each on its own GPU (on a CPU: processes); default every visible GPU, 1 on a CPU.")]
+    = None,
+    max_steps: Annotated[int | None, typer.Option(help="Train each run for this many steps instead.")] = None,
+    set_: Annotated[list[str] | None, typer.Option(
+        "--set", help="Override one setting of every run, e.g. --set train.batch_size=240 (repeatable).")] = None,
+    data: Annotated[Path | None, typer.Option(
+        help="Folder of token shards (`lab data fineweb`); default the preset's data/fineweb-edu.")] = None,
+    wiki: Annotated[Path | None, typer.Option(
+        help="Local WikiText-103 test text (plain text, one document) to score.")] = None,
+    lambada: Annotated[Path | None, typer.Option(
+        help="Local LAMBADA file (.jsonl with a 'text' field per record) to score.")] = None,
+    results: Annotated[Path | None, typer.Option(
+        help="Folder of runs/ and the registry lab.db; default $LAB_RESULTS or results/.")] = None,
+    out: Annotated[Path | None, typer.Option(
+        help="Folder of the table files; default <results>/fineweb (tiny: <results>/fineweb/tiny).")] = None,
 ) -> None:
-    """The FineWeb-Edu perplexity table (Wiki, LAMBADA, FineWeb-Edu)."""
-    not_built("reproduction of the FineWeb-Edu table")
+    """The FineWeb-Edu perplexity table (Wiki, LAMBADA, FineWeb-Edu) beside the paper's.
+
+    Finished runs are skipped and unfinished ones resume; each finished run is scored once."""
+    from lab.config import ConfigError
+    from lab.reproduce.fineweb import parse_rows, reproduce_fineweb
+    from lab.reproduce.launch import check_slots, outcome_line, visible_gpus
+
+    try:
+        chosen = parse_rows(rows)
+        slots = gpus if gpus is not None else max(1, len(visible_gpus()))
+        check_slots(slots)
+    except ValueError as err:
+        typer.echo(f"lab reproduce: {err}", err=True)
+        raise typer.Exit(code=2) from None
+    # --gpus is left out: where runs are placed changes no number
+    command = remake_command(["lab", "reproduce", "fineweb"], [
+        ("--preset", preset), ("--rows", rows), ("--seeds", seeds), ("--max-steps", max_steps),
+        *(("--set", item) for item in set_ or []), ("--data", data), ("--wiki", wiki), ("--lambada", lambada),
+        ("--results", results), ("--out", out)])
+
+    try:
+        done = reproduce_fineweb(preset, chosen, seeds, slots, max_steps, set_ or (), data, wiki, lambada, results,
+                                 out, command, on_done=lambda outcome: typer.echo(outcome_line(outcome)))
+    except (ValueError, ConfigError) as err:
+        typer.echo(f"lab reproduce: {err}", err=True)
+        raise typer.Exit(code=2) from None
+    typer.echo(f"table: {done.out / 'table.md'} ({done.finished} of {done.planned} planned runs finished)")
+    if done.failed:
+        typer.echo(f"lab reproduce: {len(done.failed)} run(s) failed; their logs are train.log in their run "
+                   f"folders", err=True)
+        raise typer.Exit(code=1)
