@@ -18,8 +18,14 @@ import numpy as np
 import pandas as pd
 
 from lab.eval.perplexity import RESULTS_FILE, read_texts, record, stream_nll
-from lab.reproduce.addition_table import (finished_runs, format_cell, format_params, markdown_table, mean_std,
-                                          provenance_sentence)
+from lab.reproduce.addition_table import (
+    finished_runs,
+    format_cell,
+    format_params,
+    markdown_table,
+    mean_std,
+    provenance_sentence,
+)
 from lab.reproduce.launch import Job
 from lab.runs import atomic_write_text, run_dir_for
 
@@ -35,7 +41,13 @@ def _sources(job: Job, texts: Mapping[str, Path | None]) -> dict[str, Path]:
 
 
 def _tokens(name: str, source: Path, folder: Path, vocab: int) -> np.ndarray:
-    from tasks.fineweb import encode_documents, find_shards, load_tokenizer, read_manifest, read_shard
+    from tasks.fineweb import (
+        encode_documents,
+        find_shards,
+        load_tokenizer,
+        read_manifest,
+        read_shard,
+    )
 
     if name == "fineweb-edu-val":
         return np.concatenate([read_shard(p, vocab) for p in find_shards(source, "val")])
@@ -107,7 +119,7 @@ def settings_sentence(jobs: Sequence[Job], texts: Mapping[str, Path | None]) -> 
     m, t, d, o = cfg.model, cfg.train, cfg.data, cfg.optim
     seeds = sorted({j.cfg.train.seed for j in jobs})
     scored = ", ".join(f"{name} ({path})" for name, path in texts.items() if path is not None)
-    return (f"Preset `{cfg.preset}`: d_model {m.d_model}, {m.n_layers} layers, {m.n_heads} heads; {t.max_steps} "
+    return (f"Lab preset `{cfg.preset}` with: d_model {m.d_model}, {m.n_layers} layers, {m.n_heads} heads; {t.max_steps} "
             f"steps of {t.batch_size} rows of {d.seq_len} tokens, lr {o.lr:g} (warm-up {o.warmup_steps}, cosine), "
             f"precision {t.precision}; shards {d.path}; seeds {', '.join(map(str, seeds))}. Scored: the shards' "
             f"val split{', ' + scored if scored else ''}; a missing file leaves its column empty.")
@@ -123,10 +135,10 @@ def render_markdown(jobs: Sequence[Job], table: list[dict[str, Any]], runs: list
         "",
         settings_sentence(jobs, texts),
         "",
-        "Perplexity (lower is better) of each run's last weights: exp of the token-mean negative log-likelihood "
-        "over consecutive non-overlapping windows of the training row length (every token after the first is "
-        "predicted once). Ours: mean ± standard deviation over seeds; (paper): the paper's table. LAMBADA here "
-        "is the perplexity of whole passages, not of their last word alone.",
+        ("Perplexity (lower is better) of each run's last weights: exp of the token-mean negative log-likelihood "
+         "over consecutive non-overlapping windows of the training row length (every token after the first is "
+         "predicted once). Ours: mean ± standard deviation over seeds; (paper): the paper's table. LAMBADA here "
+         "is the perplexity of whole passages, not of their last word alone."),
         "",
     ]
     header = ["Model", "Params", "Runs"]
