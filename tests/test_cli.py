@@ -8,12 +8,10 @@ import sysconfig
 from pathlib import Path
 
 import pytest
-import typer
 from typer.testing import CliRunner
 
 import lab
 from lab.cli import GROUPS, app
-from lab.cli._common import not_built
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 ROOT = Path(__file__).resolve().parents[1]
@@ -87,15 +85,6 @@ def test_version() -> None:
     assert out.strip() == f"falcon-lab {lab.__version__}"
 
 
-def test_not_built_exits_2_and_names_the_capability_on_stderr(capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(typer.Exit) as exit_:
-        not_built("the probe capability")
-    assert exit_.value.exit_code == 2
-    out, err = capsys.readouterr()
-    assert out == ""
-    assert "the probe capability is not built yet" in err
-
-
 @pytest.mark.parametrize("how", ["python -m lab", "console script"])
 def test_help_in_a_fresh_process(how: str) -> None:
     lab_command = [sys.executable, "-m", "lab"] if how == "python -m lab" else [console_script()]
@@ -105,12 +94,13 @@ def test_help_in_a_fresh_process(how: str) -> None:
         assert group in proc.stdout
 
 
-def test_unbuilt_command_refuses_in_a_fresh_process() -> None:
-    # The FineWeb-Edu reproduction is the last capability to be built: it needs every other one.
-    proc = run([sys.executable, "-m", "lab", "reproduce", "fineweb"])
+def test_bad_input_refuses_in_a_fresh_process(tmp_path) -> None:
+    # one line on stderr naming the problem, nothing on stdout, exit code 2
+    missing = tmp_path / "no-shards-here"
+    proc = run([sys.executable, "-m", "lab", "reproduce", "fineweb", "--data", str(missing)])
     assert proc.returncode == 2
     assert proc.stdout == ""
-    assert "not built yet" in proc.stderr
+    assert str(missing) in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
 
 
 def test_cli_import_stays_light() -> None:
