@@ -5,7 +5,8 @@ from typing import Annotated
 
 import typer
 
-app = typer.Typer(help="Evaluate trained runs: addition extrapolation accuracy, perplexity.")
+app = typer.Typer(help="Evaluate trained runs: addition extrapolation accuracy, perplexity, LAMBADA last-word "
+                        "accuracy.")
 
 COLUMNS = (("val_acc", "Val. acc."), ("ood_mean", "Mean 33–48"), ("acc@33", "Acc@33"), ("acc@48", "Acc@48"),
            ("free_val_acc", "Free-running val. acc."), ("free_ood_mean", "Free-running mean 33–48"),
@@ -119,4 +120,58 @@ def ppl(
                    f"tokens, windows of {length}; {where})")
     path = record(run, results, step=loaded.step, seq_len=length, weights=loaded.source.name,
                   tokenizer=None if tokenizer is None else str(tokenizer))
+    typer.echo(f"{run}: step {loaded.step}; wrote {path}")
+
+
+@app.command()
+def lambada(
+    run: Annotated[Path, typer.Option("--run", help="Run folder to evaluate (its last checkpoint).")],
+    file: Annotated[Path, typer.Option("--file", help="LAMBADA file: .jsonl with a 'text' field per record.")],
+    tokenizer: Annotated[Path | None, typer.Option(
+        help="The .tiktoken file; default: the one recorded in the manifest of the run's data.path.")] = None,
+    max_examples: Annotated[int | None, typer.Option(help="Score only the first N records.")] = None,
+    max_len: Annotated[int | None, typer.Option(
+        help="Positions the model reads per example (the context is left-truncated); default: data.seq_len.")]
+    = None,
+    batch_size: Annotated[int, typer.Option(help="Examples per forward pass.")] = 8,
+) -> None:
+    """LAMBADA last-word accuracy (every token of the last word is the argmax given the true prefix) and
+    last-word perplexity. Prints one line and merges it into <run>/lambada.json."""
+    import torch
+
+    from lab.config import ConfigError
+    from lab.eval.lambada import encode_examples, last_word_scores, record
+    from lab.eval.perplexity import read_texts
+    from lab.eval.run_weights import load_run_model
+    from lab.train.data import seq_len as run_seq_len
+    from lab.train.data import vocab_size
+    from tasks.fineweb import load_tokenizer, read_manifest
+
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        if max_examples is not None and max_examples < 1:
+            raise ValueError(f"--max-examples must be >= 1, got {max_examples}")
+        loaded = load_run_model(run, "last", device)
+        cfg = loaded.cfg
+        length = max_len if max_len is not None else run_seq_len(cfg)
+        if tokenizer is None:
+            manifest = read_manifest(Path(cfg.data.path)) if cfg.data.path else None
+            if manifest is None:
+                raise ValueError("give --tokenizer FILE.tiktoken (the run's data.path has no manifest naming one)")
+            tokenizer = Path(manifest["settings"]["tokenizer"])
+        enc = load_tokenizer(tokenizer)
+        if enc.n_vocab > vocab_size(cfg):
+            raise ValueError(f"tokenizer {tokenizer} has {enc.n_vocab} ids, more than the run's "
+                             f"vocabulary of {vocab_size(cfg)}")
+        texts = read_texts(file)[:max_examples]
+        result = last_word_scores(loaded.model, encode_examples(enc, texts, file.name), length, "lambada",
+                                  batch_size, device)
+    except (ValueError, ConfigError) as err:
+        typer.echo(f"lab eval lambada: {err}", err=True)
+        raise typer.Exit(code=2) from None
+    typer.echo(f"lambada: accuracy {result.accuracy:.2f}% ({result.correct}/{result.examples}), last-word ppl "
+               f"{result.ppl:.4f} (nll {result.nll:.4f} nats/token over {result.tokens} tokens, at most {length} "
+               f"positions; {file})")
+    path = record(run, [result], step=loaded.step, max_len=length, weights=loaded.source.name, source=str(file),
+                  tokenizer=str(tokenizer), max_examples=max_examples)
     typer.echo(f"{run}: step {loaded.step}; wrote {path}")
