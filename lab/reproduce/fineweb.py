@@ -48,6 +48,8 @@ class Row:
     paper: PaperNumbers | None = None
 
 
+# Table 1 of the paper's text in shared/paper lists Falcon-3A.3 and no Falcon-1.3; the Falcon-1.3 numbers are
+# SPEC §4's (the project's reference for the paper's numbers), kept so the regression rule has its anchor.
 ROWS: tuple[Row, ...] = (
     Row("transformer", "Transformer", PaperNumbers(33.25, 47.43, 17.38)),
     Row("retnet", "RetNet", PaperNumbers(36.86, 65.16, 18.79)),
@@ -58,8 +60,7 @@ ROWS: tuple[Row, ...] = (
     Row("falcon-1a.2", "Falcon-1A.2", PaperNumbers(34.20, 51.01, 17.70)),
     Row("falcon-1a.3", "Falcon-1A.3", PaperNumbers(34.02, 49.84, 17.40)),
     Row("falcon-1.3", "Falcon-1.3", PaperNumbers(33.00, 48.70, 17.10)),
-    # Beyond the paper's table.
-    Row("falcon-3a.3", "Falcon-3A.3"),
+    Row("falcon-3a.3", "Falcon-3A.3", PaperNumbers(34.08, 53.38, 17.59)),
 )
 ROW_NAMES = tuple(r.name for r in ROWS)
 ROW_BY_NAME = {r.name: r for r in ROWS}
