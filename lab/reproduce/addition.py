@@ -48,6 +48,7 @@ ROWS: tuple[Row, ...] = (
     Row("falcon-1a.2", "Falcon-1A.2 (QK-ℓ2, ctxη-ctxλ)", PaperNumbers(2000, 100.0, 85.2, 100.0, 63.0)),
     Row("falcon-1a.3", "Falcon-1A.3 (QK-RMSNorm, ctxη-ctxλ)", PaperNumbers(1900, 99.8, 85.9, 100.0, 69.0)),
     Row("falcon-3a.3", "Falcon-3A.3 (QK-RMSNorm, ctxη-ctxλ)", PaperNumbers(2000, 99.9, 87.2, 100.0, 69.0)),
+    # not in Table 3 of the paper's text in shared/paper: these numbers are SPEC §4's
     Row("falcon-1.3", "Falcon-1.3 (QK-RMSNorm, ctxη-ctxλ)", PaperNumbers(2000, 100.0, 68.8, 100.0, 48.0)),
     # Beyond the paper's table: the other baselines and the remaining rules (with the .3 settings;
     # falcon-1 with them is falcon-1.3 above).
