@@ -33,7 +33,7 @@ DEFAULT_RANDOM_SEQ_LEN = 128
 PLACEMENT_KEYS = ("train.devices", "train.num_nodes", "train.strategy", "train.accelerator")
 # Keys added after runs were recorded: left out of the run id while at these defaults, so that
 # the ids of earlier runs do not change.
-LATER_KEYS = {"data.path": None, "data.val_windows": 16}
+LATER_KEYS = {"data.path": None, "data.val_windows": 16, "train.accumulate": 1}
 
 
 @dataclass
@@ -61,7 +61,11 @@ class OptimConfig:
 
 @dataclass
 class TrainConfig:
-    """Length, global batch, seed, numerics and placement of a run, and how often it logs and saves."""
+    """Length, global batch, seed, numerics and placement of a run, and how often it logs and saves.
+
+    `accumulate` splits each rank's rows of a step into that many micro-batches whose gradients add
+    up before the one optimiser step: same loss and update, less activation memory.
+    """
 
     max_steps: int = 2000
     batch_size: int = 64
@@ -74,6 +78,7 @@ class TrainConfig:
     log_every: int = 10
     val_every: int = 100
     ckpt_every: int = 100
+    accumulate: int = 1
 
 
 @dataclass
@@ -221,6 +226,7 @@ def validate(cfg: RunConfig) -> None:
                        ("train.batch_size", t.batch_size), ("train.devices", t.devices),
                        ("train.num_nodes", t.num_nodes), ("train.log_every", t.log_every),
                        ("train.val_every", t.val_every), ("train.ckpt_every", t.ckpt_every),
+                       ("train.accumulate", t.accumulate),
                        ("data.val_per_length", d.val_per_length), ("data.vocab_size", d.vocab_size),
                        ("data.val_windows", d.val_windows)):
         if value < 1:
@@ -242,6 +248,11 @@ def validate(cfg: RunConfig) -> None:
     if t.batch_size % world:
         raise ConfigError(f"train.batch_size={t.batch_size} (global) is not divisible by "
                           f"devices*num_nodes={world}; accepted: a multiple of {world}")
+    rows = t.batch_size // world
+    if rows % t.accumulate:
+        raise ConfigError(f"train.accumulate={t.accumulate} does not divide the {rows} rows per rank "
+                          f"(train.batch_size / devices*num_nodes); accepted: "
+                          f"{', '.join(map(str, _divisors(rows)))}")
     _validate_data(cfg)
     _validate_mixer(cfg)
 

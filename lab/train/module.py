@@ -3,10 +3,17 @@
 The loss of a step is the mean over every labelled token of the global batch (all ranks), so that
 R ranks of b rows compute exactly the gradient one process of R·b rows would, even when ranks hold
 different numbers of labelled tokens (addition targets vary in length).
+
+With `train.accumulate` N > 1 the module optimises manually: one training_step per optimiser step
+takes the rank's whole batch, counts its labelled tokens across ranks first, then runs N micro-batch
+forward/backward passes, each loss divided by that global count, with DDP's gradient all-reduce held
+back until the last one. The summed gradient is the N = 1 gradient up to float rounding; clipping,
+the non-finite checks, the optimiser and the schedule then step once, as the automatic path does.
 """
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from typing import Any
 
 import lightning.pytorch as pl
@@ -54,6 +61,7 @@ class LabModule(pl.LightningModule):
         from mixers import LanguageModel
 
         self.model = LanguageModel(lm_config(cfg))
+        self.automatic_optimization = cfg.train.accumulate == 1
         self.last_loss: torch.Tensor | None = None
         self.last_grad_norm: torch.Tensor | None = None
         self.last_lr = 0.0
@@ -67,18 +75,44 @@ class LabModule(pl.LightningModule):
         return self.trainer.strategy.reduce(value, reduce_op=op)
 
     def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        if not self.automatic_optimization:
+            return self._accumulated_step(batch)
         input_ids, labels = batch
         loss_sum, count = token_loss_sum(self(input_ids), labels)
         global_count = self._reduce(count.float().clone(), "sum").clamp_min(1.0)
         # DDP averages gradients over ranks, hence the factor world_size.
         loss = loss_sum * (self.trainer.world_size / global_count)
-        mean = self._reduce(loss.detach().clone(), "mean")
-        step = self.global_step + 1
+        self._record(self._reduce(loss.detach().clone(), "mean"))
+        return loss
+
+    def _record(self, mean: torch.Tensor) -> None:
         if not torch.isfinite(mean):
-            raise NonFiniteError("loss", step, mean.item())
+            raise NonFiniteError("loss", self.global_step + 1, mean.item())
         self.last_loss = mean
         self.log("loss", mean, prog_bar=True, logger=False)
-        return loss
+
+    def _accumulated_step(self, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        input_ids, labels = batch
+        parts = self.cfg.train.accumulate
+        rows = input_ids.shape[0] // parts
+        optimizer = self.optimizers()
+        optimizer.zero_grad()
+        count = (labels != IGNORE_INDEX).sum()
+        # The whole global batch's count, before any micro-batch: every part divides by the same number.
+        scale = self.trainer.world_size / self._reduce(count.float().clone(), "sum").clamp_min(1.0)
+        # DDP all-reduces gradients only in the last backward pass; the others add up locally.
+        no_sync = getattr(self.trainer.strategy, "block_backward_sync", nullcontext)
+        total = torch.zeros((), device=self.device)
+        for i, (ids, lab) in enumerate(zip(input_ids.split(rows), labels.split(rows))):
+            with nullcontext() if i == parts - 1 else no_sync():
+                loss = token_loss_sum(self(ids), lab)[0] * scale
+                self.manual_backward(loss)
+            total += loss.detach()
+        # Checked before the optimiser step, so a non-finite loss is never applied.
+        self._record(self._reduce(total, "mean"))
+        optimizer.step()
+        self.lr_schedulers().step()
+        return total
 
     def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
         """Check the (all-reduced, unscaled) gradient norm, then clip to optim.grad_clip."""
