@@ -2,6 +2,9 @@
 
 import shlex
 from collections.abc import Iterable
+from typing import Any, NoReturn
+
+import typer
 
 
 def remake_command(words: Iterable[str], options: Iterable[tuple[str, object | None]]) -> str:
@@ -12,3 +15,34 @@ def remake_command(words: Iterable[str], options: Iterable[tuple[str, object | N
         if value is not None:
             parts += [flag, str(value)]
     return shlex.join(parts)
+
+
+def refuse(prog: str, err: Exception) -> NoReturn:
+    """Bad input: one line on stderr naming the problem, exit code 2."""
+    typer.echo(f"{prog}: {err}", err=True)
+    raise typer.Exit(code=2)
+
+
+def campaign_slots(gpus: int | None) -> int:
+    """How many runs a table-building command runs at once: `--gpus`, else every visible GPU, else 1."""
+    from lab.reproduce.launch import check_slots, visible_gpus
+
+    slots = gpus if gpus is not None else max(1, len(visible_gpus()))
+    check_slots(slots)
+    return slots
+
+
+def print_outcome(outcome: Any) -> None:
+    """One line per finished, skipped or failed run of a campaign."""
+    from lab.reproduce.launch import outcome_line
+
+    typer.echo(outcome_line(outcome))
+
+
+def finish_campaign(prog: str, done: Any, table: str) -> None:
+    """Say where the table is and how much of the plan has finished; exit 1 if any run failed."""
+    typer.echo(f"table: {done.out / table} ({done.finished} of {done.planned} planned runs finished)")
+    if done.failed:
+        typer.echo(f"{prog}: {len(done.failed)} run(s) failed; their logs are train.log in their run folders",
+                   err=True)
+        raise typer.Exit(code=1)

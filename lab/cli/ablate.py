@@ -5,7 +5,7 @@ from typing import Annotated
 
 import typer
 
-from lab.cli._common import remake_command
+from lab.cli._common import campaign_slots, finish_campaign, print_outcome, refuse, remake_command
 
 app = typer.Typer(help="Run ablations: the 2x2 RAW/RBW x shifted/same-time alignment grid.")
 
@@ -37,28 +37,19 @@ def alignment(
     table's numbers and their difference from the mixer's default cell. Finished runs are skipped and
     unfinished ones resume; a mixer's default cell is the run `lab reproduce addition` makes."""
     from lab.ablate.alignment import ablate_alignment, parse_mixers
-    from lab.config import ConfigError
-    from lab.reproduce.launch import check_slots, outcome_line, visible_gpus
 
     try:
         chosen = parse_mixers(mixers)
-        slots = gpus if gpus is not None else max(1, len(visible_gpus()))
-        check_slots(slots)
+        slots = campaign_slots(gpus)
     except ValueError as err:
-        typer.echo(f"lab ablate: {err}", err=True)
-        raise typer.Exit(code=2) from None
+        refuse("lab ablate", err)
     command = remake_command(["lab", "ablate", "alignment"], [
         ("--preset", preset), ("--mixers", mixers), ("--seeds", seeds), ("--max-steps", max_steps),
         *(("--set", item) for item in set_ or []), ("--results", results), ("--out", out)])
 
     try:
         done = ablate_alignment(preset, chosen, seeds, slots, max_steps, set_ or (), results, out, command,
-                                on_done=lambda outcome: typer.echo(outcome_line(outcome)))
-    except (ValueError, ConfigError) as err:
-        typer.echo(f"lab ablate: {err}", err=True)
-        raise typer.Exit(code=2) from None
-    typer.echo(f"table: {done.out / 'alignment.md'} ({done.finished} of {done.planned} planned runs finished)")
-    if done.failed:
-        typer.echo(f"lab ablate: {len(done.failed)} run(s) failed; their logs are train.log in their run "
-                   f"folders", err=True)
-        raise typer.Exit(code=1)
+                                on_done=print_outcome)
+    except ValueError as err:
+        refuse("lab ablate", err)
+    finish_campaign("lab ablate", done, "alignment.md")

@@ -5,7 +5,7 @@ from typing import Annotated
 
 import typer
 
-from lab.cli._common import remake_command
+from lab.cli._common import campaign_slots, finish_campaign, print_outcome, refuse, remake_command
 
 app = typer.Typer(help="Reproduce the paper's tables: data, training, evaluation and the table, in one command.")
 
@@ -33,17 +33,13 @@ def addition(
     """The addition extrapolation table (best step, val acc, mean 33-48, Acc@33, Acc@48) beside the paper's.
 
     Finished runs are skipped and unfinished ones resume, so the table can be built a piece at a time."""
-    from lab.config import ConfigError
     from lab.reproduce.addition import parse_rows, reproduce_addition
-    from lab.reproduce.launch import check_slots, outcome_line, visible_gpus
 
     try:
         chosen = parse_rows(rows)
-        slots = gpus if gpus is not None else max(1, len(visible_gpus()))
-        check_slots(slots)
+        slots = campaign_slots(gpus)
     except ValueError as err:
-        typer.echo(f"lab reproduce: {err}", err=True)
-        raise typer.Exit(code=2) from None
+        refuse("lab reproduce", err)
     # --gpus is left out: where runs are placed changes no number
     command = remake_command(["lab", "reproduce", "addition"], [
         ("--preset", preset), ("--rows", rows), ("--seeds", seeds), ("--max-steps", max_steps),
@@ -51,15 +47,10 @@ def addition(
 
     try:
         done = reproduce_addition(preset, chosen, seeds, slots, max_steps, set_ or (), results, out, command,
-                                  on_done=lambda outcome: typer.echo(outcome_line(outcome)))
-    except (ValueError, ConfigError) as err:
-        typer.echo(f"lab reproduce: {err}", err=True)
-        raise typer.Exit(code=2) from None
-    typer.echo(f"table: {done.out / 'table.md'} ({done.finished} of {done.planned} planned runs finished)")
-    if done.failed:
-        typer.echo(f"lab reproduce: {len(done.failed)} run(s) failed; their logs are train.log in their run "
-                   f"folders", err=True)
-        raise typer.Exit(code=1)
+                                  on_done=print_outcome)
+    except ValueError as err:
+        refuse("lab reproduce", err)
+    finish_campaign("lab reproduce", done, "table.md")
 
 
 @app.command()
@@ -90,17 +81,13 @@ def fineweb(
     """The FineWeb-Edu perplexity table (Wiki, LAMBADA, FineWeb-Edu) beside the paper's.
 
     Finished runs are skipped and unfinished ones resume; each finished run is scored once."""
-    from lab.config import ConfigError
     from lab.reproduce.fineweb import parse_rows, reproduce_fineweb
-    from lab.reproduce.launch import check_slots, outcome_line, visible_gpus
 
     try:
         chosen = parse_rows(rows)
-        slots = gpus if gpus is not None else max(1, len(visible_gpus()))
-        check_slots(slots)
+        slots = campaign_slots(gpus)
     except ValueError as err:
-        typer.echo(f"lab reproduce: {err}", err=True)
-        raise typer.Exit(code=2) from None
+        refuse("lab reproduce", err)
     # --gpus is left out: where runs are placed changes no number
     command = remake_command(["lab", "reproduce", "fineweb"], [
         ("--preset", preset), ("--rows", rows), ("--seeds", seeds), ("--max-steps", max_steps),
@@ -109,12 +96,7 @@ def fineweb(
 
     try:
         done = reproduce_fineweb(preset, chosen, seeds, slots, max_steps, set_ or (), data, wiki, lambada, results,
-                                 out, command, on_done=lambda outcome: typer.echo(outcome_line(outcome)))
-    except (ValueError, ConfigError) as err:
-        typer.echo(f"lab reproduce: {err}", err=True)
-        raise typer.Exit(code=2) from None
-    typer.echo(f"table: {done.out / 'table.md'} ({done.finished} of {done.planned} planned runs finished)")
-    if done.failed:
-        typer.echo(f"lab reproduce: {len(done.failed)} run(s) failed; their logs are train.log in their run "
-                   f"folders", err=True)
-        raise typer.Exit(code=1)
+                                 out, command, on_done=print_outcome)
+    except ValueError as err:
+        refuse("lab reproduce", err)
+    finish_campaign("lab reproduce", done, "table.md")
