@@ -19,6 +19,13 @@ from lab.runs import atomic_write_text
 COLUMNS = ("step", "loss", "lr", "grad_norm", "tokens_per_s", "tokens", "elapsed_s", "val_loss", "val_acc")
 
 
+def check_finite(pl_module: pl.LightningModule) -> None:
+    """The module's non-finite check (LabModule.check_finite), where it has one."""
+    check = getattr(pl_module, "check_finite", None)
+    if check is not None:
+        check()
+
+
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:
     """Rows of a metrics.csv as dicts of floats (step as int); empty cells are absent."""
     path = Path(path)
@@ -70,6 +77,7 @@ class MetricsLogger(Callback):
         step = trainer.global_step
         self.tokens += batch[0].numel() * trainer.world_size
         if step % self.log_every == 0 or step == trainer.max_steps:
+            check_finite(pl_module)  # a flagged step stops the run before its row is written
             now = time.perf_counter()
             rate = (self.tokens - self._tokens_log) / max(now - self._t_log, 1e-9)
             self._t_log, self._tokens_log = now, self.tokens
@@ -127,6 +135,7 @@ class StepCheckpoint(Callback):
                            batch: Any, batch_idx: int) -> None:
         step = trainer.global_step
         if step % self.every == 0:
+            check_finite(pl_module)  # never replace the last good checkpoint with a flagged one
             trainer.save_checkpoint(self.path, weights_only=False)
             if self.on_save is not None and trainer.is_global_zero:
                 self.on_save(step)

@@ -117,6 +117,10 @@ class ShardValBatches(IterableDataset):
         return iter(self.batches)
 
 
+def _one_thread(worker: int) -> None:
+    torch.set_num_threads(1)
+
+
 class LabData(pl.LightningDataModule):
     """The run's loaders. The training stream starts at the trainer's step, which on resume is the
     restored one, so a resumed run continues with the very next batch."""
@@ -128,7 +132,13 @@ class LabData(pl.LightningDataModule):
     def train_dataloader(self) -> DataLoader:
         t = self.trainer
         batches = TrainBatches(self.cfg, t.global_rank, t.world_size, start_step=t.global_step)
-        return DataLoader(batches, batch_size=None)
+        if not torch.cuda.is_available() or t.accelerator.__class__.__name__ == "CPUAccelerator":
+            return DataLoader(batches, batch_size=None)
+        # On a GPU one loader process makes the next batches while the GPU runs this one (an addition
+        # batch of 256 rows takes ~4 ms of Python, a packed one ~15 ms); the batches stay the same,
+        # they are a function of the step alone.
+        return DataLoader(batches, batch_size=None, num_workers=1, prefetch_factor=8, pin_memory=True,
+                          persistent_workers=True, worker_init_fn=_one_thread)
 
     def val_dataloader(self) -> DataLoader | list:
         if self.cfg.task == "fineweb":

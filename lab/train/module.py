@@ -66,6 +66,9 @@ class LabModule(pl.LightningModule):
         self.last_grad_norm: torch.Tensor | None = None
         self.last_lr = 0.0
         self.val_metrics: dict[str, float] = {}
+        self._first_bad: torch.Tensor | None = None
+        self._bad_now: torch.Tensor | None = None
+        self._checked = -1
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         return self.model(input_ids)
@@ -86,8 +89,8 @@ class LabModule(pl.LightningModule):
         return loss
 
     def _record(self, mean: torch.Tensor) -> None:
-        if not torch.isfinite(mean):
-            raise NonFiniteError("loss", self.global_step + 1, mean.item())
+        # No check here: asking whether a GPU value is finite waits for the GPU. The check runs on the
+        # device in on_before_optimizer_step and is read back at the next check_finite().
         self.last_loss = mean
         self.log("loss", mean, prog_bar=True, logger=False)
 
@@ -115,16 +118,56 @@ class LabModule(pl.LightningModule):
         return total
 
     def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
-        """Check the (all-reduced, unscaled) gradient norm, then clip to optim.grad_clip."""
+        """Flag a non-finite loss or (all-reduced, unscaled) gradient norm, then clip to optim.grad_clip.
+
+        The flag stays on the device: the fused AdamW skips a flagged step by itself (its `found_inf`),
+        and `check_finite()` reads the flag back where the run synchronises anyway (a logged step, a
+        checkpoint, the end), so no step waits for the GPU just to be checked."""
         params = [p for p in self.parameters() if p.grad is not None]
         norm = torch.nn.utils.get_total_norm([p.grad for p in params])
         # fp16 loss scaling produces inf gradients by design and skips those steps itself.
-        if not torch.isfinite(norm) and self.trainer.precision != "16-mixed":
-            raise NonFiniteError("gradient norm", self.global_step + 1, norm.item())
+        if self.trainer.precision != "16-mixed":
+            self._flag_non_finite(norm)
+            optimizer.found_inf = self._bad_now
         if self.cfg.optim.grad_clip > 0:
             torch.nn.utils.clip_grads_with_norm_(params, self.cfg.optim.grad_clip, norm)
         self.last_grad_norm = norm
         self.last_lr = optimizer.param_groups[0]["lr"] / optimizer.param_groups[0].get("lr_mult", 1.0)
+
+    def _flag_non_finite(self, norm: torch.Tensor) -> None:
+        """Record, on the device, the first step whose loss or gradient norm is not finite."""
+        loss = self.last_loss.float() if self.last_loss is not None else torch.zeros((), device=norm.device)
+        bad_loss = ~torch.isfinite(loss)
+        bad = bad_loss | ~torch.isfinite(norm)
+        if self._first_bad is None or self._first_bad.device != norm.device:
+            # [step, what (0 loss, 1 gradient norm), value]; step 0 = none yet
+            self._first_bad = torch.zeros(3, dtype=torch.float64, device=norm.device)
+        now = torch.stack([torch.full((), float(self.global_step + 1), dtype=torch.float64, device=norm.device),
+                           (~bad_loss).double(), torch.where(bad_loss, loss, norm.float()).double()])
+        first = bad & (self._first_bad[0] == 0)
+        self._first_bad = torch.where(first, now, self._first_bad)
+        self._bad_now = bad.float()
+
+    def check_finite(self) -> None:
+        """Raise NonFiniteError naming the first step whose loss or gradient norm was NaN or infinite.
+
+        Waits for the device once per step at most; the flagged step itself was never applied."""
+        step = self.global_step
+        if self._first_bad is None or self._checked == step:
+            return
+        self._checked = step
+        at, what, value = self._first_bad.tolist()
+        if at:
+            raise NonFiniteError("loss" if what == 0 else "gradient norm", int(at), value)
+
+    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+        t = self.cfg.train
+        step = self.global_step
+        if step % t.log_every == 0 or step % t.ckpt_every == 0 or step >= t.max_steps:
+            self.check_finite()
+
+    def on_train_end(self) -> None:
+        self.check_finite()
 
     def configure_optimizers(self) -> Any:
         optimizer, schedule = make_optimizer(self.model, self.cfg.optim, self.cfg.train.max_steps)

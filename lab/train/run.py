@@ -112,6 +112,7 @@ def _run_in_folder(cfg: RunConfig, run: RunDir, run_id: str, results: Path, call
     try:
         trainer.fit(module, datamodule=data, ckpt_path=ckpt)
         step = trainer.global_step
+        module.check_finite()
         if step % cfg.train.ckpt_every:
             trainer.save_checkpoint(run.last_checkpoint, weights_only=False)
             if rank0:
