@@ -89,6 +89,8 @@ def test_table_rows_are_mean_and_sample_std_over_finished_seeds() -> None:
 
 def test_each_process_sees_its_own_gpu_or_its_share_of_the_cores() -> None:
     assert _child_env(1, 2, ["3", "5"])["CUDA_VISIBLE_DEVICES"] == "5"
+    # --per-gpu P: slot i of G·P runs on GPU i mod G
+    assert [_child_env(i, 4, ["3", "5"])["CUDA_VISIBLE_DEVICES"] for i in range(4)] == ["3", "5", "3", "5"]
     env = _child_env(0, 2, [])
     assert env["OMP_NUM_THREADS"] == str(max(1, (os.cpu_count() or 1) // 2))
     assert env.get("CUDA_VISIBLE_DEVICES") == os.environ.get("CUDA_VISIBLE_DEVICES")
@@ -144,6 +146,7 @@ def test_two_runs_at_once_as_processes(tmp_path: Path) -> None:
     (["--preset", "huge"], "lab reproduce: unknown preset 'huge'; accepted: tiny, paper"),
     (["--seeds", "0"], "lab reproduce: --seeds must be >= 1, got 0"),
     (["--gpus", "0"], "lab reproduce: --gpus must be >= 1, got 0"),
+    (["--per-gpu", "0"], "lab reproduce: --per-gpu must be >= 1, got 0"),
     (["--set", "optim.lrr=1"], "lab reproduce: unknown key 'optim.lrr'"),
 ])
 def test_mistakes_are_one_line_with_exit_2_and_nothing_run(args: list[str], message: str, tmp_path: Path) -> None:

@@ -23,12 +23,19 @@ def refuse(prog: str, err: Exception) -> NoReturn:
     raise typer.Exit(code=2)
 
 
-def campaign_slots(gpus: int | None) -> int:
-    """How many runs a table-building command runs at once: `--gpus`, else every visible GPU, else 1."""
+PER_GPU_HELP = ("Runs sharing each GPU at once (small models leave most of a GPU idle); on a CPU, processes "
+                "per --gpus slot.")
+
+
+def campaign_slots(gpus: int | None, per_gpu: int = 1) -> int:
+    """How many runs a table-building command runs at once: `--gpus` (else every visible GPU, else 1)
+    times `--per-gpu`."""
     from lab.reproduce.launch import check_slots, visible_gpus
 
-    slots = gpus if gpus is not None else max(1, len(visible_gpus()))
-    check_slots(slots)
+    if per_gpu < 1:
+        raise ValueError(f"--per-gpu must be >= 1, got {per_gpu}")
+    slots = (gpus if gpus is not None else max(1, len(visible_gpus()))) * per_gpu
+    check_slots(slots, per_gpu)
     return slots
 
 

@@ -5,7 +5,7 @@ from typing import Annotated
 
 import typer
 
-from lab.cli._common import campaign_slots, finish_campaign, print_outcome, refuse, remake_command
+from lab.cli._common import PER_GPU_HELP, campaign_slots, finish_campaign, print_outcome, refuse, remake_command
 
 app = typer.Typer(help="Run ablations: the 2x2 RAW/RBW x shifted/same-time alignment grid.")
 
@@ -23,6 +23,7 @@ def alignment(
     gpus: Annotated[int | None, typer.Option(
         help="Runs at once, each on its own GPU (on a CPU: processes); default every visible GPU, 1 on a CPU.")]
     = None,
+    per_gpu: Annotated[int, typer.Option(help=PER_GPU_HELP)] = 1,
     max_steps: Annotated[int | None, typer.Option(help="Train each run for this many steps instead.")] = None,
     set_: Annotated[list[str] | None, typer.Option(
         "--set", help="Override one setting of every run, e.g. --set optim.lr=3e-3 (repeatable).")] = None,
@@ -40,7 +41,7 @@ def alignment(
 
     try:
         chosen = parse_mixers(mixers)
-        slots = campaign_slots(gpus)
+        slots = campaign_slots(gpus, per_gpu)
     except ValueError as err:
         refuse("lab ablate", err)
     command = remake_command(["lab", "ablate", "alignment"], [

@@ -5,7 +5,7 @@ from typing import Annotated
 
 import typer
 
-from lab.cli._common import campaign_slots, finish_campaign, print_outcome, refuse, remake_command
+from lab.cli._common import PER_GPU_HELP, campaign_slots, finish_campaign, print_outcome, refuse, remake_command
 
 app = typer.Typer(help="Reproduce the paper's tables: data, training, evaluation and the table, in one command.")
 
@@ -22,6 +22,7 @@ def addition(
     gpus: Annotated[int | None, typer.Option(
         help="Runs at once, each on its own GPU (on a CPU: processes); default every visible GPU, 1 on a CPU.")]
     = None,
+    per_gpu: Annotated[int, typer.Option(help=PER_GPU_HELP)] = 1,
     max_steps: Annotated[int | None, typer.Option(help="Train each run for this many steps instead.")] = None,
     set_: Annotated[list[str] | None, typer.Option(
         "--set", help="Override one setting of every run, e.g. --set optim.lr=3e-3 (repeatable).")] = None,
@@ -37,7 +38,7 @@ def addition(
 
     try:
         chosen = parse_rows(rows)
-        slots = campaign_slots(gpus)
+        slots = campaign_slots(gpus, per_gpu)
     except ValueError as err:
         refuse("lab reproduce", err)
     # --gpus is left out: where runs are placed changes no number
@@ -64,6 +65,7 @@ def fineweb(
     gpus: Annotated[int | None, typer.Option(
         help="Runs at once, each on its own GPU (on a CPU: processes); default every visible GPU, 1 on a CPU.")]
     = None,
+    per_gpu: Annotated[int, typer.Option(help=PER_GPU_HELP)] = 1,
     max_steps: Annotated[int | None, typer.Option(help="Train each run for this many steps instead.")] = None,
     set_: Annotated[list[str] | None, typer.Option(
         "--set", help="Override one setting of every run, e.g. --set train.batch_size=240 (repeatable).")] = None,
@@ -85,7 +87,7 @@ def fineweb(
 
     try:
         chosen = parse_rows(rows)
-        slots = campaign_slots(gpus)
+        slots = campaign_slots(gpus, per_gpu)
     except ValueError as err:
         refuse("lab reproduce", err)
     # --gpus is left out: where runs are placed changes no number

@@ -1,7 +1,8 @@
 """Run many independent training runs, up to K at a time, skipping those already finished.
 
 One slot runs in this process, one run after another (no start-up cost per run). K slots run each
-run as its own `lab train` process: on a GPU machine slot i sees only GPU i (CUDA_VISIBLE_DEVICES);
+run as its own `lab train` process: on a GPU machine of G GPUs slot i sees only GPU i mod G
+(CUDA_VISIBLE_DEVICES), so K = G·P puts P runs on each GPU (small models leave most of a GPU idle);
 on a CPU the K processes share the cores, each with cores/K threads. Every run writes its output to
 `train.log` in its run folder; the registry says how it ended.
 """
@@ -89,13 +90,15 @@ def visible_gpus() -> list[str]:
     return listed[:count] if listed else [str(i) for i in range(count)]
 
 
-def check_slots(slots: int) -> None:
-    """ValueError unless `slots` runs can run at once here (at most one per visible GPU)."""
+def check_slots(slots: int, per_gpu: int = 1) -> None:
+    """ValueError unless `slots` runs can run at once here: `per_gpu` on each visible GPU at most."""
+    if per_gpu < 1:
+        raise ValueError(f"--per-gpu must be >= 1, got {per_gpu}")
     if slots < 1:
         raise ValueError(f"--gpus must be >= 1, got {slots}")
     gpus = visible_gpus()
-    if gpus and slots > len(gpus):
-        raise ValueError(f"--gpus {slots} asks for more GPUs than the {len(gpus)} visible; "
+    if gpus and slots > len(gpus) * per_gpu:
+        raise ValueError(f"--gpus {slots // per_gpu} asks for more GPUs than the {len(gpus)} visible; "
                          f"accepted: 1 to {len(gpus)}")
 
 
@@ -103,7 +106,8 @@ def run_jobs(jobs: Sequence[Job], results: Path, slots: int = 1, argv: Sequence[
              on_done: Callable[[Outcome], None] | None = None) -> list[Outcome]:
     """Make every job not yet finished in `<results>/lab.db`, up to `slots` at once; `on_done(outcome)`
     is called as each ends (skipped jobs first). Returns the outcomes in the order the jobs ended."""
-    check_slots(slots)
+    if slots < 1:
+        raise ValueError(f"--gpus must be >= 1, got {slots}")
     results = Path(results).resolve()
     registry = Registry(results / "lab.db")
     outcomes: list[Outcome] = []
@@ -190,7 +194,7 @@ def _child_env(slot: int, slots: int, gpus: list[str]) -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(CODE_ROOT), *filter(None, [env.get("PYTHONPATH")])])
     if gpus:
-        env["CUDA_VISIBLE_DEVICES"] = gpus[slot]
+        env["CUDA_VISIBLE_DEVICES"] = gpus[slot % len(gpus)]
     else:
         env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // slots))
     return env
