@@ -30,6 +30,8 @@ SWEEP = [("falcon-1", ("f1_state", "f1_dstate"), dict(BV=32, num_warps=4)),
          ("falcon-1", ("f1_state", "f1_dstate"), dict(BV=16, num_warps=4)),
          ("falcon-2", ("f2_fwd", "f2_dstate"), dict(BV=16, num_warps=2)),
          ("falcon-2", ("f2_fwd", "f2_dstate"), dict(BV=16, num_warps=4))]
+# cheaper precisions of the UT transform's inverse for bf16 inputs, checked and timed beside the default
+SOLVE_SWEEP = ("tf32", "bf16")
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
 
@@ -243,6 +245,19 @@ def main() -> None:
             guarded({"time": rule, "shape": shape, "dtype": "bf16", "prec": tr.MATMUL_PRECISION[torch.bfloat16],
                      "variant": {name: variant for name in names}}, lambda: time_row(rule, shape))
         tr.LAUNCH_OVERRIDES.clear()
+    default_solve = tr.SOLVE_PRECISION[torch.bfloat16]
+    for solve in () if args.quick else SOLVE_SWEEP:
+        tr.SOLVE_PRECISION[torch.bfloat16] = solve
+        variant = {"solve": solve}
+        for rule in RULES:
+            if not args.skip_check:
+                guarded({"check": rule, "shape": check_shapes[0], "dtype": str(torch.bfloat16),
+                         "prec": tr.MATMUL_PRECISION[torch.bfloat16], "variant": variant},
+                        lambda: errs_row(rule, check_shapes[0], torch.bfloat16))
+            for shape in time_shapes:
+                guarded({"time": rule, "shape": shape, "dtype": "bf16", "prec": tr.MATMUL_PRECISION[torch.bfloat16],
+                         "variant": variant}, lambda: time_row(rule, shape))
+        tr.SOLVE_PRECISION[torch.bfloat16] = default_solve
     log({"stage": "swept", "s": round(time.time() - t0, 1)})
     for shape in time_shapes if not (args.smoke or args.quick) else ():
         guarded({"fla": shape}, lambda: {k: round(v, 3) for k, v in bench_fla(shape).items()})
@@ -252,8 +267,9 @@ def main() -> None:
             print(f"| error | {r} |")
         elif "check" in r:
             worst = max(v for k, v in r.items() if k in ("o", "S", "dq", "dk", "dv", "dbeta", "dlam", "dS0"))
+            variant = "".join(f" {k}={v}" for k, v in r.get("variant", {}).items())
             print(f"| check | {r['check']} | {r['shape']} | {r['dtype']} | {r['prec']} | worst rel RMS "
-                  f"{worst:.2e}{' NaN!' if r['nan'] else ''} |")
+                  f"{worst:.2e}{' NaN!' if r['nan'] else ''}{variant} |")
         elif "fla" in r:
             print(f"| time | fla delta / gated | {r['fla']} | bf16 | - | chunk_delta_rule fwd {r['delta_fwd_ms']:.3f}, "
                   f"fwd+bwd {r['delta_fwd_bwd_ms']:.3f}; chunk_gated_delta_rule fwd {r['gated_fwd_ms']:.3f} ms |")

@@ -15,10 +15,11 @@ from torch import Tensor
 from kernels.falcon.config import RuleConfig
 from kernels.falcon.state import FastWeightState
 from kernels.falcon.triton_common import interpreting
-from kernels.falcon.triton_regression_launch import (F2_CHUNK, LAUNCH_OVERRIDES, MATMUL_PRECISION, Layout,
+from kernels.falcon.triton_regression_launch import (F2_CHUNK, LAUNCH_OVERRIDES, MATMUL_PRECISION,
+                                                     SOLVE_PRECISION, Layout,
                                                      f1_backward, f1_forward, f2_backward, f2_forward)
 
-__all__ = ["LAUNCH_OVERRIDES", "MATMUL_PRECISION", "triton_regression"]
+__all__ = ["LAUNCH_OVERRIDES", "MATMUL_PRECISION", "SOLVE_PRECISION", "triton_regression"]
 
 DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 CHUNK_SIZES = (16, 32, 64)

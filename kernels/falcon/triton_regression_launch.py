@@ -17,9 +17,13 @@ from kernels.falcon.triton_regression_parts import finish_dk_kernel
 
 # The matmul operands inside the kernels, by input dtype, on a GPU: "tf32x3" (three tf32 passes, about fp32),
 # "tf32" (one pass) or "bf16" (operands rounded to bf16, about 2x faster; on an H200 the relative RMS error
-# of outputs and gradients stays under 5e-3 against the float64 reference). The UT transform's inverse always
-# runs at "tf32x3". The interpreter multiplies in exact fp32.
+# of outputs and gradients stays under 5e-3 against the float64 reference). The interpreter multiplies in
+# exact fp32.
 MATMUL_PRECISION = {torch.float32: "tf32x3", torch.bfloat16: "bf16", torch.float16: "tf32x3"}
+# The UT transform's inverse, by input dtype: its blocked products feed every later one, so they run at about
+# fp32 ("tf32x3") unless a GPU check shows a cheaper precision holds the error targets
+# (`python -m kernels.falcon.gpu_check_regression` times and checks "tf32" and "bf16" for bf16 inputs).
+SOLVE_PRECISION = {torch.float32: "tf32x3", torch.bfloat16: "tf32x3", torch.float16: "tf32x3"}
 # kernel name -> block sizes / warps replacing ``launch_config``'s (for tuning sweeps)
 LAUNCH_OVERRIDES: dict[str, dict] = {}
 F2_CHUNK = 16  # falcon-2's chunk: its per-column decay tiles are [16, 16, BV]
@@ -47,9 +51,9 @@ def precision(dtype: torch.dtype) -> str:
     return "ieee" if interpreting() else MATMUL_PRECISION[dtype]
 
 
-def solve_precision() -> str:
-    """The UT transform's inverse multiplies at about fp32 whatever the inputs."""
-    return "ieee" if interpreting() else "tf32x3"
+def solve_precision(dtype: torch.dtype) -> str:
+    """The precision of the UT transform's inverse for inputs of `dtype` (SOLVE_PRECISION)."""
+    return "ieee" if interpreting() else SOLVE_PRECISION[dtype]
 
 
 def launch_config(kernel: str, Dk: int, Dv: int, C: int) -> dict:
@@ -104,7 +108,7 @@ def _f1_chunks(k, v, beta, lam, lk, cfg, fresh, lay, prec):
     eta, G, g = (_f32(rows, lay.H, device=dev) for _ in range(3))
     f1_prep_kernel[(lay.n_chunks, lay.H)](
         k, v, beta, lam, lk, lay.cu, lay.cidx, A, W, Ut, eta, G, g, lay.T, lay.NT, cfg.eps, cfg.decay_floor,
-        Dk=Dk, Dv=Dv, SOLVE_PREC=solve_precision(), **_flags(cfg, fresh, lay, prec), **_gate_flags(cfg),
+        Dk=Dk, Dv=Dv, SOLVE_PREC=solve_precision(k.dtype), **_flags(cfg, fresh, lay, prec), **_gate_flags(cfg),
         **launch_config("f1_prep", Dk, Dv, lay.C))
     return A, W, Ut, eta, G, g
 
