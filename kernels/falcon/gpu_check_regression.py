@@ -176,7 +176,8 @@ def main() -> None:
     ap.add_argument("--commit", default="unknown")
     ap.add_argument("--skip-check", action="store_true")
     ap.add_argument("--smoke", action="store_true", help="tiny shapes, to try the script without a GPU")
-    ap.add_argument("--quick", action="store_true", help="check the first shape only; no profile, sweep or fla")
+    ap.add_argument("--quick", action="store_true",
+                    help="check the first shape only; no profile, launch sweep or fla (the solve sweep still runs)")
     args = ap.parse_args()
     check_shapes, time_shapes = (SMOKE_SHAPES, SMOKE_SHAPES) if args.smoke else (CHECK_SHAPES, TIME_SHAPES)
     if args.quick:
@@ -246,7 +247,7 @@ def main() -> None:
                      "variant": {name: variant for name in names}}, lambda: time_row(rule, shape))
         tr.LAUNCH_OVERRIDES.clear()
     default_solve = tr.SOLVE_PRECISION[torch.bfloat16]
-    for solve in () if args.quick else SOLVE_SWEEP:
+    for solve in SOLVE_SWEEP:
         tr.SOLVE_PRECISION[torch.bfloat16] = solve
         variant = {"solve": solve}
         for rule in RULES:

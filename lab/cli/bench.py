@@ -61,3 +61,31 @@ def train(
     typer.echo(f"wrote {out / 'train.csv'}, {out / 'train_curves.csv'} and {out / 'train.md'}")
     if any(r["status"] != "ok" for r in rows):
         raise typer.Exit(code=1)
+
+
+@app.command()
+def step(
+    mixers: Annotated[list[str] | None, typer.Option(
+        "--mixers", "--mixer", help="Mixer names (repeatable, or comma-separated); default every registered one.")] = None,
+    preset: Annotated[str, typer.Option(help="Size preset.")] = "small",
+    task: Annotated[str, typer.Option(help="Task: addition or random.")] = "addition",
+    steps: Annotated[int, typer.Option(help="Timed steps per mixer.")] = 20,
+    out: Annotated[Path, typer.Option(help="Folder for step.csv and step.md.")] = Path("results/bench/step"),
+    set_: Annotated[list[str] | None, typer.Option("--set", help="Override a setting (repeatable).")] = None,
+) -> None:
+    """Where a training step's time goes without Lightning: bare-loop ms, data / forward / backward /
+    optimiser ms, kernels launched and their device time."""
+    from mixers import MIXERS
+
+    from lab.bench.step import run
+
+    names = [n for text in mixers for n in text.split(",") if n] if mixers else list(MIXERS)
+    unknown = [n for n in names if n not in MIXERS]
+    if unknown:
+        typer.echo(f"lab bench step: unknown mixer {', '.join(unknown)}; accepted: {', '.join(MIXERS)}", err=True)
+        raise typer.Exit(code=2)
+    if steps < 1:
+        typer.echo(f"lab bench step: --steps must be >= 1, got {steps}", err=True)
+        raise typer.Exit(code=2)
+    run(names, preset=preset, task=task, steps=steps, out=out, overrides=set_ or (), echo=typer.echo)
+    typer.echo(f"wrote {out / 'step.csv'} and {out / 'step.md'}")
