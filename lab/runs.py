@@ -171,8 +171,10 @@ def _git(*args: str) -> str | None:
 
 
 def git_state() -> dict[str, Any]:
-    """{"commit", "dirty"} of the code checkout. Outside a git checkout (a copy of the tree shipped to
-    another machine) the commit comes from $LAB_COMMIT when set, else None."""
+    """{"commit", "dirty"} of the code checkout. $LAB_COMMIT, when set, names the commit instead: a copy of
+    the tree shipped to another machine may carry no git history, or a stale one."""
+    if os.environ.get("LAB_COMMIT"):
+        return {"commit": os.environ["LAB_COMMIT"], "dirty": None}
     commit = _git("rev-parse", "HEAD")
     if commit is None:
         return {"commit": os.environ.get("LAB_COMMIT"), "dirty": None}

@@ -76,3 +76,15 @@ def test_the_two_objective_sweep_returns_accuracy_and_throughput_and_reports_the
     assert {"pareto.png", "history-ood_mean.png", "history-tokens_per_s.png", "best.yaml", "report.md"} <= names
     assert report.best in study.best_trials
     assert "Pareto front: " in (tmp_path / "report" / "report.md").read_text()
+
+
+def test_the_per_token_objective_reports_each_evaluation_and_returns_the_last(tmp_path: Path) -> None:
+    spec, space = setup(tmp_path, "val_token_acc")
+    study = optuna.create_study(direction="maximize", pruner=optuna.pruners.NopPruner(),
+                                sampler=optuna.samplers.RandomSampler(seed=0))
+    study.optimize(Objective(spec, space), n_trials=1)
+    (trial,) = study.trials
+    assert trial.state == optuna.trial.TrialState.COMPLETE
+    assert sorted(trial.intermediate_values) == [2, 4, 6, 8]
+    # per-token accuracy (%) of the last evaluation: not all-or-nothing like whole answers
+    assert trial.value == trial.intermediate_values[8] and 0.0 < trial.value < 100.0

@@ -30,8 +30,8 @@ SWEEP = [("falcon-1", ("f1_state", "f1_dstate"), dict(BV=32, num_warps=4)),
          ("falcon-1", ("f1_state", "f1_dstate"), dict(BV=16, num_warps=4)),
          ("falcon-2", ("f2_fwd", "f2_dstate"), dict(BV=16, num_warps=2)),
          ("falcon-2", ("f2_fwd", "f2_dstate"), dict(BV=16, num_warps=4))]
-# cheaper precisions of the UT transform's inverse for bf16 inputs, checked and timed beside the default
-SOLVE_SWEEP = ("tf32", "bf16")
+# precisions of the UT transform's inverse for bf16 inputs, checked and timed beside the default
+SOLVE_SWEEP = ("tf32x3", "tf32", "bf16")
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
 

@@ -50,7 +50,7 @@ def f1_prep_kernel(k_ptr, v_ptr, beta_ptr, lam_ptr, lk_ptr, cu_ptr, cidx_ptr,
                    NORMALIZE: tl.constexpr, COUPLED: tl.constexpr, IS_VARLEN: tl.constexpr,
                    PREC: tl.constexpr, SOLVE_PREC: tl.constexpr):
     """Per chunk: η, g, G, the UT transform A, W = A diag(η e^{Gp}) X and Ũ = A diag(η) Y.
-    SOLVE_PREC: the inverse's matmuls, always about fp32 (errors in A reach every output)."""
+    SOLVE_PREC: the inverse's matmuls (errors in A reach every output; launch.SOLVE_PRECISION says which)."""
     pid, i_h = tl.program_id(0), tl.program_id(1)
     i_n, i_c = chunk_of(pid, cidx_ptr, NT, IS_VARLEN)
     bos, T_n = seq_bounds(i_n, cu_ptr, T, IS_VARLEN)

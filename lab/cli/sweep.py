@@ -41,8 +41,8 @@ def run(
     storage: Annotated[str | None, typer.Option(help=STORAGE_HELP)] = None,
     sampler: Annotated[str, typer.Option(help=SAMPLER_HELP)] = "tpe",
     objective: Annotated[str, typer.Option(
-        help="ood_mean (mean accuracy on widths 33-48), val_acc (widths 1-32), or multi (ood_mean and "
-             "tokens/s).")] = "ood_mean",
+        help="ood_mean (mean accuracy on widths 33-48), val_acc (widths 1-32), val_token_acc (per-token "
+             "accuracy on widths 1-32, last evaluation), or multi (ood_mean and tokens/s).")] = "ood_mean",
     pruner: Annotated[str, typer.Option(
         help="hyperband (on each evaluation) or none; multi never prunes.")] = "hyperband",
     preset: Annotated[str | None, typer.Option(help="Base preset; default the space's.")] = None,

@@ -18,7 +18,7 @@ from typing import Any
 from lab.config import ConfigError, RunConfig, load_config
 from lab.sweep.space import Param, Space, SpaceError, load_space
 
-OBJECTIVES = ("ood_mean", "val_acc", "multi")
+OBJECTIVES = ("ood_mean", "val_acc", "val_token_acc", "multi")
 PRUNERS = ("hyperband", "none")
 SAMPLERS = ("tpe", "random", "cmaes", "qmc", "grid", "bruteforce", "nsga2", "nsga3", "gp")
 # Settings every trial needs: the objective is read from the addition evaluation, and a worker owns
@@ -26,9 +26,11 @@ SAMPLERS = ("tpe", "random", "cmaes", "qmc", "grid", "bruteforce", "nsga2", "nsg
 SWEEP_SETTINGS = {"eval.enabled": True, "train.devices": 1, "train.num_nodes": 1}
 # The run's final metric each objective maximises (lab.eval.callback: the evaluation at the step
 # with the best validation accuracy, as the paper picks its checkpoint) and the evaluation column
-# reported at each evaluation step for pruning.
-FINAL_METRIC = {"ood_mean": "best_ood_mean", "val_acc": "best_val_acc", "multi": "best_ood_mean"}
-STEP_METRIC = {"ood_mean": "ood_mean", "val_acc": "val_acc", "multi": "ood_mean"}
+# reported at each evaluation step for pruning. `val_token_acc` (per-token accuracy on widths 1-32) is the
+# smooth signal for regime searches where whole answers are still all wrong: it takes the last evaluation.
+FINAL_METRIC = {"ood_mean": "best_ood_mean", "val_acc": "best_val_acc", "val_token_acc": "last_val_token_acc",
+                "multi": "best_ood_mean"}
+STEP_METRIC = {"ood_mean": "ood_mean", "val_acc": "val_acc", "val_token_acc": "val_token_acc", "multi": "ood_mean"}
 
 
 @dataclass
