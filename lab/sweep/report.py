@@ -192,7 +192,7 @@ def markdown(study: optuna.Study, names: list[str], report: Report) -> str:
                "tokens_per_s": "tokens_per_s (the run's median training throughput)"}
     lines = [f"# Sweep {study.study_name}", ""]
     lines += [f"- objective: maximise {' and '.join(explain.get(n, n) for n in names)}",
-              f"- space: `{attrs.get('space_file', '?')}` (sha {identity.get('space', '?')}), preset "
+              f"- space: `{_shown(attrs.get('space_file', '?'))}` (sha {identity.get('space', '?')}), preset "
               f"{identity.get('preset') or 'of the space'}, mixer {identity.get('mixer') or 'of the space'}, "
               f"--set {identity.get('sets') or 'none'}"]
     for entry in attrs.get("commands", []):
@@ -209,7 +209,7 @@ def markdown(study: optuna.Study, names: list[str], report: Report) -> str:
         lines += ["No complete trial yet.", ""]
     else:
         values = ", ".join(f"{n} = {v:.4g}" for n, v in zip(names, best.values))
-        lines += [f"Trial {best.number}: {values}; run folder `{best.user_attrs.get('run_dir', '?')}`.", ""]
+        lines += [f"Trial {best.number}: {values}; run folder `{_shown(best.user_attrs.get('run_dir', '?'))}`.", ""]
         lines += [_table(["parameter", "value"], [[k, _fmt(v)] for k, v in best.params.items()]), ""]
         if "best.yaml" in {p.name for p in report.files}:
             lines += ["Its configuration: `best.yaml` (train it again with `lab train --config best.yaml`).", ""]
@@ -225,3 +225,18 @@ def markdown(study: optuna.Study, names: list[str], report: Report) -> str:
     lines += [f"![{p.stem}]({p.name})" for p in report.files if p.suffix == ".png"]
     lines += [f"- {name}: not drawn ({why})" for name, why in report.skipped.items()]
     return "\n".join(lines) + "\n"
+
+
+def _shown(path: str) -> str:
+    """A path as the report shows it: relative to the repository when it lies inside it, also when the
+    trials ran in a copy of it on another machine (from its `results/` or `sweeps/` on)."""
+    from lab.runs import REPO_ROOT
+
+    try:
+        return str(Path(path).resolve().relative_to(REPO_ROOT))
+    except (ValueError, OSError):
+        parts = Path(path).parts
+        for anchor in ("results", "sweeps"):
+            if anchor in parts:
+                return str(Path(*parts[parts.index(anchor):]))
+        return path
