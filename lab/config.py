@@ -33,7 +33,7 @@ DEFAULT_RANDOM_SEQ_LEN = 128
 PLACEMENT_KEYS = ("train.devices", "train.num_nodes", "train.strategy", "train.accelerator")
 # Keys added after runs were recorded: left out of the run id while at these defaults, so that
 # the ids of earlier runs do not change.
-LATER_KEYS = {"data.path": None, "data.val_windows": 16, "train.accumulate": 1}
+LATER_KEYS = {"data.path": None, "data.val_windows": 16, "train.accumulate": 1, "train.compile": False}
 
 
 @dataclass
@@ -64,7 +64,10 @@ class TrainConfig:
     """Length, global batch, seed, numerics and placement of a run, and how often it logs and saves.
 
     `accumulate` splits each rank's rows of a step into that many micro-batches whose gradients add
-    up before the one optimiser step: same loss and update, less activation memory.
+    up before the one optimiser step: same loss and update, less activation memory. `compile` runs the
+    training forward through torch.compile (the sequence-mixing kernels stay outside its graph; the
+    evaluation and generation stay eager): fewer, fused kernels for the same model, at the price of a
+    compilation at the first step.
     """
 
     max_steps: int = 2000
@@ -79,6 +82,7 @@ class TrainConfig:
     val_every: int = 100
     ckpt_every: int = 100
     accumulate: int = 1
+    compile: bool = False
 
 
 @dataclass

@@ -121,6 +121,7 @@ class DeltaNet(Mixer):
             o = o * F.silu(self.g_proj(x)).unflatten(-1, (self.n_heads, self.dv))
         return self.o_proj(o.flatten(-2))
 
+    @torch.compiler.disable  # the WY chunk form stays outside torch.compile's graph (train.compile)
     def _rule(self, q, k, v, g, beta, backend: str, state=None):
         with full_precision(q):
             return gated_delta_rule(q, k, v, g, beta, scale=1.0 / math.sqrt(self.dk),

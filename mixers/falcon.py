@@ -177,10 +177,16 @@ class FalconMixer(Mixer):
             q, k, v = (conv(t) for conv, t in zip(self.convs, (q, k, v)))
         q, k, v = self._featurise(q, k, v)
         gain, lam = self._gates(x)
+        return self._output(self._rule(q, k, v, gain, lam), x)
+
+    @torch.compiler.disable
+    def _rule(self, q: Tensor, k: Tensor, v: Tensor, gain: Tensor, lam: Tensor) -> Tensor:
+        # Under torch.compile (train.compile) the rule stays outside the graph: its host code picks and
+        # launches Triton kernels; the projections, norms, convolutions and gates around it compile.
         with full_precision(q):
             o, _ = fast_weight_rule(q, k, v, gain, lam, backend=self.opts.backend,
                                     chunk_size=self.opts.chunk_size, **self._rule_options())
-        return self._output(o, x)
+        return o
 
     def init_cache(self, batch: int, device: torch.device | str, dtype: torch.dtype) -> dict:
         """The conv windows (if any) and the fast-weight state (None: a fresh sequence)."""

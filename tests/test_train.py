@@ -138,6 +138,23 @@ def test_a_short_run_writes_metrics_with_the_schedule_and_throughput(tmp_path: P
     assert rows[-1]["loss"] < rows[0]["loss"]
 
 
+@pytest.mark.parametrize("mixer", ["transformer", "falcon-1a.3"])
+def test_a_compiled_run_trains_the_same_model_and_keeps_eager_checkpoint_keys(mixer: str, tmp_path: Path) -> None:
+    settings = ("train.max_steps=3", "train.log_every=1", "train.val_every=3", "train.ckpt_every=3",
+                "data.widths=1,3", "train.batch_size=4", f"mixer={mixer}")
+    eager = run_training(tiny(*settings), out=tmp_path / "eager", results=tmp_path, progress=False)
+    compiled = run_training(tiny(*settings, "train.compile=true"), out=tmp_path / "compiled", results=tmp_path,
+                            progress=False)
+    assert compiled.status == "finished" and compiled.steps == 3
+    # the same run (train.compile changes no number but float rounding), so a separate id only by its key
+    a, b = (read_metrics(tmp_path / d / "metrics.csv") for d in ("eager", "compiled"))
+    assert [r["loss"] for r in b] == pytest.approx([r["loss"] for r in a], rel=1e-4)
+    keys = torch.load(tmp_path / "compiled" / "checkpoints" / "last.ckpt", weights_only=False)["state_dict"]
+    assert keys.keys() == torch.load(tmp_path / "eager" / "checkpoints" / "last.ckpt",
+                                     weights_only=False)["state_dict"].keys()
+    assert not any("_orig_mod" in k for k in keys)
+
+
 def invoke(*args: str) -> tuple[int, str]:
     result = CliRunner().invoke(app, list(args))
     return result.exit_code, ANSI.sub("", result.output)

@@ -8,7 +8,9 @@ the run's own batches, with bf16 autocast on a GPU:
 - `data_ms`, `fwd_ms`, `bwd_ms`, `opt_ms`: the same stages timed one by one, each closed by a
   synchronisation (their sum exceeds `loop_ms` by the overlap it forbids);
 - `kernels`: device kernels launched per step, and `gpu_ms` their summed device time (torch.profiler):
-  `gpu_ms` far below `loop_ms` means the step waits on the host (Python and launches), not on the GPU.
+  `gpu_ms` far below `loop_ms` means the step waits on the host (Python and launches), not on the GPU;
+- `warmup_s`: the untimed first steps, compilation included (`--set train.compile=true` runs the forward
+  through torch.compile as `lab train` does).
 
 Set beside `lab bench train` (the same config through Lightning), the difference is the trainer's share.
 """
@@ -22,8 +24,8 @@ from typing import Any
 
 from lab.runs import atomic_write_text, device_name, now
 
-COLUMNS = ("mixer", "params", "tokens", "loop_ms", "tokens_per_s", "data_ms", "fwd_ms", "bwd_ms", "opt_ms",
-           "kernels", "gpu_ms", "top_kernels")
+COLUMNS = ("mixer", "compile", "params", "tokens", "loop_ms", "tokens_per_s", "data_ms", "fwd_ms", "bwd_ms",
+           "opt_ms", "kernels", "gpu_ms", "warmup_s", "top_kernels")
 
 
 def _sync(device: Any) -> None:
@@ -46,6 +48,7 @@ def measure(cfg: Any, steps: int = 20, warmup: int = 5) -> dict[str, Any]:
     model = LabModule(cfg).model.to(device)
     optimizer, _ = make_optimizer(model, cfg.optim, cfg.train.max_steps)
     params = [p for p in model.parameters() if p.requires_grad]
+    run_model = torch.compile(model) if cfg.train.compile else model
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda")
 
     def batch(step: int) -> tuple[Any, Any]:
@@ -54,7 +57,7 @@ def measure(cfg: Any, steps: int = 20, warmup: int = 5) -> dict[str, Any]:
 
     def forward(ids: Any, labels: Any) -> Any:
         with autocast:
-            loss_sum, count = token_loss_sum(model(ids), labels)
+            loss_sum, count = token_loss_sum(run_model(ids), labels)
         return loss_sum / count.clamp_min(1)
 
     def update() -> None:
@@ -67,9 +70,11 @@ def measure(cfg: Any, steps: int = 20, warmup: int = 5) -> dict[str, Any]:
         forward(*batch(i)).backward()
         update()
 
+    start = time.perf_counter()
     for i in range(warmup):
         step(i)
     _sync(device)
+    warmup_s = time.perf_counter() - start
     start = time.perf_counter()
     for i in range(warmup, warmup + steps):
         step(i)
@@ -96,7 +101,8 @@ def measure(cfg: Any, steps: int = 20, warmup: int = 5) -> dict[str, Any]:
 
     kernels, gpu_ms, top = _profile(step, device, warmup + steps)
     tokens = cfg.train.batch_size * batch(0)[0].shape[1]
-    return {"params": sum(p.numel() for p in params), "tokens": tokens, "loop_ms": loop_ms,
+    return {"compile": cfg.train.compile, "params": sum(p.numel() for p in params), "tokens": tokens,
+            "loop_ms": loop_ms, "warmup_s": warmup_s,
             "tokens_per_s": tokens / loop_ms * 1e3, **stages, "kernels": kernels, "gpu_ms": gpu_ms,
             "top_kernels": top}
 

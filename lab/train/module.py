@@ -71,7 +71,18 @@ class LabModule(pl.LightningModule):
         self._checked = -1
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        if self.training and self.cfg.train.compile:
+            return self._compiled()(input_ids)
         return self.model(input_ids)
+
+    def _compiled(self) -> Any:
+        """The model through torch.compile, made once; kept out of the module tree (and so out of the
+        state dict, whose keys stay those of the eager model)."""
+        compiled = self.__dict__.get("_compiled_model")
+        if compiled is None:
+            compiled = torch.compile(self.model)
+            self.__dict__["_compiled_model"] = compiled
+        return compiled
 
     def _reduce(self, value: torch.Tensor, op: str) -> torch.Tensor:
         # One process: the value as is; DDP: an all-reduce over ranks.
