@@ -26,6 +26,7 @@ def test_cli_reports_a_bad_space_in_one_line_and_exits_2(tmp_path: Path) -> None
     (["rules", "--set", "eval.enabled=false"], "--set eval.enabled is not accepted in a sweep"),
     (["rules", "--objective", "loss"], "--objective 'loss' is not accepted; accepted: ood_mean, val_acc, val_token_acc, multi"),
     (["rules", "--sampler", "annealing"], "--sampler 'annealing' is not accepted; accepted: tpe, random"),
+    (["rules", "--prune-after", "-1"], "--prune-after must be >= 0 steps, got -1"),
     (["nosuch"], "unknown space 'nosuch'; accepted: "),
 ])
 def test_cli_options_that_do_not_fit_the_space_are_refused(tmp_path: Path, args: list[str], problem: str) -> None:

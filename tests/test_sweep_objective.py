@@ -59,6 +59,8 @@ def test_the_hyperband_pruner_spans_the_first_evaluation_to_the_run_length(tmp_p
     assert isinstance(pruner, optuna.pruners.HyperbandPruner)
     assert (pruner._min_resource, pruner._max_resource) == (100, 2000)
     assert isinstance(make_pruner(setup(tmp_path, "multi")[0], 100, 2000), optuna.pruners.NopPruner)
+    spec.prune_after = 500  # --prune-after: a later first rung
+    assert make_pruner(spec, 100, 2000)._min_resource == 500
 
 
 def test_the_two_objective_sweep_returns_accuracy_and_throughput_and_reports_the_front(tmp_path: Path) -> None:

@@ -52,6 +52,8 @@ def run(
     seed: Annotated[int | None, typer.Option(help="Sampler seed (worker k uses seed + k); default random.")] = None,
     heartbeat: Annotated[int, typer.Option(
         help="Seconds between heartbeats of running trials in a database storage.")] = 60,
+    prune_after: Annotated[int, typer.Option(
+        help="Hyperband's first rung in training steps (default: the first evaluation).")] = 0,
     results: Annotated[Path | None, typer.Option(
         help="Results folder (sweeps/ and the run registry); default $LAB_RESULTS or results/.")] = None,
 ) -> None:
@@ -70,7 +72,7 @@ def run(
     root = _results(results)
     spec = SweepSpec(study=name, space=str(path.resolve()), storage=_storage(storage, root, name), results=str(root),
                      trials=trials, objective=objective, sampler=sampler, pruner=pruner, preset=preset, mixer=mixer,
-                     sets=list(set_ or ()), heartbeat=heartbeat)
+                     sets=list(set_ or ()), heartbeat=heartbeat, prune_after=prune_after)
     if seed is not None:
         spec.seed = seed
     # The command as retyped with every choice explicit (the seed drawn included), for the study's history.
@@ -81,6 +83,7 @@ def run(
         spec.command += [flag, str(value)] if value is not None else []
     spec.command += [arg for item in spec.sets for arg in ("--set", item)]
     spec.command += ["--heartbeat", str(heartbeat)] if heartbeat != 60 else []
+    spec.command += ["--prune-after", str(prune_after)] if prune_after else []
     from lab.sweep.runner import run_sweep
 
     try:

@@ -50,6 +50,7 @@ class SweepSpec:
     mixer: str | None = None
     sets: list[str] = field(default_factory=list)
     heartbeat: int = 60
+    prune_after: int = 0
     command: list[str] = field(default_factory=list)
 
     def to_json(self) -> str:
@@ -94,6 +95,8 @@ def check_spec(spec: SweepSpec) -> None:
         raise ValueError(f"--trials must be >= 1, got {spec.trials}")
     if spec.heartbeat < 1:
         raise ValueError(f"--heartbeat must be >= 1 second, got {spec.heartbeat}")
+    if spec.prune_after < 0:
+        raise ValueError(f"--prune-after must be >= 0 steps, got {spec.prune_after}")
 
 
 def _text(value: Any) -> str:

@@ -58,12 +58,14 @@ def grid_size(space: Space) -> int:
 
 
 def make_pruner(spec: SweepSpec, val_every: int, max_steps: int | None) -> optuna.pruners.BasePruner:
-    """Hyperband over training steps, from the first evaluation to the longest run (`max_steps`; "auto"
-    when the space searches the run length); no pruning for two objectives or `--pruner none`."""
+    """Hyperband over training steps, from the first evaluation (or `--prune-after` steps, when later) to
+    the longest run (`max_steps`; "auto" when the space searches the run length); no pruning for two
+    objectives or `--pruner none`. A late first rung keeps a signal that is flat early (accuracy before
+    a model has found the task) from deciding which trials go on."""
     if spec.pruner == "none" or spec.objective == "multi":
         return optuna.pruners.NopPruner()
-    return optuna.pruners.HyperbandPruner(min_resource=val_every, max_resource=max_steps or "auto",
-                                          reduction_factor=3)
+    return optuna.pruners.HyperbandPruner(min_resource=max(val_every, spec.prune_after),
+                                          max_resource=max_steps or "auto", reduction_factor=3)
 
 
 class StudyMismatch(ValueError):
