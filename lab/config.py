@@ -33,7 +33,8 @@ DEFAULT_RANDOM_SEQ_LEN = 128
 PLACEMENT_KEYS = ("train.devices", "train.num_nodes", "train.strategy", "train.accelerator")
 # Keys added after runs were recorded: left out of the run id while at these defaults, so that
 # the ids of earlier runs do not change.
-LATER_KEYS = {"data.path": None, "data.val_windows": 16, "train.accumulate": 1, "train.compile": False}
+LATER_KEYS = {"data.path": None, "data.val_windows": 16, "train.accumulate": 1, "train.compile": False,
+              "train.cuda_graphs": False}
 
 
 @dataclass
@@ -67,7 +68,8 @@ class TrainConfig:
     up before the one optimiser step: same loss and update, less activation memory. `compile` runs the
     training forward through torch.compile (the sequence-mixing kernels stay outside its graph; the
     evaluation and generation stay eager): fewer, fused kernels for the same model, at the price of a
-    compilation at the first step.
+    compilation at the first step. `cuda_graphs` replays the training forward and backward from CUDA
+    graphs captured at the start (one GPU; lab/train/graphs.py), so the host no longer issues each kernel.
     """
 
     max_steps: int = 2000
@@ -83,6 +85,7 @@ class TrainConfig:
     ckpt_every: int = 100
     accumulate: int = 1
     compile: bool = False
+    cuda_graphs: bool = False
 
 
 @dataclass

@@ -10,7 +10,8 @@ the run's own batches, with bf16 autocast on a GPU:
 - `kernels`: device kernels launched per step, and `gpu_ms` their summed device time (torch.profiler):
   `gpu_ms` far below `loop_ms` means the step waits on the host (Python and launches), not on the GPU;
 - `warmup_s`: the untimed first steps, compilation included (`--set train.compile=true` runs the forward
-  through torch.compile as `lab train` does).
+  through torch.compile as `lab train` does; `--set train.cuda_graphs=true` replays the forward and
+  backward from CUDA graphs, lab/train/graphs.py, the capture counted here).
 
 Set beside `lab bench train` (the same config through Lightning), the difference is the trainer's share.
 """
@@ -24,7 +25,7 @@ from typing import Any
 
 from lab.runs import atomic_write_text, device_name, now
 
-COLUMNS = ("mixer", "compile", "params", "tokens", "loop_ms", "tokens_per_s", "data_ms", "fwd_ms", "bwd_ms",
+COLUMNS = ("mixer", "compile", "cuda_graphs", "params", "tokens", "loop_ms", "tokens_per_s", "data_ms", "fwd_ms", "bwd_ms",
            "opt_ms", "kernels", "gpu_ms", "warmup_s", "top_kernels")
 
 
@@ -49,6 +50,11 @@ def measure(cfg: Any, steps: int = 20, warmup: int = 5) -> dict[str, Any]:
     optimizer, _ = make_optimizer(model, cfg.optim, cfg.train.max_steps)
     params = [p for p in model.parameters() if p.requires_grad]
     run_model = torch.compile(model) if cfg.train.compile else model
+    if cfg.train.cuda_graphs:
+        from lab.train.data import seq_len
+        from lab.train.graphs import capture
+
+        run_model = capture(model, (cfg.train.batch_size, seq_len(cfg)), "bf16-mixed", device)
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda")
 
     def batch(step: int) -> tuple[Any, Any]:
@@ -101,7 +107,7 @@ def measure(cfg: Any, steps: int = 20, warmup: int = 5) -> dict[str, Any]:
 
     kernels, gpu_ms, top = _profile(step, device, warmup + steps)
     tokens = cfg.train.batch_size * batch(0)[0].shape[1]
-    return {"compile": cfg.train.compile, "params": sum(p.numel() for p in params), "tokens": tokens,
+    return {"compile": cfg.train.compile, "cuda_graphs": cfg.train.cuda_graphs, "params": sum(p.numel() for p in params), "tokens": tokens,
             "loop_ms": loop_ms, "warmup_s": warmup_s,
             "tokens_per_s": tokens / loop_ms * 1e3, **stages, "kernels": kernels, "gpu_ms": gpu_ms,
             "top_kernels": top}

@@ -66,14 +66,36 @@ class LabModule(pl.LightningModule):
         self.last_grad_norm: torch.Tensor | None = None
         self.last_lr = 0.0
         self.val_metrics: dict[str, float] = {}
+        self._graphed_shape: tuple[int, ...] | None = None
         self._first_bad: torch.Tensor | None = None
         self._bad_now: torch.Tensor | None = None
         self._checked = -1
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        graphed = self.__dict__.get("_graphed_model")
+        if self.training and graphed is not None and tuple(input_ids.shape) == self._graphed_shape:
+            return graphed(input_ids)
         if self.training and self.cfg.train.compile:
             return self._compiled()(input_ids)
         return self.model(input_ids)
+
+    def on_train_start(self) -> None:
+        """With train.cuda_graphs, capture the training forward and backward for the run's batch shape
+        (lab/train/graphs.py); a model that cannot be captured trains eagerly, and the run says why."""
+        if not self.cfg.train.cuda_graphs:
+            return
+        from lab.train.data import seq_len
+        from lab.train.graphs import capture
+
+        rows = self.cfg.train.batch_size // self.trainer.world_size // self.cfg.train.accumulate
+        shape = (rows, seq_len(self.cfg))
+        try:
+            self.__dict__["_graphed_model"] = capture(self.model, shape, str(self.trainer.precision), self.device)
+            self._graphed_shape = shape
+            print(f"cuda graphs: training forward and backward captured for batches of {shape}", flush=True)
+        except Exception as err:  # an optimisation: without it the run is the same, only slower
+            print(f"cuda graphs: not captured ({type(err).__name__}: {str(err).splitlines()[0][:200]}); "
+                  f"training eagerly", flush=True)
 
     def _compiled(self) -> Any:
         """The model through torch.compile, made once; kept out of the module tree (and so out of the

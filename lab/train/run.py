@@ -59,6 +59,18 @@ def final_metrics(rows: Sequence[dict[str, Any]]) -> dict[str, float]:
     return out
 
 
+def check_placement(cfg: RunConfig) -> None:
+    """ConfigError when a device option cannot hold where the run goes (before anything is written)."""
+    if cfg.train.cuda_graphs:
+        if resolve_accelerator(cfg) != "gpu":
+            raise ConfigError("train.cuda_graphs needs a CUDA GPU; this run trains on the CPU")
+        if cfg.train.devices * cfg.train.num_nodes > 1:
+            raise ConfigError(f"train.cuda_graphs captures one process's steps; this run spans "
+                              f"{cfg.train.devices * cfg.train.num_nodes} devices (DDP): drop one of the two")
+        if cfg.train.compile:
+            raise ConfigError("train.cuda_graphs and train.compile exclude each other; choose one")
+
+
 def run_training(
     cfg: RunConfig,
     out: str | Path | None = None,
@@ -73,6 +85,7 @@ def run_training(
     marked failed and keeps its last good checkpoint); ConfigError when the folder holds another run;
     RunBusy when another process trains in that folder.
     """
+    check_placement(cfg)
     run_id = config_hash(cfg)
     results = Path(results).resolve() if results is not None else results_root()
     run = run_dir_for(run_id, out, results)
