@@ -16,6 +16,7 @@ from lab.cli import app
 from lab.config import ConfigError
 from lab.reproduce.addition import ROW_NAMES, ROWS, parse_rows, plan
 from lab.reproduce.addition_table import summary_rows
+from lab.reproduce import launch
 from lab.reproduce.launch import CODE_ROOT, _child_env, check_slots
 from lab.runs import Registry
 
@@ -97,6 +98,16 @@ def test_each_process_sees_its_own_gpu_or_its_share_of_the_cores() -> None:
     assert env["PYTHONPATH"].split(os.pathsep)[0] == str(CODE_ROOT)
     with pytest.raises(ValueError, match="--gpus must be >= 1"):
         check_slots(0)
+
+
+def test_per_gpu_slots_share_the_first_k_visible_gpus(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(launch, "visible_gpus", lambda: [str(i) for i in range(8)])
+    assert launch.slot_gpus(8, per_gpu=8) == ["0"]          # --gpus 1 --per-gpu 8: one GPU, eight runs
+    assert launch.slot_gpus(8, per_gpu=2) == ["0", "1", "2", "3"]
+    assert launch.slot_gpus(3) == ["0", "1", "2"]           # --gpus 3
+    check_slots(16, per_gpu=2)
+    with pytest.raises(ValueError, match="more GPUs than the 8 visible"):
+        check_slots(18, per_gpu=2)
 
 
 ARGS = ["reproduce", "addition", "--preset", "tiny", "--rows", "transformer,falcon-1a.3", "--seeds", "1",

@@ -138,17 +138,25 @@ def test_a_short_run_writes_metrics_with_the_schedule_and_throughput(tmp_path: P
     assert rows[-1]["loss"] < rows[0]["loss"]
 
 
+def graphs_compiled() -> int:
+    from torch._dynamo.utils import counters
+
+    return counters["stats"]["unique_graphs"]
+
+
 @pytest.mark.parametrize("mixer", ["transformer", "falcon-1a.3"])
 def test_a_compiled_run_trains_the_same_model_and_keeps_eager_checkpoint_keys(mixer: str, tmp_path: Path) -> None:
     settings = ("train.max_steps=3", "train.log_every=1", "train.val_every=3", "train.ckpt_every=3",
                 "data.widths=1,3", "train.batch_size=4", f"mixer={mixer}")
     eager = run_training(tiny(*settings), out=tmp_path / "eager", results=tmp_path, progress=False)
+    graphs_before = graphs_compiled()
     compiled = run_training(tiny(*settings, "train.compile=true"), out=tmp_path / "compiled", results=tmp_path,
                             progress=False)
     assert compiled.status == "finished" and compiled.steps == 3
     # the same run (train.compile changes no number but float rounding), so a separate id only by its key
     a, b = (read_metrics(tmp_path / d / "metrics.csv") for d in ("eager", "compiled"))
     assert [r["loss"] for r in b] == pytest.approx([r["loss"] for r in a], rel=1e-4)
+    assert graphs_compiled() > graphs_before  # the compiled run did compile
     keys = torch.load(tmp_path / "compiled" / "checkpoints" / "last.ckpt", weights_only=False)["state_dict"]
     assert keys.keys() == torch.load(tmp_path / "eager" / "checkpoints" / "last.ckpt",
                                      weights_only=False)["state_dict"].keys()
@@ -219,7 +227,10 @@ def test_lab_train_skips_a_finished_run_and_says_so(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("overrides", "problem"), [
     (("train.cuda_graphs=true", "train.accelerator=cpu"), "train.cuda_graphs needs a CUDA GPU"),
-    (("train.cuda_graphs=true", "train.accelerator=cpu", "train.compile=true"), "train.cuda_graphs needs a CUDA GPU"),
+    (("train.cuda_graphs=true", "train.compile=true"), "train.cuda_graphs and train.compile exclude each other"),
+    (("train.cuda_graphs=true", "train.devices=2"), "captures one process's steps; this run spans 2 devices"),
+    (("train.cuda_graphs=true", "train.accumulate=2"), r"cannot accumulate gradients \(train.accumulate=2\)"),
+    (("train.cuda_graphs=true", "train.precision=16-mixed"), "not set up for fp16 loss scaling"),
 ])
 def test_cuda_graphs_where_they_cannot_hold_are_refused_before_anything_is_written(
         overrides: tuple[str, ...], problem: str, tmp_path: Path) -> None:

@@ -151,6 +151,31 @@ def test_a_non_finite_loss_fails_the_run_naming_the_step(value: float, tmp_path:
     assert max(losses(run.root)) == 5
 
 
+def test_a_non_finite_loss_between_checks_is_caught_at_the_next_one_and_never_applied(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The flag stays on the device until a logged step or a checkpoint reads it: with log_every 5 and
+    # ckpt_every 4, a NaN at step 6 is read at the checkpoint of step 8, which is then not written.
+    seen: dict[int, torch.Tensor] = {}
+    step_end = LabModule.on_train_batch_end
+
+    def record(self, outputs, batch, batch_idx):
+        seen[self.global_step] = self.model.embed.weight.detach().clone()
+        return step_end(self, outputs, batch, batch_idx)
+
+    monkeypatch.setattr(LabModule, "on_train_batch_end", record)
+    poison_logits_at(monkeypatch, 6, math.nan)
+    with pytest.raises(RunFailed, match=r"the loss is nan at step 6; .*last good checkpoint: .*\(step 4\)"):
+        run_training(tiny("train.log_every=5"), out=tmp_path / "run", results=tmp_path, progress=False)
+    ckpt = torch.load(RunDir(tmp_path / "run").last_checkpoint, weights_only=False)
+    assert ckpt["global_step"] == 4
+    # the flagged step was skipped by the optimiser (fused AdamW's found_inf): the weights did not move;
+    # training went on, with finite weights, until step 8's checkpoint callback read the flag (before
+    # this module hook of step 8 ran)
+    assert torch.equal(seen[6], seen[5])
+    assert max(seen) == 7 and not torch.equal(seen[7], seen[6])
+    assert all(torch.isfinite(w).all() for w in seen.values())
+
+
 def test_a_non_finite_gradient_fails_the_run_before_the_update(tmp_path: Path,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     forward = LabModule.forward

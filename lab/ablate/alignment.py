@@ -133,7 +133,7 @@ def ablate_alignment(preset: str = "paper", mixers: Sequence[str] | None = None,
                      gpus: int = 1, max_steps: int | None = None, overrides: Sequence[str] = (),
                      results: str | Path | None = None, out: str | Path | None = None,
                      command: str = "lab ablate alignment",
-                     on_done: Callable[[Outcome], Any] | None = None) -> Campaign:
+                     on_done: Callable[[Outcome], Any] | None = None, per_gpu: int = 1) -> Campaign:
     """Train the cells' runs not yet finished (up to `gpus` at once), then write alignment.md,
     alignment.csv and alignment_per_width.csv to `out`, rewriting them after every run."""
     from lab.ablate.alignment_table import write_tables
@@ -149,4 +149,5 @@ def ablate_alignment(preset: str = "paper", mixers: Sequence[str] | None = None,
     results = Path(results).resolve() if results is not None else results_root()
     out = Path(out).resolve() if out is not None else default_out(preset, results)
 
-    return run_campaign(jobs, everything, write_tables, results, out, gpus, command, on_done)
+    return run_campaign(jobs, everything, write_tables, results, out, gpus, command, on_done,
+                        per_gpu=per_gpu)

@@ -49,6 +49,8 @@ def measure(cfg: Any, steps: int = 20, warmup: int = 5) -> dict[str, Any]:
     model = LabModule(cfg).model.to(device)
     optimizer, _ = make_optimizer(model, cfg.optim, cfg.train.max_steps)
     params = [p for p in model.parameters() if p.requires_grad]
+    if cfg.train.compile and cfg.train.cuda_graphs:
+        raise ValueError("train.compile and train.cuda_graphs exclude each other; choose one")
     run_model = torch.compile(model) if cfg.train.compile else model
     if cfg.train.cuda_graphs:
         from lab.train.data import seq_len

@@ -50,7 +50,7 @@ def alignment(
 
     try:
         done = ablate_alignment(preset, chosen, seeds, slots, max_steps, set_ or (), results, out, command,
-                                on_done=print_outcome)
+                                on_done=print_outcome, per_gpu=per_gpu)
     except ValueError as err:
         refuse("lab ablate", err)
     finish_campaign("lab ablate", done, "alignment.md")

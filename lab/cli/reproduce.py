@@ -48,7 +48,7 @@ def addition(
 
     try:
         done = reproduce_addition(preset, chosen, seeds, slots, max_steps, set_ or (), results, out, command,
-                                  on_done=print_outcome)
+                                  on_done=print_outcome, per_gpu=per_gpu)
     except ValueError as err:
         refuse("lab reproduce", err)
     finish_campaign("lab reproduce", done, "table.md")
@@ -98,7 +98,7 @@ def fineweb(
 
     try:
         done = reproduce_fineweb(preset, chosen, seeds, slots, max_steps, set_ or (), data, wiki, lambada, results,
-                                 out, command, on_done=print_outcome)
+                                 out, command, on_done=print_outcome, per_gpu=per_gpu)
     except ValueError as err:
         refuse("lab reproduce", err)
     finish_campaign("lab reproduce", done, "table.md")

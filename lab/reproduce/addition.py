@@ -104,7 +104,7 @@ def reproduce_addition(preset: str = "paper", rows: Sequence[Row] | None = None,
                        gpus: int = 1, max_steps: int | None = None, overrides: Sequence[str] = (),
                        results: str | Path | None = None, out: str | Path | None = None,
                        command: str = "lab reproduce addition",
-                       on_done: Callable[[Outcome], None] | None = None) -> Campaign:
+                       on_done: Callable[[Outcome], None] | None = None, per_gpu: int = 1) -> Campaign:
     """Train the rows' runs not yet finished (up to `gpus` at once), then write table.md, table.csv
     and per_width.csv to `out`, rewriting them after every run; `command` is printed in table.md."""
     from lab.reproduce.addition_table import write_tables
@@ -118,4 +118,5 @@ def reproduce_addition(preset: str = "paper", rows: Sequence[Row] | None = None,
     results = Path(results).resolve() if results is not None else results_root()
     out = Path(out).resolve() if out is not None else default_out(preset, results)
 
-    return run_campaign(jobs, everything, write_tables, results, out, gpus, command, on_done)
+    return run_campaign(jobs, everything, write_tables, results, out, gpus, command, on_done,
+                        per_gpu=per_gpu)

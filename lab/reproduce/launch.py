@@ -90,6 +90,11 @@ def visible_gpus() -> list[str]:
     return listed[:count] if listed else [str(i) for i in range(count)]
 
 
+def slot_gpus(slots: int, per_gpu: int = 1) -> list[str]:
+    """The GPUs `slots` = K × `per_gpu` runs share: the first K visible ones (slot i takes GPU i mod K)."""
+    return visible_gpus()[:-(-slots // per_gpu)]
+
+
 def check_slots(slots: int, per_gpu: int = 1) -> None:
     """ValueError unless `slots` runs can run at once here: `per_gpu` on each visible GPU at most."""
     if per_gpu < 1:
@@ -103,7 +108,7 @@ def check_slots(slots: int, per_gpu: int = 1) -> None:
 
 
 def run_jobs(jobs: Sequence[Job], results: Path, slots: int = 1, argv: Sequence[str] | None = None,
-             on_done: Callable[[Outcome], None] | None = None) -> list[Outcome]:
+             on_done: Callable[[Outcome], None] | None = None, per_gpu: int = 1) -> list[Outcome]:
     """Make every job not yet finished in `<results>/lab.db`, up to `slots` at once; `on_done(outcome)`
     is called as each ends (skipped jobs first). Returns the outcomes in the order the jobs ended."""
     if slots < 1:
@@ -128,7 +133,7 @@ def run_jobs(jobs: Sequence[Job], results: Path, slots: int = 1, argv: Sequence[
         for job in todo:
             done(_run_here(job, results, registry, argv))
     else:
-        _run_in_processes(todo, results, registry, slots, done)
+        _run_in_processes(todo, results, registry, slots, done, per_gpu)
     return outcomes
 
 
@@ -149,7 +154,8 @@ class Campaign:
 
 def run_campaign(jobs: Sequence[Job], planned: Sequence[Job],
                  write_tables: Callable[[Sequence[Job], Path, Path, str], int], results: Path, out: Path,
-                 slots: int, command: str, on_done: Callable[[Outcome], Any] | None = None) -> Campaign:
+                 slots: int, command: str, on_done: Callable[[Outcome], Any] | None = None,
+                 per_gpu: int = 1) -> Campaign:
     """Run `jobs` (up to `slots` at once) and rewrite the tables of everything `planned` after each one,
     so a stopped campaign keeps a table of what finished; `write_tables` returns the finished count."""
 
@@ -158,7 +164,7 @@ def run_campaign(jobs: Sequence[Job], planned: Sequence[Job],
         if on_done is not None:
             on_done(outcome)
 
-    outcomes = run_jobs(jobs, results, slots=slots, argv=command.split(), on_done=done)
+    outcomes = run_jobs(jobs, results, slots=slots, argv=command.split(), on_done=done, per_gpu=per_gpu)
     finished = write_tables(planned, results, out, command)
     return Campaign(outcomes, out, finished, len(planned))
 
@@ -201,8 +207,8 @@ def _child_env(slot: int, slots: int, gpus: list[str]) -> dict[str, str]:
 
 
 def _run_in_processes(jobs: Sequence[Job], results: Path, registry: Registry, slots: int,
-                      done: Callable[[Outcome], None]) -> None:
-    gpus = visible_gpus()
+                      done: Callable[[Outcome], None], per_gpu: int = 1) -> None:
+    gpus = slot_gpus(slots, per_gpu)
     pending = deque(jobs)
     free = list(range(slots))
     running: dict[int, tuple[Job, subprocess.Popen, float, Any]] = {}

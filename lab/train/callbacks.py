@@ -142,7 +142,20 @@ class StepCheckpoint(Callback):
 
 
 class StepProgressBar(RichProgressBar):
-    """Rich progress over optimiser steps (not epochs) showing loss, tokens/s and validation."""
+    """Rich progress over optimiser steps (not epochs) showing loss, tokens/s and validation.
+
+    Its metrics (the loss, read from the device) are refreshed every `every` steps and after validation,
+    not after every step: reading them waits for the GPU."""
+
+    def __init__(self, every: int = 1, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.every = every
+
+    def _update_metrics(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        step = trainer.global_step
+        if trainer.training and step % self.every and step != trainer.max_steps:
+            return
+        super()._update_metrics(trainer, pl_module)
 
     @property
     def total_train_batches(self) -> int | float:

@@ -122,8 +122,11 @@ class LabModule(pl.LightningModule):
         return loss
 
     def _record(self, mean: torch.Tensor) -> None:
-        # No check here: asking whether a GPU value is finite waits for the GPU. The check runs on the
-        # device in on_before_optimizer_step and is read back at the next check_finite().
+        # Asking whether a GPU value is finite waits for the GPU: the check runs on the device in
+        # on_before_optimizer_step and is read back at the next check_finite(). fp16 loss scaling skips
+        # non-finite gradients by itself, so under 16-mixed only the loss is checked, here.
+        if self.trainer.precision == "16-mixed" and not torch.isfinite(mean):
+            raise NonFiniteError("loss", self.global_step + 1, mean.item())
         self.last_loss = mean
         self.log("loss", mean, prog_bar=True, logger=False)
 
@@ -203,7 +206,9 @@ class LabModule(pl.LightningModule):
         self.check_finite()
 
     def configure_optimizers(self) -> Any:
-        optimizer, schedule = make_optimizer(self.model, self.cfg.optim, self.cfg.train.max_steps)
+        # Lightning unscales fp16 gradients before on_before_optimizer_step only for unfused optimisers
+        fused = self._trainer is None or self._trainer.precision != "16-mixed"
+        optimizer, schedule = make_optimizer(self.model, self.cfg.optim, self.cfg.train.max_steps, fused=fused)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
 
     def on_validation_epoch_start(self) -> None:

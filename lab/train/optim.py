@@ -33,13 +33,13 @@ def parameter_groups(model: nn.Module, lr: float, weight_decay: float) -> list[d
 
 
 def make_optimizer(
-    model: nn.Module, optim: OptimConfig, max_steps: int
+    model: nn.Module, optim: OptimConfig, max_steps: int, fused: bool = True
 ) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
     """AdamW with the configured betas and decay groups, and its per-step LambdaLR schedule."""
     groups = parameter_groups(model, optim.lr, optim.weight_decay)
     # fused: one kernel for the whole update, and a step flagged in `found_inf` is skipped on the device
     optimizer = torch.optim.AdamW(groups, lr=optim.lr, betas=optim.betas, weight_decay=optim.weight_decay,
-                                  fused=True)
+                                  fused=fused)
     schedule = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda step: lr_factor(step, optim.warmup_steps, max_steps, optim.min_lr_ratio)
     )

@@ -61,14 +61,22 @@ def final_metrics(rows: Sequence[dict[str, Any]]) -> dict[str, float]:
 
 def check_placement(cfg: RunConfig) -> None:
     """ConfigError when a device option cannot hold where the run goes (before anything is written)."""
-    if cfg.train.cuda_graphs:
+    t = cfg.train
+    if t.cuda_graphs:
+        if t.compile:
+            raise ConfigError("train.cuda_graphs and train.compile exclude each other; choose one")
+        if t.devices * t.num_nodes > 1:
+            raise ConfigError(f"train.cuda_graphs captures one process's steps; this run spans "
+                              f"{t.devices * t.num_nodes} devices (DDP): drop one of the two")
+        if t.accumulate > 1:
+            # the graphed backward returns its gradients in static buffers that the next micro-batch's
+            # replay overwrites: accumulated gradients would be wrong
+            raise ConfigError(f"train.cuda_graphs cannot accumulate gradients (train.accumulate={t.accumulate}); "
+                              f"drop one of the two")
+        if resolve_precision(cfg, resolve_accelerator(cfg)) == "16-mixed":
+            raise ConfigError("train.cuda_graphs is not set up for fp16 loss scaling (16-mixed); use bf16-mixed")
         if resolve_accelerator(cfg) != "gpu":
             raise ConfigError("train.cuda_graphs needs a CUDA GPU; this run trains on the CPU")
-        if cfg.train.devices * cfg.train.num_nodes > 1:
-            raise ConfigError(f"train.cuda_graphs captures one process's steps; this run spans "
-                              f"{cfg.train.devices * cfg.train.num_nodes} devices (DDP): drop one of the two")
-        if cfg.train.compile:
-            raise ConfigError("train.cuda_graphs and train.compile exclude each other; choose one")
 
 
 def run_training(

@@ -64,7 +64,7 @@ def make_trainer(
     ours: list[Callback] = [
         MetricsLogger(run.metrics, t.log_every, flush_every=t.ckpt_every),
         StepCheckpoint(run.last_checkpoint, t.ckpt_every, on_checkpoint),
-        StepProgressBar() if progress else LinePrinter(t.val_every),
+        StepProgressBar(t.log_every) if progress else LinePrinter(t.val_every),
     ]
     validate = has_validation(cfg)
     return pl.Trainer(
