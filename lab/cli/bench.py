@@ -8,6 +8,11 @@ import typer
 
 app = typer.Typer(help="Benchmark kernels and training throughput.")
 
+MixersOption = Annotated[list[str] | None, typer.Option(
+    "--mixers", "--mixer", help="Mixer names (repeatable, or comma-separated); default every registered one.")]
+PresetOption = Annotated[str, typer.Option(help="Size preset.")]
+TaskOption = Annotated[str, typer.Option(help="Task: addition or random.")]
+
 
 @app.command()
 def kernels(
@@ -35,10 +40,9 @@ def kernels(
 
 @app.command()
 def train(
-    mixers: Annotated[list[str] | None, typer.Option(
-        "--mixers", "--mixer", help="Mixer names (repeatable, or comma-separated); default every registered one.")] = None,
-    preset: Annotated[str, typer.Option(help="Size preset.")] = "small",
-    task: Annotated[str, typer.Option(help="Task: addition or random.")] = "addition",
+    mixers: MixersOption = None,
+    preset: PresetOption = "small",
+    task: TaskOption = "addition",
     max_steps: Annotated[int, typer.Option(help="Optimiser steps per mixer.")] = 300,
     out: Annotated[Path, typer.Option(help="Folder for train.csv, train_curves.csv and train.md.")] = Path("results/bench/train"),
     work: Annotated[Path, typer.Option(help="Folder for the runs themselves (ignored by git).")] = Path("results/runs/bench-train"),
@@ -46,15 +50,9 @@ def train(
     timeout: Annotated[float | None, typer.Option(help="Seconds one mixer may train before it is stopped.")] = None,
 ) -> None:
     """Train every mixer for a few hundred steps: tokens per second, loss, parameter count, one table."""
-    from mixers import MIXERS
-
     from lab.bench.train import run
 
-    names = [n for text in mixers for n in text.split(",") if n] if mixers else list(MIXERS)
-    unknown = [n for n in names if n not in MIXERS]
-    if unknown:
-        typer.echo(f"lab bench train: unknown mixer {', '.join(unknown)}; accepted: {', '.join(MIXERS)}", err=True)
-        raise typer.Exit(code=2)
+    names = _mixer_names("lab bench train", mixers)
     extra = [a for item in (set_ or []) for a in ("--set", item)]
     rows = run(names, preset=preset, task=task, max_steps=max_steps, out=out, work=work, extra=extra,
                timeout_s=timeout, echo=typer.echo)
@@ -65,27 +63,32 @@ def train(
 
 @app.command()
 def step(
-    mixers: Annotated[list[str] | None, typer.Option(
-        "--mixers", "--mixer", help="Mixer names (repeatable, or comma-separated); default every registered one.")] = None,
-    preset: Annotated[str, typer.Option(help="Size preset.")] = "small",
-    task: Annotated[str, typer.Option(help="Task: addition or random.")] = "addition",
+    mixers: MixersOption = None,
+    preset: PresetOption = "small",
+    task: TaskOption = "addition",
     steps: Annotated[int, typer.Option(help="Timed steps per mixer.")] = 20,
     out: Annotated[Path, typer.Option(help="Folder for step.csv and step.md.")] = Path("results/bench/step"),
     set_: Annotated[list[str] | None, typer.Option("--set", help="Override a setting (repeatable).")] = None,
 ) -> None:
     """Where a training step's time goes without Lightning: bare-loop ms, data / forward / backward /
     optimiser ms, kernels launched and their device time."""
-    from mixers import MIXERS
-
     from lab.bench.step import run
 
-    names = [n for text in mixers for n in text.split(",") if n] if mixers else list(MIXERS)
-    unknown = [n for n in names if n not in MIXERS]
-    if unknown:
-        typer.echo(f"lab bench step: unknown mixer {', '.join(unknown)}; accepted: {', '.join(MIXERS)}", err=True)
-        raise typer.Exit(code=2)
+    names = _mixer_names("lab bench step", mixers)
     if steps < 1:
         typer.echo(f"lab bench step: --steps must be >= 1, got {steps}", err=True)
         raise typer.Exit(code=2)
     run(names, preset=preset, task=task, steps=steps, out=out, overrides=set_ or (), echo=typer.echo)
     typer.echo(f"wrote {out / 'step.csv'} and {out / 'step.md'}")
+
+
+def _mixer_names(prog: str, mixers: list[str] | None) -> list[str]:
+    """The mixers named (repeatable, or comma-separated), or every registered one; exit 2 on an unknown one."""
+    from mixers import MIXERS
+
+    names = [n for text in mixers for n in text.split(",") if n] if mixers else list(MIXERS)
+    unknown = [n for n in names if n not in MIXERS]
+    if unknown:
+        typer.echo(f"{prog}: unknown mixer {', '.join(unknown)}; accepted: {', '.join(MIXERS)}", err=True)
+        raise typer.Exit(code=2)
+    return names
