@@ -241,6 +241,52 @@ def test_cuda_graphs_where_they_cannot_hold_are_refused_before_anything_is_writt
     assert not (tmp_path / "run").exists() and not (tmp_path / "lab.db").exists()
 
 
+def test_cuda_graphs_replace_the_training_forward_of_the_run_shape_only(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    # The plumbing, on a CPU: capture (lab.train.graphs) stands in for a recorder; the graphed callable
+    # must serve every training forward of the run's batch shape, and validation must stay eager.
+    from lab.train import graphs
+    from lab.train.data import LabData
+
+    calls: dict[str, list] = {"capture": [], "graphed": []}
+
+    def fake_capture(model, shape, precision, device):
+        calls["capture"].append((shape, precision))
+
+        def graphed(ids):
+            calls["graphed"].append(tuple(ids.shape))
+            return model(ids)
+        return graphed
+
+    monkeypatch.setattr(graphs, "capture", fake_capture)
+    cfg = tiny("train.cuda_graphs=true", "train.max_steps=3", "train.val_every=3", "train.ckpt_every=3",
+               "data.widths=1,3", "train.batch_size=4")
+    module = LabModule(cfg)
+    trainer = make_trainer(cfg, RunDir(tmp_path), progress=False)
+    trainer.fit(module, datamodule=LabData(cfg))
+    shape = (4, seq_len(cfg))
+    assert calls["capture"] == [(shape, "32-true")]
+    assert calls["graphed"] == [shape] * 3  # the three training steps; validation went eager
+
+
+def test_a_model_that_cannot_be_captured_trains_eagerly_and_says_why(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                   capsys: pytest.CaptureFixture) -> None:
+    from lab.train import graphs
+    from lab.train.data import LabData
+
+    def failing(model, shape, precision, device):
+        raise RuntimeError("operation not permitted when stream is capturing")
+
+    monkeypatch.setattr(graphs, "capture", failing)
+    cfg = tiny("train.cuda_graphs=true", "train.max_steps=2", "train.val_every=2", "train.ckpt_every=2",
+               "data.widths=1,3", "train.batch_size=4")
+    trainer = make_trainer(cfg, RunDir(tmp_path), progress=False)
+    trainer.fit(LabModule(cfg), datamodule=LabData(cfg))
+    assert trainer.global_step == 2
+    assert ("cuda graphs: not captured (RuntimeError: operation not permitted when stream is capturing); "
+            "training eagerly") in capsys.readouterr().out
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 @pytest.mark.parametrize("mixer", ["transformer", "falcon-1a.3", "falcon-1.3"])
