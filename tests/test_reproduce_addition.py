@@ -14,9 +14,9 @@ from typer.testing import CliRunner
 
 from lab.cli import app
 from lab.config import ConfigError
+from lab.reproduce import launch
 from lab.reproduce.addition import ROW_NAMES, ROWS, parse_rows, plan
 from lab.reproduce.addition_table import summary_rows
-from lab.reproduce import launch
 from lab.reproduce.launch import CODE_ROOT, _child_env, check_slots
 from lab.runs import Registry
 
@@ -165,3 +165,26 @@ def test_mistakes_are_one_line_with_exit_2_and_nothing_run(args: list[str], mess
     assert code == 2
     assert text.count("\n") == 1 and text.startswith(message) and "Traceback" not in text
     assert not (tmp_path / "runs").exists() and not (tmp_path / "addition").exists()
+
+
+def test_the_table_lists_runs_begun_but_not_finished_at_their_last_evaluation(tmp_path: Path) -> None:
+    from lab.eval.callback import evals_path, write_evals
+    from lab.reproduce.addition_table import write_tables
+    from lab.runs import run_dir_for
+
+    jobs = plan("tiny", parse_rows("transformer,falcon-1a.3"), seeds=1)
+    registry = Registry(tmp_path / "lab.db")
+    begun, fresh = jobs[1], jobs[0]
+    registry.upsert(begun.run_id, status="interrupted", mixer=begun.cfg.mixer, steps=60)
+    registry.upsert(fresh.run_id, status="interrupted", mixer=fresh.cfg.mixer, steps=0)  # no evaluation yet
+    write_evals(evals_path(run_dir_for(begun.run_id, results=tmp_path)),
+                [{"step": 50, "val_acc": 1.0, "ood_mean": 0.0, "val_token_acc": 30.0, "ood_token_mean": 10.0},
+                 {"step": 100, "val_acc": 6.5, "ood_mean": 0.0, "val_token_acc": 43.5, "ood_token_mean": 19.6}])
+    assert write_tables(jobs, tmp_path, tmp_path / "out", "lab reproduce addition --preset tiny") == 0
+    text = (tmp_path / "out" / "table.md").read_text()
+    assert "Runs begun but not finished" in text
+    line = next(li for li in text.splitlines() if f"`{begun.run_id}`" in li)
+    assert line.split(" | ")[3:] == ["interrupted", "100", "6.5", "0.0", "43.5", "19.6 |"]
+    assert fresh.run_id not in text
+    # none of it enters the means
+    assert next(r for r in read_csv(tmp_path / "out" / "table.csv") if r["row"] == "falcon-1a.3")["runs"] == "0"

@@ -1,4 +1,5 @@
-"""The addition table from finished runs: table.md (ours beside the paper's), table.csv and per_width.csv.
+"""The addition table from finished runs: table.md (ours beside the paper's), table.csv and per_width.csv;
+table.md also lists the runs begun but not finished, at their last evaluation.
 
 Ours are mean ± sample standard deviation over the seeds of a row, each run taken at its best step
 (the evaluation with the highest validation accuracy, the earliest among equals), as the paper's
@@ -47,6 +48,24 @@ def finished_runs(jobs: Sequence[Job], results: Path) -> list[dict[str, Any]]:
         if row is not None and row["status"] == "finished":
             out.append({"job": job, "seed": job.cfg.train.seed, "metrics": json.loads(row["metrics"] or "{}"),
                         "registry": row})
+    return out
+
+
+def unfinished_runs(jobs: Sequence[Job], results: Path) -> list[dict[str, Any]]:
+    """One record per job whose run has begun (it has evaluations) but not finished: the state a
+    campaign stopped in, to read before it resumes. Not part of any mean."""
+    registry = Registry(results / "lab.db")
+    out = []
+    for job in jobs:
+        row = registry.get(job.run_id)
+        if row is None or row["status"] == "finished":
+            continue
+        evals = read_evals(evals_path(run_dir_for(job.run_id, results=results)))
+        if evals:
+            last = evals[-1]
+            out.append({"row": job.cfg.mixer, "seed": job.cfg.train.seed, "run_id": job.run_id,
+                        "status": row["status"], "step": int(last["step"]),
+                        **{k: last.get(k) for k in ("val_acc", "ood_mean", "val_token_acc", "ood_token_mean")}})
     return out
 
 
@@ -147,8 +166,12 @@ def settings_sentence(jobs: Sequence[Job]) -> str:
 
 
 def render_markdown(jobs: Sequence[Job], table: list[dict[str, Any]], runs: list[dict[str, Any]],
-                    command: str) -> str:
-    """table.md: provenance, settings, ours beside the paper's, then free-running and per-token accuracy."""
+                    command: str, unfinished: Sequence[dict[str, Any]] = ()) -> str:
+    """table.md: provenance, settings, ours beside the paper's, then free-running and per-token accuracy,
+    then the runs begun but not finished."""
+    from lab.reproduce.addition import ROW_BY_NAME
+
+    labels = {name: row.label for name, row in ROW_BY_NAME.items()}
     lines = [
         "# Addition: teacher-forced length extrapolation (the paper's Table 3)",
         "",
@@ -188,6 +211,14 @@ def render_markdown(jobs: Sequence[Job], table: list[dict[str, Any]], runs: list
     lines.append(markdown_table(["Model", *(title for _, _, title, _ in extra)], body))
     lines.append("Per-width accuracies of every run (best and last step): `per_width.csv`; the numbers above: "
                  "`table.csv`.\n")
+    if unfinished:
+        lines += ["Runs begun but not finished (their last evaluation; in no mean above; the same command "
+                  "resumes them from their last checkpoint, or starts them again without one):", ""]
+        body = [[labels.get(u["row"], u["row"]), str(u["seed"]), f"`{u['run_id']}`", u["status"], str(u["step"]),
+                 *(format_cell(u[k], None, 1) for k in ("val_acc", "ood_mean", "val_token_acc", "ood_token_mean"))]
+                for u in unfinished]
+        lines.append(markdown_table(["Model", "Seed", "Run", "Status", "Last evaluation", "Val. acc.",
+                                     "Mean 33–48", "Per-token val. acc.", "Per-token mean 33–48"], body))
     return "\n".join(lines)
 
 
@@ -196,7 +227,7 @@ def write_tables(jobs: Sequence[Job], results: Path, out: Path, command: str) ->
     how many runs are finished."""
     runs = finished_runs(jobs, results)
     table = summary_rows(jobs, runs)
-    atomic_write_text(out / "table.md", render_markdown(jobs, table, runs, command))
+    atomic_write_text(out / "table.md", render_markdown(jobs, table, runs, command, unfinished_runs(jobs, results)))
     frame = pd.DataFrame(table)
     # Whole numbers stay whole where a row has none (the paper's best step, the parameter count).
     frame[["params", "paper_best_step"]] = frame[["params", "paper_best_step"]].astype("Int64")
