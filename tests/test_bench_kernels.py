@@ -72,3 +72,17 @@ def test_bad_options_are_named(tmp_path):
         proc = subprocess.run([sys.executable, "-m", "lab", "bench", "kernels", "--out", str(tmp_path), *args],
                               capture_output=True, text=True)
         assert proc.returncode == 1 and word in proc.stderr
+
+
+def test_an_op_that_would_refuse_a_mode_is_not_run_in_that_mode() -> None:
+    """fla's gated backward on Hopper with Triton 3.4-3.7.0: the row says why, and nothing is called."""
+    from lab.bench.kernels import _row
+    from lab.bench.ops import Op
+
+    def never(*_):
+        raise AssertionError("called")
+
+    op = Op("gated", "delta", lambda: None, never, never, anchor=True,
+            refuses=lambda mode: "refused: not this mode" if mode == "fwd+bwd" else None)
+    row = _row(op, (1, 64, 1, 16), torch.float32, "fwd+bwd", rep=1)
+    assert row == {"shape": "1x64x1x16", "op": "gated", "mode": "fwd+bwd", "status": "refused: not this mode"}

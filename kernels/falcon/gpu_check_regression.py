@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import importlib.util
 import json
 import os
 import time
@@ -131,24 +132,39 @@ def bench_fla(shape) -> dict:
 
 
 def profile(rule: str, shape) -> list:
-    """Device time per kernel over one bf16 forward+backward: where the time goes."""
+    """Device time per kernel over one bf16 forward+backward: where the time goes. ``rule="fla delta"``
+    profiles fla's chunk_delta_rule (falcon-1 at λ = 0) the same way, to set the two side by side."""
     from kernels import fast_weight_rule
 
-    leaves = [t.to(torch.bfloat16).requires_grad_() for t in draw(rule, shape, torch.bfloat16, 0)[:5]]
+    if rule == "fla delta":
+        from fla.ops.delta_rule import chunk_delta_rule
+
+        B, T, H, _ = shape
+        q, k, v = (t.to(torch.bfloat16) for t in draw("falcon-1", shape, torch.bfloat16, 0)[:3])
+        beta = torch.rand(B, T, H, device=DEVICE, dtype=torch.bfloat16)
+        leaves = [t.clone().requires_grad_() for t in (q, k, v, beta)]
+
+        def call():
+            return chunk_delta_rule(*leaves)
+    else:
+        leaves = [t.to(torch.bfloat16).requires_grad_() for t in draw(rule, shape, torch.bfloat16, 0)[:5]]
+
+        def call():
+            return fast_weight_rule(*leaves, rule=rule, backend="triton")
     do = torch.randn_like(leaves[2])
     for _ in range(2):
-        o, _ = fast_weight_rule(*leaves, rule=rule, backend="triton")
+        o, _ = call()
         o.backward(do)
     torch.cuda.synchronize()
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        o, _ = fast_weight_rule(*leaves, rule=rule, backend="triton")
+        o, _ = call()
         o.backward(do)
         torch.cuda.synchronize()
     rows = []
     for e in prof.key_averages():
         us = getattr(e, "device_time_total", None) or getattr(e, "cuda_time_total", 0)
         if us > 0:
-            rows.append((e.key[:40], round(us / 1e3, 3)))
+            rows.append((e.key[:40], round(us / 1e3, 3), e.count))
     return sorted(rows, key=lambda r: -r[1])[:12]
 
 
@@ -178,6 +194,8 @@ def main() -> None:
     ap.add_argument("--smoke", action="store_true", help="tiny shapes, to try the script without a GPU")
     ap.add_argument("--quick", action="store_true",
                     help="check the first shape only; no profile, launch sweep or fla (the solve sweep still runs)")
+    ap.add_argument("--no-sweeps", action="store_true", help="skip the launch and solve-precision sweeps")
+    ap.add_argument("--no-fla", action="store_true", help="skip fla's timings (lab bench kernels has them)")
     args = ap.parse_args()
     check_shapes, time_shapes = (SMOKE_SHAPES, SMOKE_SHAPES) if args.smoke else (CHECK_SHAPES, TIME_SHAPES)
     if args.quick:
@@ -202,7 +220,7 @@ def main() -> None:
     t0 = time.time()
     sweep_shapes = (time_shapes[0], time_shapes[-1])
     jobs = [(r, d, D, H, (), {}) for r in RULES for d in ("bfloat16", "float32") for (_, _, H, D) in check_shapes]
-    sweep = [] if args.quick or args.smoke else SWEEP
+    sweep = [] if args.quick or args.smoke or args.no_sweeps else SWEEP
     jobs += [(r, "bfloat16", D, H, names, variant) for r, names, variant in sweep for (_, _, H, D) in sweep_shapes]
     jobs += [(r, "bfloat16", D, H, (), {}) for r in RULES for (_, _, H, D) in time_shapes[-1:]] if args.quick else []
     if not args.smoke:
@@ -237,8 +255,9 @@ def main() -> None:
             guarded({"time": rule, "shape": shape, "dtype": "bf16", "prec": tr.MATMUL_PRECISION[torch.bfloat16]},
                     lambda: time_row(rule, shape))
     if not args.smoke and not args.quick:
+        with_fla = importlib.util.find_spec("fla") is not None
         for shape in (time_shapes[0], time_shapes[-1]):
-            for rule in RULES:
+            for rule in RULES + (("fla delta",) if with_fla else ()):
                 guarded({"profile_ms": rule, "shape": shape}, lambda: {"kernels": profile(rule, shape)})
     for rule, names, variant in sweep:
         tr.LAUNCH_OVERRIDES.update({name: variant for name in names})
@@ -247,7 +266,7 @@ def main() -> None:
                      "variant": {name: variant for name in names}}, lambda: time_row(rule, shape))
         tr.LAUNCH_OVERRIDES.clear()
     default_solve = tr.SOLVE_PRECISION[torch.bfloat16]
-    for solve in SOLVE_SWEEP:
+    for solve in () if args.no_sweeps else SOLVE_SWEEP:
         tr.SOLVE_PRECISION[torch.bfloat16] = solve
         variant = {"solve": solve}
         for rule in RULES:
@@ -260,7 +279,7 @@ def main() -> None:
                          "variant": variant}, lambda: time_row(rule, shape))
         tr.SOLVE_PRECISION[torch.bfloat16] = default_solve
     log({"stage": "swept", "s": round(time.time() - t0, 1)})
-    for shape in time_shapes if not (args.smoke or args.quick) else ():
+    for shape in time_shapes if not (args.smoke or args.quick or args.no_fla) else ():
         guarded({"fla": shape}, lambda: {k: round(v, 3) for k, v in bench_fla(shape).items()})
     print("\n| what | rule | shape | dtype | prec | result |\n|---|---|---|---|---|---|")
     for r in rows:

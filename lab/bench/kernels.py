@@ -141,6 +141,8 @@ def _row(op: Op, shape: Shape, dtype, mode: str, rep: int) -> dict:
 
     row = {"shape": "x".join(map(str, shape)), "op": op.name, "mode": mode}
     why = op.missing()
+    if why is None and op.refuses is not None:
+        why = op.refuses(mode)
     if why is not None:
         return {**row, "status": why}
     if op.name == "falcon-1a PyTorch chunk" and shape[0] * shape[1] * shape[2] > TORCH_CHUNK_MAX_TOKENS:

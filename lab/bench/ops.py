@@ -27,6 +27,7 @@ class Op(NamedTuple):
     make: Callable[[Shape, torch.dtype, int], dict[str, Tensor]]
     call: Callable[[dict[str, Tensor]], Tensor]
     anchor: bool = False
+    refuses: Callable[[str], str | None] | None = None  # refuses(mode): why the op would refuse that mode, if it would
 
 
 def _gen(seed: int) -> torch.Generator:
@@ -130,6 +131,22 @@ def _fla_gated_delta(x: dict[str, Tensor]) -> Tensor:
     return chunk_gated_delta_rule(x["q"], x["k"], x["v"], x["g"], x["beta"])[0]
 
 
+def _fla_gated_backward_refused(mode: str) -> str | None:
+    """fla refuses the backward of its gated chunk ops with Triton 3.4-3.7.0 on Hopper (its issue #640: that
+    Triton miscompiles chunk_bwd_dqkwg). Its own guard raises only after the forward and part of the backward
+    have run (and autotuned, a minute per shape), so the benchmark asks the same question up front."""
+    if mode != "fwd+bwd":
+        return None
+    from fla import utils
+
+    if utils.IS_NVIDIA_HOPPER and utils.TRITON_ABOVE_3_4_0 and not utils.TRITON_ABOVE_3_7_1:
+        import triton
+
+        return (f"refused by fla: its guard for Triton >= 3.4.0, < 3.7.1 on Hopper (fla #640; Triton "
+                f"{triton.__version__} here), checked before running")
+    return None
+
+
 def _gla_make(shape: Shape, dtype: torch.dtype, seed: int) -> dict[str, Tensor]:
     B, T, H, _ = shape
     x = _qkv(shape, dtype, seed)
@@ -158,6 +175,8 @@ def _sdpa(x: dict[str, Tensor]) -> Tensor:
 def anchor_ops() -> list[Op]:
     """fla's chunk_delta_rule, chunk_gated_delta_rule, chunk_simple_gla and torch SDPA (flash, causal)."""
     return [Op("fla chunk_delta_rule", "delta", _fla_missing, _delta_make(False), _fla_delta, anchor=True),
-            Op("fla chunk_gated_delta_rule", "delta", _fla_missing, _delta_make(True), _fla_gated_delta, anchor=True),
-            Op("fla chunk_simple_gla", "linear", _fla_missing, _gla_make, _fla_simple_gla, anchor=True),
+            Op("fla chunk_gated_delta_rule", "delta", _fla_missing, _delta_make(True), _fla_gated_delta, anchor=True,
+               refuses=_fla_gated_backward_refused),
+            Op("fla chunk_simple_gla", "linear", _fla_missing, _gla_make, _fla_simple_gla, anchor=True,
+               refuses=_fla_gated_backward_refused),
             Op("torch SDPA causal", "softmax", lambda: None, _sdpa_make, _sdpa, anchor=True)]
