@@ -86,3 +86,16 @@ def test_an_op_that_would_refuse_a_mode_is_not_run_in_that_mode() -> None:
             refuses=lambda mode: "refused: not this mode" if mode == "fwd+bwd" else None)
     row = _row(op, (1, 64, 1, 16), torch.float32, "fwd+bwd", rep=1)
     assert row == {"shape": "1x64x1x16", "op": "gated", "mode": "fwd+bwd", "status": "refused: not this mode"}
+
+
+def test_each_rule_is_set_beside_its_own_chunk_form() -> None:
+    from lab.bench.ops import rule_chunk_ops, rule_ops
+
+    rules = ("falcon-1", "falcon-2", "falcon-1a", "falcon-2a")
+    assert [o.name + " PyTorch chunk" for o in rule_ops(rules)] == [o.name for o in rule_chunk_ops(rules)]
+    rows = [{"shape": "s", "mode": "fwd", "op": "falcon-2", "ms": 2.0},
+            {"shape": "s", "mode": "fwd", "op": "falcon-2 PyTorch chunk", "ms": 50.0},
+            {"shape": "s", "mode": "fwd+bwd", "op": "falcon-2", "ms": 2.0}]
+    _ratios(rows)
+    assert rows[0]["x_own_chunk"] == pytest.approx(0.04)
+    assert rows[1]["x_own_chunk"] is None and rows[2]["x_own_chunk"] is None

@@ -40,7 +40,7 @@ import time
 from pathlib import Path
 
 from lab.runs import atomic_write_text
-from lab.bench.ops import CHUNK, Op, Shape, anchor_ops, rule_ops, torch_chunk_op
+from lab.bench.ops import CHUNK, Op, Shape, anchor_ops, rule_chunk_ops, rule_ops, torch_chunk_op
 
 BANDWIDTH = 4.3e12  # bytes/s
 PEAK_FLOPS = 790e12  # bf16 dense FLOP/s
@@ -50,10 +50,11 @@ DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 MODES = ("fwd", "fwd+bwd")
 N_SETS = 3
 TORCH_CHUNK_MAX_TOKENS = 8 * 2048 * 12  # the PyTorch chunk form runs at the smaller shapes only (B·T·H)
+RULE_CHUNK_MAX_TOKENS = 4 * 4096 * 16  # --chunk-forms: each rule's own PyTorch chunk form, up to T = 4096
 ANCHORS = ("fla chunk_delta_rule", "fla chunk_gated_delta_rule", "fla chunk_simple_gla", "torch SDPA causal",
            "falcon-1a PyTorch chunk")
 COLUMNS = ["shape", "op", "mode", "ms", "peak_mib", "bytes_floor_ms", "bytes_frac", "flop_floor_ms", "flop_frac",
-           *[f"x_{a}" for a in ANCHORS], "status"]
+           *[f"x_{a}" for a in ANCHORS], "x_own_chunk", "status"]
 
 
 class BenchError(RuntimeError):
@@ -145,8 +146,11 @@ def _row(op: Op, shape: Shape, dtype, mode: str, rep: int) -> dict:
         why = op.refuses(mode)
     if why is not None:
         return {**row, "status": why}
-    if op.name == "falcon-1a PyTorch chunk" and shape[0] * shape[1] * shape[2] > TORCH_CHUNK_MAX_TOKENS:
+    tokens = shape[0] * shape[1] * shape[2]
+    if op.name == "falcon-1a PyTorch chunk" and tokens > TORCH_CHUNK_MAX_TOKENS:
         return {**row, "status": "skipped: run at the smaller shapes only"}
+    if op.name.endswith(" PyTorch chunk") and not op.anchor and tokens > RULE_CHUNK_MAX_TOKENS:
+        return {**row, "status": "skipped: the rules' own chunk forms run up to T = 4096"}
     try:
         return {**row, **_measure(op, shape, dtype, mode, rep)}
     except torch.cuda.OutOfMemoryError:
@@ -165,6 +169,8 @@ def _ratios(rows: list[dict]) -> None:
         for a in ANCHORS:
             ref = ms.get((r["shape"], r["mode"], a))
             r[f"x_{a}"] = r["ms"] / ref if r.get("ms") and ref else None
+        own = ms.get((r["shape"], r["mode"], f"{r['op']} PyTorch chunk"))
+        r["x_own_chunk"] = r["ms"] / own if r.get("ms") and own else None
 
 
 def _provenance(command: str, dtype_name: str) -> dict:
@@ -209,7 +215,7 @@ def write(rows: list[dict], prov: dict, out: Path) -> None:
         w.writerow({c: _fmt(r.get(c), 6) for c in COLUMNS})
     atomic_write_text(out / "kernels.csv", buf.getvalue())
     head = ["shape", "op", "mode", "ms", "peak MiB", "bytes floor ms (frac)", "FLOP floor ms (frac)",
-            "× delta", "× gated delta", "× simple GLA", "× SDPA", "× PyTorch chunk", "status"]
+            "× delta", "× gated delta", "× simple GLA", "× SDPA", "× PyTorch chunk", "× own chunk", "status"]
     lines = [f"# Kernel benchmark ({prov['dtype']})", "",
              f"- GPU: {prov['gpu']}", f"- commit: {prov['commit']}", f"- date: {prov['date']}",
              f"- command: `{prov['command']}`",
@@ -221,14 +227,15 @@ def write(rows: list[dict], prov: dict, out: Path) -> None:
         floors = [f"{_fmt(r.get(a))} ({_fmt(r.get(b), 2)})" if r.get(a) else "" for a, b in
                   (("bytes_floor_ms", "bytes_frac"), ("flop_floor_ms", "flop_frac"))]
         cells = [r["shape"], r["op"], r["mode"], _fmt(r.get("ms")), _fmt(r.get("peak_mib"), 4), *floors,
-                 *[_fmt(r.get(f"x_{a}"), 3) for a in ANCHORS], r.get("status", "")]
+                 *[_fmt(r.get(f"x_{a}"), 3) for a in ANCHORS], _fmt(r.get("x_own_chunk"), 3), r.get("status", "")]
         lines.append("| " + " | ".join(cells) + " |")
     atomic_write_text(out / "kernels.md", "\n".join(lines) + "\n")
 
 
 def run(shapes: list[Shape], rules: tuple[str, ...], dtype_name: str, out: Path, rep: int = 100,
-        command: str | None = None, echo=print) -> list[dict]:
-    """Measure every rule and anchor at every shape and mode; rewrite the files after each row."""
+        command: str | None = None, echo=print, chunk_forms: bool = False) -> list[dict]:
+    """Measure every rule and anchor at every shape and mode; rewrite the files after each row. With
+    ``chunk_forms`` each rule's own PyTorch chunk form follows its Triton row (× own chunk: Triton / chunk)."""
     if dtype_name not in DTYPES:
         raise BenchError(f"dtype {dtype_name!r}; accepted: {', '.join(DTYPES)}")
     bad = [r for r in rules if r not in RULES]
@@ -241,7 +248,10 @@ def run(shapes: list[Shape], rules: tuple[str, ...], dtype_name: str, out: Path,
     dtype = getattr(torch, DTYPES[dtype_name])
     command = command or "lab " + shlex.join(sys.argv[1:])
     prov = _provenance(command, dtype_name)
-    ops = rule_ops(rules) + anchor_ops() + [torch_chunk_op()]
+    ops = rule_ops(rules)
+    if chunk_forms:  # falcon-1a's own row then stands for the "falcon-1a PyTorch chunk" anchor too
+        ops = [op for pair in zip(ops, rule_chunk_ops(rules)) for op in pair]
+    ops += anchor_ops() + ([] if chunk_forms and "falcon-1a" in rules else [torch_chunk_op()])
     rows: list[dict] = []
     start = time.perf_counter()
     for shape in shapes:

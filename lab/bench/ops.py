@@ -96,6 +96,17 @@ def rule_ops(rules: tuple[str, ...]) -> list[Op]:
     return ops
 
 
+def rule_chunk_ops(rules: tuple[str, ...]) -> list[Op]:
+    """The same rows as ``rule_ops`` on this project's PyTorch chunk form (``backend="chunk"``, autograd
+    backward): what the Triton kernels are measured against for the "≥ 20× the PyTorch chunk form" target."""
+    ops = []
+    for op in rule_ops(rules):
+        make, call = _falcon(op.name.split()[0], "λ=0" not in op.name)
+        ops.append(Op(f"{op.name} PyTorch chunk", op.family, _module_missing("kernels.falcon.chunk", "not built"),
+                      make, lambda x, call=call: call(x, backend="chunk")))
+    return ops
+
+
 def torch_chunk_op() -> Op:
     """This project's pure-PyTorch chunk form of falcon-1a (autograd backward)."""
     make, call = _falcon("falcon-1a", True)

@@ -24,6 +24,8 @@ def kernels(
     dtype: Annotated[str, typer.Option(help="bf16, fp16 or fp32.")] = "bf16",
     out: Annotated[Path, typer.Option(help="Folder for kernels.csv and kernels.md.")] = Path("results/bench"),
     rep: Annotated[int, typer.Option(help="Milliseconds of timed repetitions per row (do_bench rep).")] = 100,
+    chunk_forms: Annotated[bool, typer.Option(
+        "--chunk-forms", help="Also time each rule's own PyTorch chunk form (up to T = 4096).")] = False,
 ) -> None:
     """Forward and forward+backward time of each rule's Triton kernel beside fla, SDPA and the PyTorch chunk
     form, with the bandwidth and FLOP floors (needs a CUDA GPU)."""
@@ -31,7 +33,7 @@ def kernels(
 
     try:
         picked = [parse_shape(s) for text in shapes for s in text.split()] if shapes else list(SHAPES)
-        run(picked, tuple(rules) if rules else RULES, dtype, out, rep=rep, echo=typer.echo)
+        run(picked, tuple(rules) if rules else RULES, dtype, out, rep=rep, echo=typer.echo, chunk_forms=chunk_forms)
     except BenchError as err:
         typer.echo(f"lab bench kernels: {err}", err=True)
         raise typer.Exit(code=1) from None
