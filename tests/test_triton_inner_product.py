@@ -14,8 +14,11 @@ import kernels.falcon.triton_inner_product as tip
 from kernels import FastWeightState, fast_weight_rule
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
-# the interpreter does every dot in exact fp32; a GPU runs fp32 dots at full precision too ("ieee")
-TOL_FP32 = 1e-5 if DEVICE == "cpu" else 1e-3
+# the interpreter does every dot in fp32; a GPU runs fp32 dots at full precision too ("ieee"). On the CPU the
+# summation order of the interpreter's dots varies from run to run, and dβ (a sum over every element of a
+# chunk) has been seen at 1.2e-5 once in several runs: 3e-5 keeps the CPU bound 30 times inside the 1e-3
+# of the GPU's
+TOL_FP32 = 3e-5 if DEVICE == "cpu" else 1e-3
 NAMES = ("o", "S", "dq", "dk", "dv", "dbeta", "dlam", "dS0")
 
 
@@ -158,9 +161,11 @@ def test_bad_inputs_are_refused_by_name() -> None:
         fast_weight_rule(*(t.double() for t in args), rule="falcon-2a", backend="triton")
 
 
-# (dtype, (B, T, H, D), timing): bf16 at the benchmark's head sizes, an odd length, RBW; fp32 once
+# (dtype, (B, T, H, D), timing): bf16 at the benchmark's head sizes, an odd length, RBW; fp32 once; and the
+# longest benchmark shape, T = 16384, in both dtypes
 GPU_CASES = [(torch.bfloat16, (2, 2048, 4, 64), "raw"), (torch.bfloat16, (1, 4096, 2, 128), "raw"),
-             (torch.bfloat16, (1, 1000, 3, 64), "rbw"), (torch.float32, (1, 1000, 3, 64), "raw")]
+             (torch.bfloat16, (1, 1000, 3, 64), "rbw"), (torch.float32, (1, 1000, 3, 64), "raw"),
+             (torch.bfloat16, (1, 16384, 16, 128), "raw"), (torch.float32, (1, 16384, 16, 128), "raw")]
 
 
 @pytest.mark.gpu

@@ -44,7 +44,7 @@ def draw(rule: str, shape, dtype: torch.dtype, seed: int):
     q = F.normalize(torch.randn(B, T, H, D, device=DEVICE, generator=g), dim=-1)
     k = F.normalize(torch.randn(B, T, H, D, device=DEVICE, generator=g), dim=-1)
     v = torch.randn(B, T, H, D, device=DEVICE, generator=g)
-    bshape = (B, T, H, D) if rule == "falcon-2" else (B, T, H)
+    bshape = (B, T, H, D) if rule in ("falcon-2", "falcon-2a") else (B, T, H)
     beta = 0.1 + 1.8 * torch.rand(bshape, device=DEVICE, generator=g)
     lam = 0.2 * torch.rand(B, T, H, device=DEVICE, generator=g)
     S0 = torch.randn(B, H, D, D, device=DEVICE, generator=g) / D ** 0.5
