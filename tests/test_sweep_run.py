@@ -115,6 +115,7 @@ def test_the_report_draws_the_study_and_writes_a_best_config_lab_train_reads(thr
         assert needle in text, needle
     best = optuna.load_study(study_name="tiny", storage=open_storage(str(out / "journal.log"))).best_trial
     cfg = load_config(config_file=out / "best.yaml")
+    assert "# Train it again: lab train --config results/sweeps/tiny/best.yaml\n" in (out / "best.yaml").read_text()
     assert cfg.optim.lr == pytest.approx(best.params["lr"])
     assert cfg.model.mixer_options["qk_norm"] == best.params["qk_norm"]
     assert cfg == load_config(config_file=out / "trials" / str(best.number) / "config.yaml")

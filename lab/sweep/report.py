@@ -71,7 +71,7 @@ def write_report(study: optuna.Study, folder: str | Path) -> Report:
         path = folder / "best.yaml"
         values = ", ".join(f"{n} {v:.4g}" for n, v in zip(names, report.best.values))
         header = (f"# Best trial {report.best.number} of sweep {study.study_name} ({values}).\n"
-                  f"# Train it again: lab train --config {path}\n")
+                  f"# Train it again: lab train --config {_shown(str(path))}\n")
         atomic_write_text(path, header + dump_yaml(from_dict(report.best.user_attrs["config"])))
         report.files.append(path)
     atomic_write_text(folder / "report.md", markdown(study, names, report))
