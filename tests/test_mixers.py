@@ -115,6 +115,20 @@ def test_chunk_backend_equals_recurrent(name):
     torch.testing.assert_close(fast(x), slow(x), rtol=0, atol=1e-9)
 
 
+def test_falcon3_chunks_shrink_with_the_window_and_compute_the_same():
+    """falcon-3's chunk form keeps C·B near window_block (memory); the output and gradients do not move."""
+    x = inputs().requires_grad_()
+    short = make("falcon-3", backend="chunk", window=8)
+    long = make("falcon-3", backend="chunk", window=8, window_block=10**6)
+    assert (short.chunk_size, long.chunk_size) == (8, 64)
+    assert make("falcon-3a", window=8).chunk_size == 64 and make("falcon-3", window=1).chunk_size == 64
+    y_short, y_long = short(x), long(x)
+    torch.testing.assert_close(y_short, y_long, rtol=0, atol=1e-10)
+    g_short, = torch.autograd.grad(y_short.square().sum(), x)
+    g_long, = torch.autograd.grad(y_long.square().sum(), x)
+    torch.testing.assert_close(g_short, g_long, rtol=0, atol=1e-10)
+
+
 def test_unknown_name_lists_the_registry():
     with pytest.raises(ValueError, match="unknown mixer 'falcon-9'; accepted: transformer, ") as err:
         build_mixer("falcon-9", D_MODEL, HEADS)
