@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# A short device call for the kernels' last two open figures: falcon-1a / falcon-2a against the float64
-# reference at real sizes up to T = 16384 (every gradient), and falcon-1 / falcon-1a beside their own PyTorch
-# chunk forms at T = 4096 (the "≥ 20× the PyTorch chunk form" target). Writes straight under $OUT.
+# A short device call: the kernels' last two open figures, then CUDA graphs' first GPU run.
+# The figures: falcon-1a / falcon-2a against the float64 reference at real sizes up to T = 16384
+# (every gradient), and falcon-1 / falcon-1a beside their own PyTorch chunk forms at T = 4096 (the
+# "≥ 20× the PyTorch chunk form" target), with their profiles. Writes straight under $OUT.
 set -u
 timeout 200 python -m pytest -q -s -m gpu tests/test_triton_inner_product.py -k real_sizes -p no:cacheprovider \
   > "$OUT/gpu_check_inner_product.log" 2>&1; echo "pytest exited $?"
@@ -13,3 +14,11 @@ for rule in falcon-1a falcon-2a; do  # device time per kernel, as gpu_check_regr
 print(json.dumps({'profile_ms': sys.argv[1], 'shape': [1, 16384, 16, 128], \
 'kernels': profile(sys.argv[1], (1, 16384, 16, 128))}))" $rule | tee -a "$OUT/profile_inner_product.log"
 done
+# train.cuda_graphs has never run on a GPU: its test against the eager loss curve, then the step anatomy
+timeout 150 python -m pytest -q -s -m gpu tests/test_train.py -k cuda_graphs -p no:cacheprovider \
+  > "$OUT/cuda_graphs_test.log" 2>&1; echo "cuda graphs test exited $?"; tail -3 "$OUT/cuda_graphs_test.log"
+mkdir -p "$OUT/step_graphs"
+timeout 150 python -m lab bench step --preset small --steps 20 --set train.cuda_graphs=true \
+  --mixers transformer,falcon-1a.3,falcon-1.3 --out "$OUT/step_graphs" > "$OUT/step_graphs/console.log" 2>&1 \
+  || echo "bench step exited $?"
+cat "$OUT/step_graphs/step.md" 2>/dev/null | grep "^|" | cut -d'|' -f2-6
