@@ -230,3 +230,39 @@ def test_gpu_sizes(rule, dtype, tol):
     assert rel(o, o_ref) <= tol and rel(fin.S, fin_ref.S) <= tol
     for gr, gr_ref in zip(grads, grads_ref):
         assert rel(gr, gr_ref) <= tol
+
+
+@pytest.mark.parametrize("rule", ["falcon-1", "falcon-2"])
+def test_kept_forward_quantities_give_the_recomputed_gradients(rule: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """KEEP_FOR_BACKWARD: the backward takes the UT transform, U and the chunk states from the forward and
+    launches neither a second UT transform and state pass (falcon-1) nor a second solve (falcon-2); the
+    gradients are those of the recomputing backward."""
+    from kernels.falcon import triton_regression_launch as launch
+
+    calls: dict[str, int] = {}
+
+    class Counted:
+        def __init__(self, name: str, kernel) -> None:
+            self.name, self.kernel = name, kernel
+
+        def __getitem__(self, grid):
+            calls[self.name] = calls.get(self.name, 0) + 1
+            return self.kernel[grid]
+
+    for name in ("f1_prep_kernel", "f1_state_kernel", "f2_fwd_kernel"):
+        monkeypatch.setattr(launch, name, Counted(name, getattr(launch, name)))
+    inputs = draw(rule, 2, 37, 2, seed=5)
+    state = start_state("state", rule, 2, 2, seed=5)
+    results = {}
+    for keep in (False, True):
+        monkeypatch.setattr(launch, "KEEP_FOR_BACKWARD", keep)
+        calls.clear()
+        results[keep] = run(rule, inputs, state, torch.float32, "triton", seed=5, chunk_size=16)
+        first = "f2_fwd_kernel" if rule == "falcon-2" else "f1_state_kernel"
+        assert calls[first] == (1 if keep else 2), (keep, calls)
+        if rule == "falcon-1":
+            assert calls["f1_prep_kernel"] == (1 if keep else 2), (keep, calls)
+    (o0, fin0, g0), (o1, fin1, g1) = results[False], results[True]
+    assert rel(o1, o0) == 0 and rel(fin1.S, fin0.S) == 0
+    for a, b in zip(g1, g0):
+        assert rel(a, b) < 1e-6

@@ -3,8 +3,9 @@
 The kernels take q, k, v, β, λ in their own dtype (bf16, fp16 or fp32) and fuse the pairing, η, γ and
 the chunk-local decay prefixes; states and the solve stay fp32. falcon-1 runs the UT transform per chunk of
 ``chunk_size`` tokens (``triton_regression_f1*.py``); falcon-2 runs one batched per-channel solve sharing
-the chunk Gram per block of 16 tokens (``triton_regression_f2*.py``). The backward recomputes the
-forward's chunk quantities instead of saving them.
+the chunk Gram per block of 16 tokens (``triton_regression_f2*.py``). The backward takes the forward's
+chunk quantities (UT transform, pseudo-values, chunk entry states) from the forward when
+``KEEP_FOR_BACKWARD`` (default), or recomputes them (less memory, more time).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from torch import Tensor
 from kernels.falcon.config import RuleConfig
 from kernels.falcon.state import FastWeightState
 from kernels.falcon.triton_common import interpreting
+from kernels.falcon import triton_regression_launch as launch
 from kernels.falcon.triton_regression_launch import (F2_CHUNK, LAUNCH_OVERRIDES, MATMUL_PRECISION,
                                                      SOLVE_PRECISION, Layout,
                                                      f1_backward, f1_forward, f2_backward, f2_forward)
@@ -32,17 +34,18 @@ class RegressionRule(torch.autograd.Function):
     def forward(ctx, q, k, v, beta, lam, S0, lk, cfg, fresh, C, cu_seqlens):
         lay = Layout(q, cu_seqlens, F2_CHUNK if cfg.per_channel else C)
         run = f2_forward if cfg.per_channel else f1_forward
-        o, Sf = run(q, k, v, beta, lam, S0, lk, cfg, fresh, lay)
-        ctx.save_for_backward(q, k, v, beta, lam, S0, lk)
+        keep = launch.KEEP_FOR_BACKWARD and any(ctx.needs_input_grad[:7])
+        o, Sf, kept = run(q, k, v, beta, lam, S0, lk, cfg, fresh, lay, keep=keep)
+        ctx.save_for_backward(q, k, v, beta, lam, S0, lk, *kept)
         ctx.cfg, ctx.fresh, ctx.lay = cfg, fresh, lay
         return o, Sf
 
     @staticmethod
     def backward(ctx, do, dSf):
-        q, k, v, beta, lam, S0, lk = ctx.saved_tensors
+        q, k, v, beta, lam, S0, lk, *kept = ctx.saved_tensors
         run = f2_backward if ctx.cfg.per_channel else f1_backward
         grads = run(q, k, v, beta, lam, S0, lk, do.contiguous(), None if dSf is None else dSf.contiguous(),
-                    ctx.cfg, ctx.fresh, ctx.lay)
+                    ctx.cfg, ctx.fresh, ctx.lay, kept=tuple(kept))
         return (*grads, None, None, None, None)
 
 

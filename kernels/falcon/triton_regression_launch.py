@@ -29,6 +29,12 @@ MATMUL_PRECISION = {torch.float32: "tf32x3", torch.bfloat16: "bf16", torch.float
 SOLVE_PRECISION = {torch.float32: "tf32x3", torch.bfloat16: "bf16", torch.float16: "tf32x3"}
 # kernel name -> block sizes / warps replacing ``launch_config``'s (for tuning sweeps)
 LAUNCH_OVERRIDES: dict[str, dict] = {}
+# Keep the forward's chunk quantities for the backward (True), or recompute them there (False, as fla does).
+# Kept: falcon-1's UT-transform outputs (A, η, G, g: C + 3 floats per token and head), its pseudo-values U
+# (Dv floats) and the chunk entry states h (Dk·Dv/C floats per token and head); falcon-2's U and h. The
+# backward then skips a second UT transform and state pass (falcon-1), or a second sequential solve
+# (falcon-2); at Dk = Dv = 128 and C = 64 the kept tensors take about 2.4 times the memory of bf16 q, k, v.
+KEEP_FOR_BACKWARD = True
 F2_CHUNK = 16  # falcon-2's chunk: its per-column decay tiles are [16, 16, BV]
 
 
@@ -137,21 +143,26 @@ def _f1_intra(q, k, lk, h, src, G, g, out, cfg, fresh, lay, prec, backward):
         BACKWARD=backward, **_flags(cfg, fresh, lay, prec), **conf)
 
 
-def f1_forward(q, k, v, beta, lam, S0, lk, cfg, fresh, lay):
+def f1_forward(q, k, v, beta, lam, S0, lk, cfg, fresh, lay, keep=False):
+    """(o, final S, kept): kept is (A, η, G, g, U, h) for the backward when ``keep``, else ()."""
     prec = precision(q.dtype)
     A, W, Ut, eta, G, g = _f1_chunks(k, v, beta, lam, lk, cfg, fresh, lay, prec)
     U, Sf, h = _f1_states(k, lk, W, Ut, G, S0, cfg, fresh, lay, prec)
+    del W, Ut
     o = parts.new_buffer(*v.shape, dtype=q.dtype, device=q.device)
     _f1_intra(q, k, lk, h, U, G, g, o, cfg, fresh, lay, prec, backward=False)
-    return o, Sf
+    return o, Sf, ((A, eta, G, g, U, h) if keep else ())
 
 
-def f1_backward(q, k, v, beta, lam, S0, lk, do, dSf, cfg, fresh, lay):
+def f1_backward(q, k, v, beta, lam, S0, lk, do, dSf, cfg, fresh, lay, kept=()):
     prec = precision(q.dtype)
     rows, Dk, Dv, dev = k.shape[0] * k.shape[1], k.shape[-1], v.shape[-1], k.device
-    A, W, Ut, eta, G, g = _f1_chunks(k, v, beta, lam, lk, cfg, fresh, lay, prec)
-    U, _, h = _f1_states(k, lk, W, Ut, G, S0, cfg, fresh, lay, prec)
-    del W, Ut
+    if kept:
+        A, eta, G, g, U, h = kept
+    else:
+        A, W, Ut, eta, G, g = _f1_chunks(k, v, beta, lam, lk, cfg, fresh, lay, prec)
+        U, _, h = _f1_states(k, lk, W, Ut, G, S0, cfg, fresh, lay, prec)
+        del W, Ut
     dul = _f32(rows, lay.H, Dv, device=dev)
     _f1_intra(q, k, lk, h, do, G, g, dul, cfg, fresh, lay, prec, backward=True)
     dh = _f32(*h.shape, device=dev)
@@ -173,30 +184,36 @@ def f1_backward(q, k, v, beta, lam, S0, lk, do, dSf, cfg, fresh, lay):
     return dq, dk, dv, dbeta, dlam, dS0, dlk
 
 
-def _f2_states(q, k, v, beta, lam, S0, lk, cfg, fresh, lay, prec, write_o):
-    """The sequential falcon-2 pass: outputs (when asked), or U and every chunk's entry state."""
+def _f2_states(q, k, v, beta, lam, S0, lk, cfg, fresh, lay, prec, write_o, store):
+    """The sequential falcon-2 pass: the outputs (``write_o``) and/or U and every chunk's entry state
+    (``store``)."""
     rows, Dk, Dv, dev = k.shape[0] * k.shape[1], k.shape[-1], v.shape[-1], k.device
     Sf = _f32(lay.N, lay.H, Dk, Dv, device=dev)
     o = parts.new_buffer(*v.shape, dtype=q.dtype, device=dev) if write_o else Sf
-    U = Sf if write_o else _f32(rows, lay.H, Dv, device=dev)
-    h = Sf if write_o else _f32(lay.n_chunks, lay.H, Dk, Dv, device=dev)
+    U = _f32(rows, lay.H, Dv, device=dev) if store else Sf
+    h = _f32(lay.n_chunks, lay.H, Dk, Dv, device=dev) if store else Sf
     conf = launch_config("f2_fwd", Dk, Dv, lay.C)
     f2_fwd_kernel[(triton.cdiv(Dv, conf["BV"]), lay.N * lay.H)](
         q, k, v, beta, lam, lk, S0, lay.cu, lay.coff, o, U, h, Sf, lay.T, cfg.eps, cfg.decay_floor, Dk=Dk, Dv=Dv,
-        RBW=cfg.timing == "rbw", WRITE_O=write_o, STORE=not write_o, **_gate_flags(cfg),
+        RBW=cfg.timing == "rbw", WRITE_O=write_o, STORE=store, **_gate_flags(cfg),
         **_flags(cfg, fresh, lay, prec), **conf)
     return o, Sf, U, h
 
 
-def f2_forward(q, k, v, beta, lam, S0, lk, cfg, fresh, lay):
-    o, Sf, _, _ = _f2_states(q, k, v, beta, lam, S0, lk, cfg, fresh, lay, precision(q.dtype), write_o=True)
-    return o, Sf
+def f2_forward(q, k, v, beta, lam, S0, lk, cfg, fresh, lay, keep=False):
+    """(o, final S, kept): kept is (U, h) for the backward when ``keep``, else ()."""
+    o, Sf, U, h = _f2_states(q, k, v, beta, lam, S0, lk, cfg, fresh, lay, precision(q.dtype), write_o=True,
+                             store=keep)
+    return o, Sf, ((U, h) if keep else ())
 
 
-def f2_backward(q, k, v, beta, lam, S0, lk, do, dSf, cfg, fresh, lay):
+def f2_backward(q, k, v, beta, lam, S0, lk, do, dSf, cfg, fresh, lay, kept=()):
     prec = precision(q.dtype)
     rows, Dk, Dv, dev = k.shape[0] * k.shape[1], k.shape[-1], v.shape[-1], k.device
-    _, _, U, h = _f2_states(q, k, v, beta, lam, S0, lk, cfg, fresh, lay, prec, write_o=False)
+    if kept:
+        U, h = kept
+    else:
+        _, _, U, h = _f2_states(q, k, v, beta, lam, S0, lk, cfg, fresh, lay, prec, write_o=False, store=True)
     dh = _f32(*h.shape, device=dev)
     dB = _f32(rows, lay.H, Dv, device=dev)
     dS0 = _f32(*S0.shape, device=dev)

@@ -14,6 +14,11 @@ for rule in falcon-1a falcon-2a; do  # device time per kernel, as gpu_check_regr
 print(json.dumps({'profile_ms': sys.argv[1], 'shape': [1, 16384, 16, 128], \
 'kernels': profile(sys.argv[1], (1, 16384, 16, 128))}))" $rule | tee -a "$OUT/profile_inner_product.log"
 done
+# commit after b70de65: the backward keeps the forward's chunk quantities (KEEP_FOR_BACKWARD); time it at
+# the long shape beside kernels.md's recomputing figures (falcon-1 4.96 ms, falcon-2 64.0 ms fwd+bwd)
+mkdir -p "$OUT/long"
+timeout --signal=INT 90 python -m lab bench kernels --shape 1,16384,16,128 --rule falcon-1 --rule falcon-2 \
+  --rep 50 --out "$OUT/long" 2>&1 | grep "falcon" | cut -c1-120
 # train.cuda_graphs has never run on a GPU: its test against the eager loss curve, then the step anatomy
 timeout 150 python -m pytest -q -s -m gpu tests/test_train.py -k cuda_graphs -p no:cacheprovider \
   > "$OUT/cuda_graphs_test.log" 2>&1; echo "cuda graphs test exited $?"; tail -3 "$OUT/cuda_graphs_test.log"
