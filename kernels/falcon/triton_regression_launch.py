@@ -33,7 +33,8 @@ LAUNCH_OVERRIDES: dict[str, dict] = {}
 # Kept: falcon-1's UT-transform outputs (A, η, G, g: C + 3 floats per token and head), its pseudo-values U
 # (Dv floats) and the chunk entry states h (Dk·Dv/C floats per token and head); falcon-2's U and h. The
 # backward then skips a second UT transform and state pass (falcon-1), or a second sequential solve
-# (falcon-2); at Dk = Dv = 128 and C = 64 the kept tensors take about 2.4 times the memory of bf16 q, k, v.
+# (falcon-2). At Dk = Dv = 128 the kept tensors take about 2.4 times the memory of bf16 q, k, v for
+# falcon-1 (chunks of 64) and 6 times for falcon-2 (chunks of 16, so four times as many entry states).
 KEEP_FOR_BACKWARD = True
 F2_CHUNK = 16  # falcon-2's chunk: its per-column decay tiles are [16, 16, BV]
 
