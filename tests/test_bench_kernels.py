@@ -99,3 +99,17 @@ def test_each_rule_is_set_beside_its_own_chunk_form() -> None:
     _ratios(rows)
     assert rows[0]["x_own_chunk"] == pytest.approx(0.04)
     assert rows[1]["x_own_chunk"] is None and rows[2]["x_own_chunk"] is None
+
+
+def test_the_chunk_forms_run_at_t_4096_with_chunk_forms_and_the_anchor_only_at_the_first_shape() -> None:
+    from lab.bench.kernels import _skipped
+    from lab.bench.ops import rule_chunk_ops, torch_chunk_op
+
+    own = {o.name: o for o in rule_chunk_ops(("falcon-1", "falcon-1a"))}
+    for name in ("falcon-1a PyTorch chunk", "falcon-1 λ=0 PyTorch chunk"):
+        assert _skipped(own[name], (4, 4096, 16, 128)) is None
+        assert _skipped(own[name], (1, 16384, 16, 128)) is None  # the same B·T·H
+        assert "B·T·H" in _skipped(own[name], (8, 4096, 16, 128))
+    anchor = torch_chunk_op()
+    assert _skipped(anchor, (8, 2048, 12, 64)) is None
+    assert "smaller shapes" in _skipped(anchor, (4, 4096, 16, 128))

@@ -50,7 +50,7 @@ DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 MODES = ("fwd", "fwd+bwd")
 N_SETS = 3
 TORCH_CHUNK_MAX_TOKENS = 8 * 2048 * 12  # the PyTorch chunk form runs at the smaller shapes only (B·T·H)
-RULE_CHUNK_MAX_TOKENS = 4 * 4096 * 16  # --chunk-forms: each rule's own PyTorch chunk form, up to T = 4096
+RULE_CHUNK_MAX_TOKENS = 4 * 4096 * 16  # --chunk-forms: each rule's own PyTorch chunk form, up to this B·T·H
 ANCHORS = ("fla chunk_delta_rule", "fla chunk_gated_delta_rule", "fla chunk_simple_gla", "torch SDPA causal",
            "falcon-1a PyTorch chunk")
 COLUMNS = ["shape", "op", "mode", "ms", "peak_mib", "bytes_floor_ms", "bytes_frac", "flop_floor_ms", "flop_frac",
@@ -137,6 +137,16 @@ def _measure(op: Op, shape: Shape, dtype, mode: str, rep: int) -> dict:
             "flop_floor_ms": flop_ms, "flop_frac": flop_ms / ms, "status": "ok"}
 
 
+def _skipped(op: Op, shape: Shape) -> str | None:
+    """Why a PyTorch chunk form is not timed at this shape (its memory and time grow fast), else None."""
+    tokens = shape[0] * shape[1] * shape[2]
+    if op.anchor and op.name == "falcon-1a PyTorch chunk" and tokens > TORCH_CHUNK_MAX_TOKENS:
+        return "skipped: run at the smaller shapes only"
+    if not op.anchor and op.name.endswith(" PyTorch chunk") and tokens > RULE_CHUNK_MAX_TOKENS:
+        return f"skipped: the rules' own chunk forms run up to B·T·H = {RULE_CHUNK_MAX_TOKENS:,}"
+    return None
+
+
 def _row(op: Op, shape: Shape, dtype, mode: str, rep: int) -> dict:
     import torch
 
@@ -146,11 +156,9 @@ def _row(op: Op, shape: Shape, dtype, mode: str, rep: int) -> dict:
         why = op.refuses(mode)
     if why is not None:
         return {**row, "status": why}
-    tokens = shape[0] * shape[1] * shape[2]
-    if op.name == "falcon-1a PyTorch chunk" and tokens > TORCH_CHUNK_MAX_TOKENS:
-        return {**row, "status": "skipped: run at the smaller shapes only"}
-    if op.name.endswith(" PyTorch chunk") and not op.anchor and tokens > RULE_CHUNK_MAX_TOKENS:
-        return {**row, "status": "skipped: the rules' own chunk forms run up to T = 4096"}
+    why = _skipped(op, shape)
+    if why is not None:
+        return {**row, "status": why}
     try:
         return {**row, **_measure(op, shape, dtype, mode, rep)}
     except torch.cuda.OutOfMemoryError:

@@ -25,7 +25,7 @@ def kernels(
     out: Annotated[Path, typer.Option(help="Folder for kernels.csv and kernels.md.")] = Path("results/bench"),
     rep: Annotated[int, typer.Option(help="Milliseconds of timed repetitions per row (do_bench rep).")] = 100,
     chunk_forms: Annotated[bool, typer.Option(
-        "--chunk-forms", help="Also time each rule's own PyTorch chunk form (up to T = 4096).")] = False,
+        "--chunk-forms", help="Also time each rule's own PyTorch chunk form (up to B·T·H = 4·4096·16).")] = False,
 ) -> None:
     """Forward and forward+backward time of each rule's Triton kernel beside fla, SDPA and the PyTorch chunk
     form, with the bandwidth and FLOP floors (needs a CUDA GPU)."""
