@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -71,6 +72,43 @@ def test_a_stopped_run_resumes_onto_the_uninterrupted_curve(reference: Path, tmp
     expected = torch.load(reference / "checkpoints" / "last.ckpt", weights_only=False)["state_dict"]
     for name, value in expected.items():
         torch.testing.assert_close(final[name], value, rtol=0, atol=1e-6)
+
+
+class InterruptAt(Callback):
+    """Sends this process SIGINT at `step`, as `timeout --signal=INT` or Ctrl-C would."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if trainer.global_step == self.step:
+            os.kill(os.getpid(), signal.SIGINT)
+
+
+def test_an_interrupted_run_stops_at_that_step_with_a_checkpoint_and_resumes_onto_the_same_curve(
+        reference: Path, tmp_path: Path) -> None:
+    cfg = tiny()  # checkpoints every 4 steps: step 6 has none of its own
+    before = signal.getsignal(signal.SIGINT)
+    first = run_training(cfg, out=tmp_path / "run", results=tmp_path, progress=False, callbacks=[InterruptAt(6)],
+                         stop_on_interrupt=True)
+    assert signal.getsignal(signal.SIGINT) is before  # the handler lives only as long as the run
+    assert first.status == "stopped" and first.steps == 6
+    assert RunDir(tmp_path / "run").read_state()["steps"] == 6
+    assert torch.load(tmp_path / "run" / "checkpoints" / "last.ckpt", weights_only=False)["global_step"] == 6
+    second = run_training(cfg, out=tmp_path / "run", results=tmp_path, progress=False)
+    assert second.status == "finished" and second.resumed_from == 6 and second.steps == 12
+    assert_same_curve(tmp_path / "run", reference, 12)
+
+
+def test_a_repeated_interrupt_within_the_grace_is_one_and_a_late_one_aborts() -> None:
+    from lab.train.callbacks import StopOnInterrupt
+
+    stopper = StopOnInterrupt(grace=0.2)
+    stopper.request()
+    stopper.request()  # the launcher passing on the signal its process group already got
+    time.sleep(0.3)
+    with pytest.raises(KeyboardInterrupt):
+        stopper.request()
 
 
 KILLED_RUN = """

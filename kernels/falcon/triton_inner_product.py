@@ -118,15 +118,19 @@ def _backward(p: _Plan, q: Tensor, k: Tensor, v: Tensor, beta: Tensor, lam: Tens
                                                        IS_VARLEN=p.cu_seqlens is not None, PREC=p.prec)
     dq = _alloc(tuple(q.shape), q.dtype, dev)
     dxd = _alloc(tuple(k.shape), torch.float32, dev)
+    # falcon-2a's per-channel tiles in fp32 overflow Hopper's 227 KiB of shared memory at D = 128 when the
+    # value loop is pipelined three deep (262,656 bytes asked on the H200): these two go unpipelined.
+    lean = dict(num_stages=1) if p.per_channel and q.element_size() == 4 else {}
     _bwd_dqdx_kernel[(NK, rows, B * H)](q, k, v, last_key, eta, G, h, dhe, do, C, dq, dxd, *tables, T, p.NT, H=H,
-                                        K=K, V=V, BT=p.BT, BK=p.BK, BV=p.BV, RAW=p.raw, PREC=p.prec, **_flags(p))
+                                        K=K, V=V, BT=p.BT, BK=p.BK, BV=p.BV, RAW=p.raw, PREC=p.prec, **_flags(p),
+                                        **lean)
     dk = _alloc(tuple(k.shape), k.dtype, dev)
     dbeta = _alloc(tuple(beta.shape), beta.dtype, dev)
     dlam = _alloc(tuple(lam.shape), lam.dtype, dev)
     _bwd_final_kernel[(rows, B * H)](k, last_key, beta, lam, eta, G, P, deta, end, dxd, dk, dbeta, dlam, *tables,
                                      p.eps, p.floor, T, p.NT, p.NTT, H=H, K=K, V=V, BT=p.BT, BK=p.BK, BV=p.BV,
                                      NK=NK, NV=NV, RAW=p.raw, NORMALIZE=p.normalize, SCALE_RIDGE=p.scale_ridge,
-                                     **_flags(p))
+                                     **_flags(p), **lean)
     return dq, dk, dv, dbeta, dlam, dS0
 
 

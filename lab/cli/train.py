@@ -55,7 +55,7 @@ def train(
 
     say = typer.echo if rank_zero_only.rank == 0 else (lambda *a, **k: None)
     try:
-        result = run_training(cfg, out=out, results=results, progress=progress)
+        result = run_training(cfg, out=out, results=results, progress=progress, stop_on_interrupt=True)
     except ConfigError as err:
         say(f"lab train: {err}", err=True)
         raise typer.Exit(code=2) from None

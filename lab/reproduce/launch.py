@@ -13,6 +13,7 @@ import contextlib
 import json
 import logging
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -29,6 +30,8 @@ from lab.runs import Registry, run_dir_for
 
 # Where this code is imported from: child processes import the very same code.
 CODE_ROOT = Path(__file__).resolve().parents[2]
+# How long an interrupted child may take to finish its step and write its checkpoint.
+STOP_WAIT_S = 60
 
 
 @dataclass(frozen=True)
@@ -236,11 +239,14 @@ def _run_in_processes(jobs: Sequence[Job], results: Path, registry: Registry, sl
                     free.append(slot)
                     done(_process_outcome(job, proc.returncode, time.perf_counter() - start, results, registry))
         finally:
+            # Interrupted: each child ends its run after the current step with a checkpoint there
+            # (`lab train` stops on SIGINT), so the next call resumes it exactly.
             for job, proc, _, f in running.values():
-                # Interrupted: end our own children; their runs resume next time.
-                proc.terminate()
+                if proc.poll() is None:
+                    proc.send_signal(signal.SIGINT)
+            for job, proc, _, f in running.values():
                 try:
-                    proc.wait(timeout=30)
+                    proc.wait(timeout=STOP_WAIT_S)
                 except subprocess.TimeoutExpired:
                     proc.kill()
                 f.close()

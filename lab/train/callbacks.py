@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import math
+import signal
 import sys
 import time
 from collections.abc import Callable
@@ -139,6 +140,60 @@ class StepCheckpoint(Callback):
             trainer.save_checkpoint(self.path, weights_only=False)
             if self.on_save is not None and trainer.is_global_zero:
                 self.on_save(step)
+
+
+class StopOnInterrupt(Callback):
+    """Ends training at the end of the step during which the process got SIGINT, so that the run
+    saves its checkpoint and metrics at that step and resumes exactly from it (status "stopped"):
+    a time-limited job (`timeout --signal=INT`) loses none of its steps. A second SIGINT more than
+    `grace` seconds after the first aborts at once, as Ctrl-C does without this callback; one
+    arriving within `grace` (a launcher passing on the signal its process group already got) does not.
+
+    The handler is installed by `installed()` around `trainer.fit`, from the main thread only. In a
+    DDP run every rank takes part in the decision each step, so all ranks stop at the same step.
+    """
+
+    def __init__(self, grace: float = 5.0) -> None:
+        self.grace = grace
+        self.requested_at: float | None = None
+
+    def installed(self) -> _Installed:
+        """A context manager holding the SIGINT handler (a no-op outside the main thread)."""
+        return _Installed(self)
+
+    def request(self, signum: int = signal.SIGINT, frame: object = None) -> None:
+        """The signal handler: ask for a stop at the end of this step (or abort on a late repeat)."""
+        now = time.monotonic()
+        if self.requested_at is None:
+            self.requested_at = now
+            print("interrupt: stopping after this step and saving a checkpoint (again to abort)",
+                  file=sys.stderr, flush=True)
+        elif now - self.requested_at > self.grace:
+            raise KeyboardInterrupt(f"signal {signum}")
+
+    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any,
+                           batch: Any, batch_idx: int) -> None:
+        stop = self.requested_at is not None
+        if trainer.world_size > 1:
+            stop = trainer.strategy.reduce_boolean_decision(stop, all=False)
+        if stop:
+            trainer.should_stop = True
+
+
+class _Installed:
+    def __init__(self, owner: StopOnInterrupt) -> None:
+        self.owner, self.previous = owner, None
+
+    def __enter__(self) -> StopOnInterrupt:
+        import threading
+
+        if threading.current_thread() is threading.main_thread():
+            self.previous = signal.signal(signal.SIGINT, self.owner.request)
+        return self.owner
+
+    def __exit__(self, *exc: object) -> None:
+        if self.previous is not None:
+            signal.signal(signal.SIGINT, self.previous)
 
 
 class StepProgressBar(RichProgressBar):

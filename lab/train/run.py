@@ -28,7 +28,7 @@ from lab.runs import (
     results_root,
     run_dir_for,
 )
-from lab.train.callbacks import read_metrics
+from lab.train.callbacks import StopOnInterrupt, read_metrics
 from lab.train.data import LabData
 from lab.train.module import LabModule, NonFiniteError
 from lab.train.trainer import has_validation, make_trainer, resolve_accelerator, resolve_precision
@@ -86,12 +86,16 @@ def run_training(
     callbacks: Sequence[Callback] = (),
     progress: bool | None = None,
     argv: Sequence[str] | None = None,
+    stop_on_interrupt: bool = False,
 ) -> RunResult:
     """Train `cfg` in its run folder (`out`, else `<results>/runs/<id>`), recording it in
     `<results>/lab.db`. A finished run is skipped; an unfinished one resumes from its last
     checkpoint. Raises RunFailed when training stops on a non-finite loss or gradient (the run is
     marked failed and keeps its last good checkpoint); ConfigError when the folder holds another run;
     RunBusy when another process trains in that folder.
+
+    `stop_on_interrupt`: SIGINT ends training after the current step with a checkpoint there (status
+    "stopped", resumed exactly by the next call) instead of aborting it (callbacks.StopOnInterrupt).
     """
     check_placement(cfg)
     run_id = config_hash(cfg)
@@ -99,7 +103,11 @@ def run_training(
     run = run_dir_for(run_id, out, results)
     # Rank zero holds the folder; the other ranks are its own children.
     with RunLock(run) if rank_zero_only.rank == 0 else nullcontext():
-        return _run_in_folder(cfg, run, run_id, results, callbacks, progress, argv)
+        if not stop_on_interrupt:
+            return _run_in_folder(cfg, run, run_id, results, callbacks, progress, argv)
+        stopper = StopOnInterrupt()
+        with stopper.installed():
+            return _run_in_folder(cfg, run, run_id, results, [*callbacks, stopper], progress, argv)
 
 
 def _run_in_folder(cfg: RunConfig, run: RunDir, run_id: str, results: Path, callbacks: Sequence[Callback],
