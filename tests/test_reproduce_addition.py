@@ -188,3 +188,42 @@ def test_the_table_lists_runs_begun_but_not_finished_at_their_last_evaluation(tm
     assert fresh.run_id not in text
     # none of it enters the means
     assert next(r for r in read_csv(tmp_path / "out" / "table.csv") if r["row"] == "falcon-1a.3")["runs"] == "0"
+
+
+def test_an_interrupted_campaign_stops_each_run_at_a_checkpoint_and_keeps_its_table(tmp_path: Path) -> None:
+    """SIGINT to the campaign's process group (as `timeout --signal=INT` sends it): every run ends after its
+    current step with a checkpoint at that step, resumable, and the table lists them as begun."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import torch
+
+    out = tmp_path / "t"
+    env = {**os.environ, "PYTHONPATH": str(CODE_ROOT)}
+    proc = subprocess.Popen([sys.executable, "-m", "lab", "reproduce", "addition", "--preset", "tiny", "--rows",
+                             "transformer,deltanet", "--max-steps", "5000", "--gpus", "2", "--results",
+                             str(tmp_path), "--out", str(out)], cwd=CODE_ROOT, env=env, start_new_session=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    registry = Registry(tmp_path / "lab.db")
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:  # both runs past their first checkpoint (every 50 steps)
+        rows = [registry.get(j.run_id) for j in plan("tiny", parse_rows("transformer,deltanet"), 1, 5000)]
+        if all(r is not None and (r.get("steps") or 0) >= 50 for r in rows):
+            break
+        time.sleep(0.5)
+    else:
+        proc.kill()
+        pytest.fail("the two runs did not reach step 50 in 180 s")
+    os.killpg(proc.pid, signal.SIGINT)
+    text = proc.communicate(timeout=120)[0]
+    assert proc.returncode != 0, text
+    for job in plan("tiny", parse_rows("transformer,deltanet"), 1, 5000):
+        row = registry.get(job.run_id)
+        assert row["status"] == "stopped", (row, text)
+        assert 50 <= row["steps"] < 5000
+        ckpt = tmp_path / "runs" / job.run_id / "checkpoints" / "last.ckpt"
+        assert torch.load(ckpt, weights_only=False, map_location="cpu")["global_step"] == row["steps"]
+    table = (out / "table.md").read_text()
+    assert "Runs begun but not finished" in table and table.count("| stopped |") == 2

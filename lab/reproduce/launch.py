@@ -167,7 +167,11 @@ def run_campaign(jobs: Sequence[Job], planned: Sequence[Job],
         if on_done is not None:
             on_done(outcome)
 
-    outcomes = run_jobs(jobs, results, slots=slots, argv=command.split(), on_done=done, per_gpu=per_gpu)
+    try:
+        outcomes = run_jobs(jobs, results, slots=slots, argv=command.split(), on_done=done, per_gpu=per_gpu)
+    except KeyboardInterrupt:
+        write_tables(planned, results, out, command)  # with the runs just stopped at their last evaluation
+        raise
     finished = write_tables(planned, results, out, command)
     return Campaign(outcomes, out, finished, len(planned))
 
