@@ -28,13 +28,15 @@ STRATEGIES = ("auto", "ddp", "ddp_find_unused_parameters_true")
 ACCELERATORS = ("auto", "cpu", "gpu")
 # Random-token runs with no data.seq_len train on rows of this many positions.
 DEFAULT_RANDOM_SEQ_LEN = 128
-# Keys that change where a run executes but not what it computes: the data of a step is a pure
-# function of (seed, step, global row), so a run may resume on another number of devices.
-PLACEMENT_KEYS = ("train.devices", "train.num_nodes", "train.strategy", "train.accelerator")
+# Keys that change where or how a run executes but not what it computes: the data of a step is a pure
+# function of (seed, step, global row), so a run may resume on another number of devices; torch.compile
+# and CUDA graphs run the same model and optimiser (to float rounding, as another device count does), so a
+# table may mix runs made with and without them and a run may resume under the other setting.
+PLACEMENT_KEYS = ("train.devices", "train.num_nodes", "train.strategy", "train.accelerator", "train.compile",
+                  "train.cuda_graphs")
 # Keys added after runs were recorded: left out of the run id while at these defaults, so that
 # the ids of earlier runs do not change.
-LATER_KEYS = {"data.path": None, "data.val_windows": 16, "train.accumulate": 1, "train.compile": False,
-              "train.cuda_graphs": False}
+LATER_KEYS = {"data.path": None, "data.val_windows": 16, "train.accumulate": 1}
 
 
 @dataclass

@@ -121,6 +121,7 @@ def test_run_id_follows_what_is_computed_not_where() -> None:
     assert config_hash(load_config("tiny", overrides=["optim.lr=1e-2"])) != config_hash(base)
     assert config_hash(load_config("tiny", overrides=["train.seed=1"])) != config_hash(base)
     assert config_hash(load_config("tiny", overrides=["train.devices=2"])) == config_hash(base)
+    assert config_hash(load_config("tiny", overrides=["train.compile=true"])) == config_hash(base)
 
 
 def test_defaults_follow_the_paper_optimiser() -> None:

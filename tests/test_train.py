@@ -153,7 +153,7 @@ def test_a_compiled_run_trains_the_same_model_and_keeps_eager_checkpoint_keys(mi
     compiled = run_training(tiny(*settings, "train.compile=true"), out=tmp_path / "compiled", results=tmp_path,
                             progress=False)
     assert compiled.status == "finished" and compiled.steps == 3
-    # the same run (train.compile changes no number but float rounding), so a separate id only by its key
+    # the same model (train.compile changes no number but float rounding), trained in another folder
     a, b = (read_metrics(tmp_path / d / "metrics.csv") for d in ("eager", "compiled"))
     assert [r["loss"] for r in b] == pytest.approx([r["loss"] for r in a], rel=1e-4)
     assert graphs_compiled() > graphs_before  # the compiled run did compile
