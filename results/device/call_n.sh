@@ -4,6 +4,8 @@
 # kept warm the checkpoints are still in results/runs, on a fresh one the unfinished runs start again).
 # First call of a machine: STEP=1 measures the step with CUDA graphs (GPU 0, a minute); GRAPHS=1 trains the
 # runs with train.cuda_graphs=true (not part of a run's id, so the seeds join seed 0's runs in one table).
+# MPS=1 starts the CUDA MPS daemon first, so that the runs sharing a GPU overlap their kernels instead of
+# taking turns (each is a small model whose step leaves most of the GPU idle); it is stopped at the end.
 # Run from the repository root with LAB_COMMIT and BUDGET_S set; writes $OUT/out.tgz (no weights).
 set -u
 export PYTHONUNBUFFERED=1
@@ -18,6 +20,9 @@ if [ "${STEP:-0}" = 1 ]; then
     cut -d'|' -f2-12 $W/step_graphs/$g/step.md 2>/dev/null | grep -v "^---"
   done
 fi
+if [ "${MPS:-0}" = 1 ]; then
+  nvidia-cuda-mps-control -d && echo "MPS daemon started" || echo "MPS daemon did not start; runs take turns"
+fi
 GRAPHS_SET=""; [ "${GRAPHS:-0}" = 1 ] && GRAPHS_SET="--set train.cuda_graphs=true"
 CURRICULUM="--set data.curriculum=linear --set data.start_width=1 --set data.ramp_steps=1500"
 left=$(( ${BUDGET_S:-540} - ($(date +%s) - t0) ))
@@ -27,6 +32,7 @@ timeout --signal=INT --kill-after=50 $left python -m lab reproduce addition --se
   --per-gpu 1 --rows falcon-1a.3,transformer $CURRICULUM $GRAPHS_SET --out results/addition/curriculum \
   > $W/curriculum_console.log 2>&1 &
 wait
+[ "${MPS:-0}" = 1 ] && echo quit | nvidia-cuda-mps-control
 echo "campaigns stopped at $(( $(date +%s) - t0 )) s"
 tar czf "$OUT/out.tgz" --exclude='*.ckpt' --exclude='best.pt' --exclude='*.lock' -C $W . \
   -C "$PWD/results" addition runs lab.db
