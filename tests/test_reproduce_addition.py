@@ -192,7 +192,8 @@ def test_the_table_lists_runs_begun_but_not_finished_at_their_last_evaluation(tm
 
 def test_an_interrupted_campaign_stops_each_run_at_a_checkpoint_and_keeps_its_table(tmp_path: Path) -> None:
     """SIGINT to the campaign's process group (as `timeout --signal=INT` sends it): every run ends after its
-    current step with a checkpoint at that step, resumable, and the table lists them as begun."""
+    current step with a checkpoint at that step, resumable, and the table lists them as begun. The campaign
+    starts with SIGINT ignored, as a script's background job does, and must stop all the same."""
     import signal
     import subprocess
     import sys
@@ -205,7 +206,8 @@ def test_an_interrupted_campaign_stops_each_run_at_a_checkpoint_and_keeps_its_ta
     proc = subprocess.Popen([sys.executable, "-m", "lab", "reproduce", "addition", "--preset", "tiny", "--rows",
                              "transformer,deltanet", "--max-steps", "5000", "--gpus", "2", "--results",
                              str(tmp_path), "--out", str(out)], cwd=CODE_ROOT, env=env, start_new_session=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     registry = Registry(tmp_path / "lab.db")
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline:  # both runs past their first checkpoint (every 50 steps)

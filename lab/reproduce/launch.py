@@ -20,7 +20,7 @@ import tempfile
 import time
 import warnings
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -219,7 +219,7 @@ def _run_in_processes(jobs: Sequence[Job], results: Path, registry: Registry, sl
     pending = deque(jobs)
     free = list(range(slots))
     running: dict[int, tuple[Job, subprocess.Popen, float, Any]] = {}
-    with tempfile.TemporaryDirectory(prefix="lab-reproduce-") as configs:
+    with _stops_on_sigint(), tempfile.TemporaryDirectory(prefix="lab-reproduce-") as configs:
         try:
             while pending or running:
                 while pending and free:
@@ -254,6 +254,22 @@ def _run_in_processes(jobs: Sequence[Job], results: Path, registry: Registry, sl
                 except subprocess.TimeoutExpired:
                     proc.kill()
                 f.close()
+
+
+@contextlib.contextmanager
+def _stops_on_sigint() -> Iterator[None]:
+    """SIGINT raises KeyboardInterrupt here even where it was inherited ignored (a campaign started in the
+    background by a script, as `timeout --signal=INT ... &` does), so no new run starts after it."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _process_outcome(job: Job, code: int, seconds: float, results: Path, registry: Registry) -> Outcome:
