@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import math
 import signal
 import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -157,9 +159,17 @@ class StopOnInterrupt(Callback):
         self.grace = grace
         self.requested_at: float | None = None
 
-    def installed(self) -> _Installed:
-        """A context manager holding the SIGINT handler (a no-op outside the main thread)."""
-        return _Installed(self)
+    @contextlib.contextmanager
+    def installed(self) -> Iterator[StopOnInterrupt]:
+        """Holds the SIGINT handler for the duration of the block (a no-op outside the main thread)."""
+        if threading.current_thread() is not threading.main_thread():
+            yield self
+            return
+        previous = signal.signal(signal.SIGINT, self.request)
+        try:
+            yield self
+        finally:
+            signal.signal(signal.SIGINT, previous)
 
     def request(self, signum: int = signal.SIGINT, frame: object = None) -> None:
         """The signal handler: ask for a stop at the end of this step (or abort on a late repeat)."""
@@ -178,22 +188,6 @@ class StopOnInterrupt(Callback):
             stop = trainer.strategy.reduce_boolean_decision(stop, all=False)
         if stop:
             trainer.should_stop = True
-
-
-class _Installed:
-    def __init__(self, owner: StopOnInterrupt) -> None:
-        self.owner, self.previous = owner, None
-
-    def __enter__(self) -> StopOnInterrupt:
-        import threading
-
-        if threading.current_thread() is threading.main_thread():
-            self.previous = signal.signal(signal.SIGINT, self.owner.request)
-        return self.owner
-
-    def __exit__(self, *exc: object) -> None:
-        if self.previous is not None:
-            signal.signal(signal.SIGINT, self.previous)
 
 
 class StepProgressBar(RichProgressBar):
