@@ -64,6 +64,16 @@ def test_plan_goes_seed_by_seed_with_one_run_id_per_row_and_seed() -> None:
     paper = plan("paper", parse_rows("transformer"), seeds=1)[0].cfg
     assert (paper.train.max_steps, paper.train.batch_size, paper.train.val_every) == (2000, 256, 100)
     assert paper.data.widths == (1, 32) and paper.eval.n_per_length == 100
+    # packed: the paper's preset with the curriculum and packed rows, nothing else changed
+    packed = plan("packed", parse_rows("transformer"), seeds=1)[0]
+    d = packed.cfg.data
+    assert (d.curriculum, d.start_width, d.ramp_steps, d.packing, d.seq_len) == ("linear", 1, 1500, True, 256)
+    same = plan("paper", parse_rows("transformer"), seeds=1, overrides=[
+        "data.curriculum=linear", "data.start_width=1", "data.ramp_steps=1500", "data.packing=true",
+        "data.seq_len=256"])[0]
+    assert packed.run_id == same.run_id  # the runs made with --preset paper --set ... join its table
+    later = plan("packed", parse_rows("transformer"), seeds=1, overrides=["data.ramp_steps=1000"])[0]
+    assert later.cfg.data.ramp_steps == 1000  # --set goes over the preset's settings
     with pytest.raises(ValueError, match="unknown preset 'huge'; accepted: tiny, paper"):
         plan("huge", ROWS, 1)
     with pytest.raises(ValueError, match="--seeds must be >= 1"):
@@ -138,6 +148,15 @@ def test_tiny_reproduction_end_to_end_then_a_rerun_skips_what_is_finished(tmp_pa
     code, text = invoke(*ARGS, "--results", str(tmp_path))
     assert code == 0, text
     assert text.count("finished before") == 2 and "finished in" not in text
+    assert [r["updated_at"] for r in registry.rows()] == stamps
+
+    # --table-only: the table from the runs already there, elsewhere, and nothing trained
+    code, text = invoke(*ARGS, "--results", str(tmp_path), "--table-only", "--out", str(tmp_path / "again"))
+    assert code == 0, text
+    assert "finished" not in text.replace("planned runs finished", "")
+    assert f"table: {tmp_path / 'again' / 'table.md'} (2 of 13 planned runs finished)" in text
+    assert read_csv(tmp_path / "again" / "table.csv") == read_csv(out / "table.csv")
+    assert "--table-only" not in (tmp_path / "again" / "table.md").read_text()
     assert [r["updated_at"] for r in registry.rows()] == stamps
 
 

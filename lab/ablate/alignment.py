@@ -107,15 +107,15 @@ def plan(preset: str, mixers: Sequence[str], seeds: int, max_steps: int | None =
 
     Raises ValueError for a bad preset, seed count or an override of the options the cells set, and
     ConfigError for a bad override."""
-    name = check_preset(preset)
+    name, settings = check_preset(preset)
     if seeds < 1:
         raise ValueError(f"--seeds must be >= 1, got {seeds}")
     jobs = []
     for seed in range(seeds):
         for mixer in mixers:
             for cell in CELLS:
-                cfg = load_config(name, overrides=[*overrides, *cell_overrides(mixer, cell)], task="addition",
-                                  mixer=mixer, train__max_steps=max_steps, train__seed=seed)
+                cfg = load_config(name, overrides=[*settings, *overrides, *cell_overrides(mixer, cell)],
+                                  task="addition", mixer=mixer, train__max_steps=max_steps, train__seed=seed)
                 job = Job(cfg, label=f"{mixer} {cell.name}")
                 if cell_of(job) != cell:
                     raise ValueError("--set may not change model.mixer_options.timing or .alignment: "
@@ -133,7 +133,8 @@ def ablate_alignment(preset: str = "paper", mixers: Sequence[str] | None = None,
                      gpus: int = 1, max_steps: int | None = None, overrides: Sequence[str] = (),
                      results: str | Path | None = None, out: str | Path | None = None,
                      command: str = "lab ablate alignment",
-                     on_done: Callable[[Outcome], Any] | None = None, per_gpu: int = 1) -> Campaign:
+                     on_done: Callable[[Outcome], Any] | None = None, per_gpu: int = 1,
+                     table_only: bool = False) -> Campaign:
     """Train the cells' runs not yet finished (up to `gpus` at once), then write alignment.md,
     alignment.csv and alignment_per_width.csv to `out`, rewriting them after every run."""
     from lab.ablate.alignment_table import write_tables
@@ -150,4 +151,4 @@ def ablate_alignment(preset: str = "paper", mixers: Sequence[str] | None = None,
     out = Path(out).resolve() if out is not None else default_out(preset, results)
 
     return run_campaign(jobs, everything, write_tables, results, out, gpus, command, on_done,
-                        per_gpu=per_gpu)
+                        per_gpu=per_gpu, table_only=table_only)

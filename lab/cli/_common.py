@@ -23,6 +23,8 @@ def refuse(prog: str, err: Exception) -> NoReturn:
     raise typer.Exit(code=2)
 
 
+TABLE_ONLY_HELP = ("Train nothing: write the tables from the runs already in the results folder (runs copied in "
+                   "from other machines, or a campaign read before it ends).")
 PER_GPU_HELP = ("Runs sharing each GPU at once (small models leave most of a GPU idle); on a CPU, processes "
                 "per --gpus slot.")
 

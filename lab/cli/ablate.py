@@ -5,7 +5,15 @@ from typing import Annotated
 
 import typer
 
-from lab.cli._common import PER_GPU_HELP, campaign_slots, finish_campaign, print_outcome, refuse, remake_command
+from lab.cli._common import (
+    PER_GPU_HELP,
+    TABLE_ONLY_HELP,
+    campaign_slots,
+    finish_campaign,
+    print_outcome,
+    refuse,
+    remake_command,
+)
 
 app = typer.Typer(help="Run ablations: the 2x2 RAW/RBW x shifted/same-time alignment grid.")
 
@@ -16,7 +24,8 @@ def alignment(
         help="Comma-separated recurrent mixers (default: falcon-1a.3, falcon-3a.3, falcon-1.3, deltanet, "
              "gated-deltanet, mamba2, retnet).")] = None,
     preset: Annotated[str, typer.Option(
-        help="paper (the addition table's settings: 2000 steps, batch 256) or tiny (minutes on a CPU).")]
+        help="paper or packed (the addition table's settings: 2000 steps, batch 256, without or with the "
+             "curriculum and packing) or tiny (minutes on a CPU).")]
     = "paper",
     seeds: Annotated[int | None, typer.Option(help="Seeds per cell, 0..N-1 (default: 3 for paper, 1 for tiny).")]
     = None,
@@ -24,6 +33,7 @@ def alignment(
         help="Runs at once, each on its own GPU (on a CPU: processes); default every visible GPU, 1 on a CPU.")]
     = None,
     per_gpu: Annotated[int, typer.Option(help=PER_GPU_HELP)] = 1,
+    table_only: Annotated[bool, typer.Option(help=TABLE_ONLY_HELP)] = False,
     max_steps: Annotated[int | None, typer.Option(help="Train each run for this many steps instead.")] = None,
     set_: Annotated[list[str] | None, typer.Option(
         "--set", help="Override one setting of every run, e.g. --set optim.lr=3e-3 (repeatable).")] = None,
@@ -50,7 +60,7 @@ def alignment(
 
     try:
         done = ablate_alignment(preset, chosen, seeds, slots, max_steps, set_ or (), results, out, command,
-                                on_done=print_outcome, per_gpu=per_gpu)
+                                on_done=print_outcome, per_gpu=per_gpu, table_only=table_only)
     except ValueError as err:
         refuse("lab ablate", err)
     finish_campaign("lab ablate", done, "alignment.md")

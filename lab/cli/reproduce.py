@@ -5,7 +5,15 @@ from typing import Annotated
 
 import typer
 
-from lab.cli._common import PER_GPU_HELP, campaign_slots, finish_campaign, print_outcome, refuse, remake_command
+from lab.cli._common import (
+    PER_GPU_HELP,
+    TABLE_ONLY_HELP,
+    campaign_slots,
+    finish_campaign,
+    print_outcome,
+    refuse,
+    remake_command,
+)
 
 app = typer.Typer(help="Reproduce the paper's tables: data, training, evaluation and the table, in one command.")
 
@@ -13,7 +21,8 @@ app = typer.Typer(help="Reproduce the paper's tables: data, training, evaluation
 @app.command()
 def addition(
     preset: Annotated[str, typer.Option(
-        help="paper (the paper's settings: 2000 steps, batch 256, ~10M parameters) or tiny (minutes on a CPU).")]
+        help="paper (the paper's settings: 2000 steps, batch 256, ~10M parameters), packed (the same with a "
+             "curriculum over widths and rows packed with samples: where the models learn) or tiny (a CPU).")]
     = "paper",
     rows: Annotated[str | None, typer.Option(
         help="Comma-separated rows to train, e.g. transformer,falcon-1a.3 (default: all).")] = None,
@@ -23,6 +32,7 @@ def addition(
         help="Runs at once, each on its own GPU (on a CPU: processes); default every visible GPU, 1 on a CPU.")]
     = None,
     per_gpu: Annotated[int, typer.Option(help=PER_GPU_HELP)] = 1,
+    table_only: Annotated[bool, typer.Option(help=TABLE_ONLY_HELP)] = False,
     max_steps: Annotated[int | None, typer.Option(help="Train each run for this many steps instead.")] = None,
     set_: Annotated[list[str] | None, typer.Option(
         "--set", help="Override one setting of every run, e.g. --set optim.lr=3e-3 (repeatable).")] = None,
@@ -41,14 +51,14 @@ def addition(
         slots = campaign_slots(gpus, per_gpu)
     except ValueError as err:
         refuse("lab reproduce", err)
-    # --gpus is left out: where runs are placed changes no number
+    # --gpus, --per-gpu and --table-only are left out: they change no number
     command = remake_command(["lab", "reproduce", "addition"], [
         ("--preset", preset), ("--rows", rows), ("--seeds", seeds), ("--max-steps", max_steps),
         *(("--set", item) for item in set_ or []), ("--results", results), ("--out", out)])
 
     try:
         done = reproduce_addition(preset, chosen, seeds, slots, max_steps, set_ or (), results, out, command,
-                                  on_done=print_outcome, per_gpu=per_gpu)
+                                  on_done=print_outcome, per_gpu=per_gpu, table_only=table_only)
     except ValueError as err:
         refuse("lab reproduce", err)
     finish_campaign("lab reproduce", done, "table.md")
@@ -66,6 +76,7 @@ def fineweb(
         help="Runs at once, each on its own GPU (on a CPU: processes); default every visible GPU, 1 on a CPU.")]
     = None,
     per_gpu: Annotated[int, typer.Option(help=PER_GPU_HELP)] = 1,
+    table_only: Annotated[bool, typer.Option(help=TABLE_ONLY_HELP)] = False,
     max_steps: Annotated[int | None, typer.Option(help="Train each run for this many steps instead.")] = None,
     set_: Annotated[list[str] | None, typer.Option(
         "--set", help="Override one setting of every run, e.g. --set train.batch_size=240 (repeatable).")] = None,
@@ -90,7 +101,7 @@ def fineweb(
         slots = campaign_slots(gpus, per_gpu)
     except ValueError as err:
         refuse("lab reproduce", err)
-    # --gpus is left out: where runs are placed changes no number
+    # --gpus, --per-gpu and --table-only are left out: they change no number
     command = remake_command(["lab", "reproduce", "fineweb"], [
         ("--preset", preset), ("--rows", rows), ("--seeds", seeds), ("--max-steps", max_steps),
         *(("--set", item) for item in set_ or []), ("--data", data), ("--wiki", wiki), ("--lambada", lambada),
@@ -98,7 +109,7 @@ def fineweb(
 
     try:
         done = reproduce_fineweb(preset, chosen, seeds, slots, max_steps, set_ or (), data, wiki, lambada, results,
-                                 out, command, on_done=print_outcome, per_gpu=per_gpu)
+                                 out, command, on_done=print_outcome, per_gpu=per_gpu, table_only=table_only)
     except ValueError as err:
         refuse("lab reproduce", err)
     finish_campaign("lab reproduce", done, "table.md")

@@ -1,7 +1,8 @@
 """`lab reproduce addition`: the paper's Table 3 (teacher-forced length extrapolation on addition).
 
-Every row is a registry mixer trained with one preset (`addition-tiny` or `addition-paper`) for each
-seed; a run's id is the hash of its configuration, so rerunning the command skips finished runs and
+Every row is a registry mixer trained with one preset for each seed: `paper` (the paper's stated
+setting, lab preset `addition-paper`), `packed` (the same with the curriculum over widths and rows packed
+with samples: the regime in which the models learn the task, `results/addition/packed.md`) or `tiny`; a run's id is the hash of its configuration, so rerunning the command skips finished runs and
 resumes unfinished ones, and the table can be built a piece at a time (`--rows`, `--seeds`). After
 every run the table is rewritten from all finished runs of the plan.
 """
@@ -16,8 +17,16 @@ from lab.config import load_config
 from lab.reproduce.launch import Campaign, Job, Outcome, run_campaign
 from lab.runs import results_root
 
-PRESETS = {"tiny": "addition-tiny", "paper": "addition-paper"}
-DEFAULT_SEEDS = {"tiny": 1, "paper": 3}
+# Reproduce preset -> (lab preset, settings over it). `packed` is `paper` with widths 1 -> 32 over the first
+# 1500 of 2000 steps and rows of 256 positions packed with whole samples (2.6 times the 99 of the widest one).
+PACKED = ("data.curriculum=linear", "data.start_width=1", "data.ramp_steps=1500", "data.packing=true",
+          "data.seq_len=256")
+PRESETS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "tiny": ("addition-tiny", ()),
+    "paper": ("addition-paper", ()),
+    "packed": ("addition-paper", PACKED),
+}
+DEFAULT_SEEDS = {"tiny": 1, "paper": 3, "packed": 3}
 
 
 @dataclass(frozen=True)
@@ -75,8 +84,8 @@ def parse_rows(text: str | None) -> list[Row]:
     return [ROW_BY_NAME[n] for n in dict.fromkeys(names)]
 
 
-def check_preset(preset: str) -> str:
-    """The lab preset behind a reproduce preset; ValueError naming the accepted ones."""
+def check_preset(preset: str) -> tuple[str, tuple[str, ...]]:
+    """The lab preset behind a reproduce preset and the settings over it; ValueError naming the accepted ones."""
     if preset not in PRESETS:
         raise ValueError(f"unknown preset {preset!r}; accepted: {', '.join(PRESETS)}")
     return PRESETS[preset]
@@ -87,10 +96,10 @@ def plan(preset: str, rows: Sequence[Row], seeds: int, max_steps: int | None = N
     """One job per (seed, row), seed by seed, so that a whole table of one seed comes first.
 
     Raises ValueError for a bad preset or seed count and ConfigError for a bad override."""
-    name = check_preset(preset)
+    name, settings = check_preset(preset)
     if seeds < 1:
         raise ValueError(f"--seeds must be >= 1, got {seeds}")
-    return [Job(load_config(name, overrides=list(overrides), task="addition", mixer=row.name,
+    return [Job(load_config(name, overrides=[*settings, *overrides], task="addition", mixer=row.name,
                             train__max_steps=max_steps, train__seed=seed), label=row.name)
             for seed in range(seeds) for row in rows]
 
@@ -104,7 +113,8 @@ def reproduce_addition(preset: str = "paper", rows: Sequence[Row] | None = None,
                        gpus: int = 1, max_steps: int | None = None, overrides: Sequence[str] = (),
                        results: str | Path | None = None, out: str | Path | None = None,
                        command: str = "lab reproduce addition",
-                       on_done: Callable[[Outcome], None] | None = None, per_gpu: int = 1) -> Campaign:
+                       on_done: Callable[[Outcome], None] | None = None, per_gpu: int = 1,
+                       table_only: bool = False) -> Campaign:
     """Train the rows' runs not yet finished (up to `gpus` at once), then write table.md, table.csv
     and per_width.csv to `out`, rewriting them after every run; `command` is printed in table.md."""
     from lab.reproduce.addition_table import write_tables
@@ -119,4 +129,4 @@ def reproduce_addition(preset: str = "paper", rows: Sequence[Row] | None = None,
     out = Path(out).resolve() if out is not None else default_out(preset, results)
 
     return run_campaign(jobs, everything, write_tables, results, out, gpus, command, on_done,
-                        per_gpu=per_gpu)
+                        per_gpu=per_gpu, table_only=table_only)

@@ -158,9 +158,14 @@ class Campaign:
 def run_campaign(jobs: Sequence[Job], planned: Sequence[Job],
                  write_tables: Callable[[Sequence[Job], Path, Path, str], int], results: Path, out: Path,
                  slots: int, command: str, on_done: Callable[[Outcome], Any] | None = None,
-                 per_gpu: int = 1) -> Campaign:
+                 per_gpu: int = 1, table_only: bool = False) -> Campaign:
     """Run `jobs` (up to `slots` at once) and rewrite the tables of everything `planned` after each one,
-    so a stopped campaign keeps a table of what finished; `write_tables` returns the finished count."""
+    so a stopped campaign keeps a table of what finished; `write_tables` returns the finished count.
+
+    `table_only` trains nothing: the tables are written from the runs already in `results` (runs made on
+    other machines and copied in, or a campaign to be read before it ends)."""
+    if table_only:
+        return Campaign([], out, write_tables(planned, results, out, command), len(planned))
 
     def done(outcome: Outcome) -> None:
         write_tables(planned, results, out, command)
