@@ -82,6 +82,15 @@ def test_plan_goes_seed_by_seed_with_one_run_id_per_row_and_seed() -> None:
         plan("tiny", ROWS, 1, overrides=["optim.lrr=1"])
 
 
+def test_widths_answered_counts_widths_in_a_row_from_one_up_to_the_widest_trained() -> None:
+    from lab.reproduce.addition_table import widths_answered
+
+    assert widths_answered({1: 100.0, 2: 95.0, 3: 94.9, 4: 100.0}, widest=32) == 2
+    assert widths_answered({n: 100.0 for n in range(1, 49)}, widest=32) == 32  # 33-48 are not trained widths
+    assert widths_answered({2: 100.0}, widest=8) == 0 and widths_answered({}, widest=8) == 0
+    assert widths_answered({1: 80.0, 2: 70.0}, widest=8, threshold=50.0) == 2
+
+
 def test_table_rows_are_mean_and_sample_std_over_finished_seeds() -> None:
     jobs = plan("tiny", parse_rows("transformer,retnet"), seeds=3)
     values = [61.0, 70.0, 67.0]
@@ -134,6 +143,7 @@ def test_tiny_reproduction_end_to_end_then_a_rerun_skips_what_is_finished(tmp_pa
     assert list(table) == list(ROW_NAMES)
     assert table["transformer"]["runs"] == "1" and table["retnet"]["runs"] == "0"
     assert float(table["falcon-1a.3"]["best_step_mean"]) == 20.0  # one evaluation: the last step
+    assert 0 <= float(table["falcon-1a.3"]["widths_mean"]) <= 8  # widths answered, of the trained 1-8
     assert 0.0 <= float(table["falcon-1a.3"]["ood_mean_mean"]) <= 100.0
     per_width = read_csv(out / "per_width.csv")
     assert len(per_width) == 2 * 2 * 48  # two runs, best and last, 48 widths
@@ -198,12 +208,13 @@ def test_the_table_lists_runs_begun_but_not_finished_at_their_last_evaluation(tm
     registry.upsert(fresh.run_id, status="interrupted", mixer=fresh.cfg.mixer, steps=0)  # no evaluation yet
     write_evals(evals_path(run_dir_for(begun.run_id, results=tmp_path)),
                 [{"step": 50, "val_acc": 1.0, "ood_mean": 0.0, "val_token_acc": 30.0, "ood_token_mean": 10.0},
-                 {"step": 100, "val_acc": 6.5, "ood_mean": 0.0, "val_token_acc": 43.5, "ood_token_mean": 19.6}])
+                 {"step": 100, "val_acc": 6.5, "ood_mean": 0.0, "val_token_acc": 43.5, "ood_token_mean": 19.6,
+                  "teacher_forced": {1: 100.0, 2: 96.0, 3: 40.0, 4: 100.0}}])
     assert write_tables(jobs, tmp_path, tmp_path / "out", "lab reproduce addition --preset tiny") == 0
     text = (tmp_path / "out" / "table.md").read_text()
     assert "Runs begun but not finished" in text
     line = next(li for li in text.splitlines() if f"`{begun.run_id}`" in li)
-    assert line.split(" | ")[3:] == ["interrupted", "100", "6.5", "0.0", "43.5", "19.6 |"]
+    assert line.split(" | ")[3:] == ["interrupted", "100", "6.5", "0.0", "43.5", "19.6", "2 |"]
     assert fresh.run_id not in text
     # none of it enters the means
     assert next(r for r in read_csv(tmp_path / "out" / "table.csv") if r["row"] == "falcon-1a.3")["runs"] == "0"

@@ -28,6 +28,7 @@ METRICS = (
     ("best_ood_mean", "ood_mean", "Mean 33–48", 1),
     ("best_acc@33", "acc33", "Acc@33", 1),
     ("best_acc@48", "acc48", "Acc@48", 1),
+    ("best_widths", "widths", "Widths answered", 1),
     ("best_free_val_acc", "free_val_acc", "Free-running val. acc.", 1),
     ("best_free_ood_mean", "free_ood_mean", "Free-running mean 33–48", 1),
     ("best_val_token_acc", "token_val_acc", "Per-token val. acc.", 1),
@@ -35,19 +36,36 @@ METRICS = (
     ("last_val_acc", "last_val_acc", "Last-step val. acc.", 1),
     ("last_ood_mean", "last_ood_mean", "Last-step mean 33–48", 1),
 )
+# "Widths answered": the longest run of widths 1, 2, ... (up to the widest trained) whose whole answers
+# are right in at least this share of samples (teacher-forced), in percent.
+ANSWERED = 95.0
 PAPER = (("best_step", "Best step"), ("val_acc", "Val. acc."), ("ood_mean", "Mean 33–48"),
          ("acc33", "Acc@33"), ("acc48", "Acc@48"))
 
 
+def widths_answered(teacher_forced: dict[int, float], widest: int, threshold: float = ANSWERED) -> int:
+    """How many widths 1, 2, ... in a row (up to `widest`) have whole-answer accuracy >= `threshold` %."""
+    count = 0
+    for n in range(1, widest + 1):
+        if teacher_forced.get(n, 0.0) < threshold:
+            break
+        count = n
+    return count
+
+
 def finished_runs(jobs: Sequence[Job], results: Path) -> list[dict[str, Any]]:
-    """One record per job whose run is finished: job, seed, metrics and the registry row."""
+    """One record per job whose run is finished: job, seed, metrics and the registry row. The metrics
+    gain `best_widths` (widths answered at the best step) where the run's evals.csv has the best step."""
     registry = Registry(results / "lab.db")
     out = []
     for job in jobs:
         row = registry.get(job.run_id)
         if row is not None and row["status"] == "finished":
-            out.append({"job": job, "seed": job.cfg.train.seed, "metrics": json.loads(row["metrics"] or "{}"),
-                        "registry": row})
+            metrics = json.loads(row["metrics"] or "{}")
+            best = pick_best(read_evals(evals_path(run_dir_for(job.run_id, results=results))))
+            if best is not None and "teacher_forced" in best:
+                metrics["best_widths"] = widths_answered(best["teacher_forced"], job.cfg.data.widths[1])
+            out.append({"job": job, "seed": job.cfg.train.seed, "metrics": metrics, "registry": row})
     return out
 
 
@@ -65,7 +83,8 @@ def unfinished_runs(jobs: Sequence[Job], results: Path) -> list[dict[str, Any]]:
             last = evals[-1]
             out.append({"row": job.cfg.mixer, "seed": job.cfg.train.seed, "run_id": job.run_id,
                         "status": row["status"], "step": int(last["step"]),
-                        **{k: last.get(k) for k in ("val_acc", "ood_mean", "val_token_acc", "ood_token_mean")}})
+                        **{k: last.get(k) for k in ("val_acc", "ood_mean", "val_token_acc", "ood_token_mean")},
+                        "widths": widths_answered(last.get("teacher_forced", {}), job.cfg.data.widths[1])})
     return out
 
 
@@ -201,8 +220,9 @@ def render_markdown(jobs: Sequence[Job], table: list[dict[str, Any]], runs: list
         body.append(cells)
     lines.append(markdown_table(header, body))
     lines += [
-        "Beside the paper: free-running (greedy) accuracy and per-token accuracy at the best step, and "
-        "teacher-forced accuracy at the last step. A greedy answer is right exactly when every teacher-forced "
+        "Beside the paper, at the best step: widths answered (the longest run of widths 1, 2, … whose whole "
+        f"answers are right in ≥ {ANSWERED:g}% of samples, teacher-forced), free-running (greedy) and per-token "
+        "accuracy; and teacher-forced accuracy at the last step. A greedy answer is right exactly when every teacher-forced "
         "prediction is, so free-running accuracy can part from teacher-forced accuracy only through "
         "floating-point differences (and fewer samples).",
         "",
@@ -217,10 +237,12 @@ def render_markdown(jobs: Sequence[Job], table: list[dict[str, Any]], runs: list
         lines += ["Runs begun but not finished (their last evaluation; in no mean above; the same command "
                   "resumes them from their last checkpoint, or starts them again without one):", ""]
         body = [[labels.get(u["row"], u["row"]), str(u["seed"]), f"`{u['run_id']}`", u["status"], str(u["step"]),
-                 *(format_cell(u[k], None, 1) for k in ("val_acc", "ood_mean", "val_token_acc", "ood_token_mean"))]
+                 *(format_cell(u[k], None, 1) for k in ("val_acc", "ood_mean", "val_token_acc", "ood_token_mean")),
+                 str(u["widths"])]
                 for u in unfinished]
         lines.append(markdown_table(["Model", "Seed", "Run", "Status", "Last evaluation", "Val. acc.",
-                                     "Mean 33–48", "Per-token val. acc.", "Per-token mean 33–48"], body))
+                                     "Mean 33–48", "Per-token val. acc.", "Per-token mean 33–48", "Widths answered"],
+                                    body))
     return "\n".join(lines)
 
 
