@@ -172,13 +172,14 @@ def _git(*args: str) -> str | None:
 
 def git_state() -> dict[str, Any]:
     """{"commit", "dirty"} of the code checkout. $LAB_COMMIT, when set, names the commit instead: a copy of
-    the tree shipped to another machine may carry no git history, or a stale one."""
+    the tree shipped to another machine may carry no git history, or a stale one. Changes under results/
+    (tables and figures a command rewrites) do not make the code dirty."""
     if os.environ.get("LAB_COMMIT"):
         return {"commit": os.environ["LAB_COMMIT"], "dirty": None}
     commit = _git("rev-parse", "HEAD")
     if commit is None:
         return {"commit": os.environ.get("LAB_COMMIT"), "dirty": None}
-    status = _git("status", "--porcelain", "--untracked-files=no")
+    status = _git("status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)results")
     return {"commit": commit, "dirty": bool(status)}
 
 

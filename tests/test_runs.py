@@ -65,6 +65,31 @@ def test_atomic_write_replaces_whole_or_not_at_all(tmp_path: Path, monkeypatch: 
     assert [p.name for p in target.parent.iterdir()] == ["file.txt"]
 
 
+def test_code_is_dirty_for_changed_code_not_for_rewritten_results(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    import subprocess
+
+    import lab.runs
+
+    def git(*args: str) -> None:
+        subprocess.run(["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t", *args],
+                       check=True, capture_output=True)
+
+    (tmp_path / "results").mkdir()
+    (tmp_path / "code.py").write_text("x = 1\n")
+    (tmp_path / "results" / "table.md").write_text("| a |\n")
+    git("init", "-q")
+    git("add", ".")
+    git("commit", "-q", "-m", "one")
+    monkeypatch.setattr(lab.runs, "REPO_ROOT", tmp_path)
+    monkeypatch.delenv("LAB_COMMIT", raising=False)
+    assert lab.runs.git_state()["dirty"] is False
+    (tmp_path / "results" / "table.md").write_text("| b |\n")
+    assert lab.runs.git_state()["dirty"] is False
+    (tmp_path / "code.py").write_text("x = 2\n")
+    assert lab.runs.git_state()["dirty"] is True
+
+
 def test_provenance_names_code_command_machine_and_versions(tmp_path: Path) -> None:
     info = provenance(["lab", "train", "--preset", "tiny"], run_id="x")
     assert info["command"] == ["lab", "train", "--preset", "tiny"] and info["run_id"] == "x"
