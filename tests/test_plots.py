@@ -92,6 +92,34 @@ def test_addition_figure_goes_to_out_and_shades_the_given_widths(tmp_path: Path)
             parse_widths(bad)
 
 
+def progress(rows: dict[str, int]) -> pd.DataFrame:
+    """A progress.csv: for each row its number of seeds, evaluations every 100 steps to 500."""
+    return pd.DataFrame([
+        {"row": row, "seed": seed, "run_id": f"r{i}{seed}", "status": "finished", "step": step,
+         "train_width": min(8, step // 50), "widths": min(8, step // 100 + seed), "val_acc": step / 10 + seed,
+         "val_token_acc": 50.0, "ood_mean": 0.0}
+        for i, (row, seeds) in enumerate(rows.items()) for seed in range(seeds) for step in range(100, 600, 100)])
+
+
+def test_a_progress_figure_joins_when_the_table_has_progress_csv(tmp_path: Path) -> None:
+    per_width({"transformer": 2, "falcon-1.3": 1}).to_csv(tmp_path / "per_width.csv", index=False)
+    progress({"transformer": 2, "falcon-1.3": 1}).to_csv(tmp_path / "progress.csv", index=False)
+    code, text = invoke("plot", "addition", "--table", str(tmp_path), "--out", str(tmp_path / "f"))
+    assert code == 0, text
+    assert text.split() == ["figure:", str(tmp_path / "f" / "per_width.png"),
+                            "figure:", str(tmp_path / "f" / "progress.png")]
+    image = assert_png(tmp_path / "f" / "progress.png")
+    assert image.text["Source"] == (tmp_path / "progress.csv").as_posix()
+    # a malformed progress.csv: one line naming it, and no figure at all
+    frame = progress({"transformer": 1}).astype(object)
+    frame.loc[2, "widths"] = "many"
+    frame.to_csv(tmp_path / "progress.csv", index=False)
+    code, text = invoke("plot", "addition", "--table", str(tmp_path), "--out", str(tmp_path / "g"))
+    assert code == 2 and text.count("\n") == 1
+    assert text.startswith(f"lab plot: {tmp_path}/progress.csv: column 'widths' holds 'many' on line 4")
+    assert not (tmp_path / "g").exists()
+
+
 def test_a_band_for_rows_with_several_seeds_and_none_for_one() -> None:
     frame = per_width({"two-seeds": 2, "one-seed": 1})
     frame = frame[frame["which"] == "best"]

@@ -144,6 +144,9 @@ def test_tiny_reproduction_end_to_end_then_a_rerun_skips_what_is_finished(tmp_pa
     assert table["transformer"]["runs"] == "1" and table["retnet"]["runs"] == "0"
     assert float(table["falcon-1a.3"]["best_step_mean"]) == 20.0  # one evaluation: the last step
     assert 0 <= float(table["falcon-1a.3"]["widths_mean"]) <= 8  # widths answered, of the trained 1-8
+    progress = read_csv(out / "progress.csv")  # every evaluation of both runs: one, at step 20
+    assert [(r["row"], r["step"], r["train_width"]) for r in progress] == [("transformer", "20", "8"),
+                                                                          ("falcon-1a.3", "20", "8")]
     assert 0.0 <= float(table["falcon-1a.3"]["ood_mean_mean"]) <= 100.0
     per_width = read_csv(out / "per_width.csv")
     assert len(per_width) == 2 * 2 * 48  # two runs, best and last, 48 widths
@@ -218,6 +221,21 @@ def test_the_table_lists_runs_begun_but_not_finished_at_their_last_evaluation(tm
     assert fresh.run_id not in text
     # none of it enters the means
     assert next(r for r in read_csv(tmp_path / "out" / "table.csv") if r["row"] == "falcon-1a.3")["runs"] == "0"
+
+
+def test_progress_follows_every_evaluation_with_the_curriculums_widest_width(tmp_path: Path) -> None:
+    from lab.eval.callback import evals_path, write_evals
+    from lab.reproduce.addition_table import progress_rows
+    from lab.runs import run_dir_for
+
+    job = plan("packed", parse_rows("falcon-1.3"), seeds=1)[0]  # widths 1 -> 32 over 1500 steps
+    Registry(tmp_path / "lab.db").upsert(job.run_id, status="stopped", mixer="falcon-1.3", steps=1600)
+    tf = {n: 100.0 for n in range(1, 6)}
+    write_evals(evals_path(run_dir_for(job.run_id, results=tmp_path)),
+                [{"step": s, "val_acc": 1.0, "teacher_forced": tf} for s in (100, 750, 1600)])
+    rows = progress_rows([job], tmp_path)
+    assert [(r["step"], r["train_width"], r["widths"], r["status"]) for r in rows] == [
+        (100, 3, 5, "stopped"), (750, 16, 5, "stopped"), (1600, 32, 5, "stopped")]
 
 
 def test_an_interrupted_campaign_stops_each_run_at_a_checkpoint_and_keeps_its_table(tmp_path: Path) -> None:

@@ -42,7 +42,9 @@ def addition(
     """Accuracy against operand width (1-48), one line per row at its best step: per_width.png.
 
     Lines are means over seeds with a ± one standard deviation band when there are several; the trained
-    widths are shaded and 33-48 marked as extrapolation. A per-token panel joins when the CSV has it."""
+    widths are shaded and 33-48 marked as extrapolation. A per-token panel joins when the CSV has it.
+    Where the folder has progress.csv, progress.png follows every evaluation: widths answered and
+    validation accuracy against the step, beside the widest training width."""
     _draw("addition", table, out, train_widths)
 
 

@@ -1,4 +1,5 @@
-"""`lab plot addition`: accuracy against operand width, one line per table row, from per_width.csv.
+"""`lab plot addition`: accuracy against operand width, one line per table row, from per_width.csv;
+and, where the table has progress.csv, the widths answered and the validation accuracy against the step.
 
 Each run is taken at its best step (the `which == "best"` rows); a line is the mean over a row's
 seeds, with a band of ± one standard deviation when it has several. The trained widths are shaded,
@@ -100,14 +101,64 @@ def palette(names: Sequence[str]) -> dict[str, object]:
     return dict(zip(names, colors))
 
 
+# progress.png's panels: (column of progress.csv, panel title, y label).
+PROGRESS_PANELS = (("widths", "Widths answered (whole answers ≥ 95%, from width 1)", "widths"),
+                   ("val_acc", "Validation accuracy (widths 1–32, whole answers)", "accuracy (%)"))
+
+
+def read_progress(path: Path) -> pd.DataFrame:
+    """progress.csv (every evaluation of every run of a table); ValueError naming the file when malformed."""
+    return read_table(path, numbers=("seed", "step", "train_width", "widths", "val_acc"), texts=("row",),
+                      made_by=MADE_BY)
+
+
+def plot_progress(frame: pd.DataFrame, source: Path, path: Path, command: str) -> Path:
+    """Widths answered and validation accuracy against the step, one line per row (mean over the seeds
+    evaluated at that step, a ± one standard deviation band where several), with the widest training
+    width of each step as a dashed line: how fast each row takes in the widths, and whether it keeps
+    pace with a curriculum. `frame` is `read_progress(source)`."""
+    rows = list(dict.fromkeys(frame["row"]))
+    colors = palette(rows)
+    with styled():
+        fig = new_figure(6.5 * len(PROGRESS_PANELS) + 2.5, 5)
+        axes = fig.subplots(1, len(PROGRESS_PANELS), squeeze=False)[0]
+        for ax, (column, title, ylabel) in zip(axes, PROGRESS_PANELS):
+            if column == "widths":
+                widest = frame.groupby("step")["train_width"].max().sort_index()
+                ax.plot(widest.index, widest.to_numpy(), color="0.3", lw=1.2, ls="--", label="widest training width")
+            for name in rows:
+                mine = frame[frame["row"] == name]
+                stats = mine.groupby("step")[column].agg(["mean", "std", "count"]).sort_index()
+                seeds = int(mine["seed"].nunique())
+                label = name if seeds == 1 else f"{name} ({seeds} seeds)"
+                ax.plot(stats.index, stats["mean"], color=colors[name], lw=1.5, label=label)
+                if seeds > 1:
+                    spread = stats["std"].fillna(0.0)
+                    ax.fill_between(stats.index, stats["mean"] - spread, stats["mean"] + spread, color=colors[name],
+                                    alpha=0.2, lw=0)
+            ax.set_title(title)
+            ax.set_xlabel("training step")
+            ax.set_ylabel(ylabel)
+            if column == "val_acc":
+                ax.set_ylim(-3, 103)
+        handles, labels = axes[0].get_legend_handles_labels()
+        fig.legend(handles, labels, loc="outside right upper", fontsize="small")
+        fig.suptitle(f"Addition while training: {len(rows)} rows, every evaluation ({source.as_posix()})",
+                     fontsize="medium")
+    return save_png(fig, path, source.as_posix(), command)
+
+
 def plot_addition(table: str | Path, out: str | Path | None = None, train_widths: tuple[int, int] = (1, 32),
                   command: str = "lab plot addition") -> list[Path]:
     """Draw `<out>/per_width.png` from `<table>/per_width.csv` (out defaults to table): accuracy against
-    width, a whole-answer panel and a per-token one when the CSV has per-token accuracy. Returns the files."""
+    width, a whole-answer panel and a per-token one when the CSV has per-token accuracy; and
+    `<out>/progress.png` from `<table>/progress.csv` when the table has one. Returns the files."""
     table = Path(table)
     out = Path(out) if out is not None else table
     source = table / "per_width.csv"
     frame = read_per_width(source)
+    # read (and checked) before anything is drawn, so that a malformed file leaves no figure behind
+    progress = read_progress(table / "progress.csv") if (table / "progress.csv").is_file() else None
     panels = [(c, t) for c, t in PANELS if has_values(frame, c)]
     colors = palette(list(dict.fromkeys(frame["row"])))
     seeds = frame.groupby("row")["seed"].nunique()
@@ -122,4 +173,7 @@ def plot_addition(table: str | Path, out: str | Path | None = None, train_widths
         fig.legend(handles, labels, loc="outside right upper", fontsize="small")
         fig.suptitle(f"Addition at each run's best step: {len(seeds)} rows, {seed_count(seeds)} each "
                      f"({source.as_posix()})", fontsize="medium")
-    return [save_png(fig, out / "per_width.png", source.as_posix(), command)]
+    files = [save_png(fig, out / "per_width.png", source.as_posix(), command)]
+    if progress is not None:
+        files.append(plot_progress(progress, table / "progress.csv", out / "progress.png", command))
+    return files

@@ -1,5 +1,6 @@
 """The addition table from finished runs: table.md (ours beside the paper's), table.csv and per_width.csv;
-table.md also lists the runs begun but not finished, at their last evaluation.
+table.md also lists the runs begun but not finished, at their last evaluation, and progress.csv follows
+every evaluation of every begun run (how fast each row takes in the widths).
 
 Ours are mean ± sample standard deviation over the seeds of a row, each run taken at its best step
 (the evaluation with the highest validation accuracy, the earliest among equals), as the paper's
@@ -136,6 +137,33 @@ def per_width_rows(runs: list[dict[str, Any]], results: Path) -> list[dict[str, 
     return out
 
 
+PROGRESS_COLUMNS = ["row", "seed", "run_id", "status", "step", "train_width", "widths", "val_acc",
+                    "val_token_acc", "ood_mean"]
+
+
+def progress_rows(jobs: Sequence[Job], results: Path) -> list[dict[str, Any]]:
+    """progress.csv's rows: every evaluation of every run begun (finished or not), with the widest width
+    trained on by then (the curriculum's, else the widest of data.widths) and the widths answered."""
+    from lab.train.data import train_widths
+
+    registry = Registry(results / "lab.db")
+    out = []
+    for job in jobs:
+        row = registry.get(job.run_id)
+        if row is None:
+            continue
+        widest = job.cfg.data.widths[1]
+        for e in read_evals(evals_path(run_dir_for(job.run_id, results=results))):
+            step = int(e["step"])
+            out.append({"row": job.cfg.mixer, "seed": job.cfg.train.seed, "run_id": job.run_id,
+                        "status": row["status"], "step": step,
+                        # the batches of steps 0 .. step-1 came before this evaluation (widths only grow)
+                        "train_width": train_widths(job.cfg, max(step - 1, 0))[1],
+                        "widths": widths_answered(e.get("teacher_forced", {}), widest),
+                        **{k: e.get(k) for k in ("val_acc", "val_token_acc", "ood_mean")}})
+    return out
+
+
 def format_cell(mean: float | None, std: float | None, decimals: int) -> str:
     """`mean ± std` with `decimals` decimals; `mean` alone without a std; "—" without a mean."""
     if mean is None or (isinstance(mean, float) and math.isnan(mean)):
@@ -231,8 +259,8 @@ def render_markdown(jobs: Sequence[Job], table: list[dict[str, Any]], runs: list
     body = [[r["model"]] + [format_cell(r[f"{c}_mean"], r[f"{c}_std"], dec) for _, c, _, dec in extra]
             for r in table]
     lines.append(markdown_table(["Model", *(title for _, _, title, _ in extra)], body))
-    lines.append("Per-width accuracies of every run (best and last step): `per_width.csv`; the numbers above: "
-                 "`table.csv`.\n")
+    lines.append("Per-width accuracies of every run (best and last step): `per_width.csv`; every evaluation of "
+                 "every run begun, with the widths answered: `progress.csv`; the numbers above: `table.csv`.\n")
     if unfinished:
         lines += ["Runs begun but not finished (their last evaluation; in no mean above; the same command "
                   "resumes them from their last checkpoint, or starts them again without one):", ""]
@@ -258,5 +286,7 @@ def write_tables(jobs: Sequence[Job], results: Path, out: Path, command: str) ->
     atomic_write_text(out / "table.csv", frame.to_csv(index=False))
     columns = ["row", "seed", "run_id", "which", "step", "width", "teacher_forced", "per_token", "free_running"]
     atomic_write_text(out / "per_width.csv", pd.DataFrame(per_width_rows(runs, results), columns=columns)
+                      .to_csv(index=False))
+    atomic_write_text(out / "progress.csv", pd.DataFrame(progress_rows(jobs, results), columns=PROGRESS_COLUMNS)
                       .to_csv(index=False))
     return len(runs)
