@@ -70,14 +70,15 @@ def shade_widths(ax: Axes, train: tuple[int, int]) -> None:
     ax.set_ylabel("accuracy (%)")
 
 
-def draw_curves(ax: Axes, frame: pd.DataFrame, column: str, key: str, colors: dict[str, object]) -> None:
-    """One line per value of `key` (first-seen order): the mean of `column` over seeds at each width,
-    with a ± one standard deviation band where several seeds are present."""
+def draw_curves(ax: Axes, frame: pd.DataFrame, column: str, key: str, colors: dict[str, object],
+                x: str = "width") -> None:
+    """One line per value of `key` (first-seen order): the mean of `column` over seeds at each `x`
+    (width or step), with a ± one standard deviation band where several seeds are present."""
     for name in dict.fromkeys(frame[key]):
         mine = frame[frame[key] == name].dropna(subset=[column])
         if mine.empty:
             continue
-        stats = mine.groupby("width")[column].agg(["mean", "std", "count"]).sort_index()
+        stats = mine.groupby(x)[column].agg(["mean", "std", "count"]).sort_index()
         color = colors[name]
         seeds = int(stats["count"].max())
         label = name if seeds == 1 else f"{name} ({seeds} seeds)"
@@ -126,16 +127,7 @@ def plot_progress(frame: pd.DataFrame, source: Path, path: Path, command: str) -
             if column == "widths":
                 widest = frame.groupby("step")["train_width"].max().sort_index()
                 ax.plot(widest.index, widest.to_numpy(), color="0.3", lw=1.2, ls="--", label="widest training width")
-            for name in rows:
-                mine = frame[frame["row"] == name]
-                stats = mine.groupby("step")[column].agg(["mean", "std", "count"]).sort_index()
-                seeds = int(mine["seed"].nunique())
-                label = name if seeds == 1 else f"{name} ({seeds} seeds)"
-                ax.plot(stats.index, stats["mean"], color=colors[name], lw=1.5, label=label)
-                if seeds > 1:
-                    spread = stats["std"].fillna(0.0)
-                    ax.fill_between(stats.index, stats["mean"] - spread, stats["mean"] + spread, color=colors[name],
-                                    alpha=0.2, lw=0)
+            draw_curves(ax, frame, column, "row", colors, x="step")
             ax.set_title(title)
             ax.set_xlabel("training step")
             ax.set_ylabel(ylabel)
