@@ -22,7 +22,8 @@ app = typer.Typer(help="Reproduce the paper's tables: data, training, evaluation
 def addition(
     preset: Annotated[str, typer.Option(
         help="paper (the paper's settings: 2000 steps, batch 256, ~10M parameters), packed (the same with a "
-             "curriculum over widths and rows packed with samples: where the models learn) or tiny (a CPU).")]
+             "curriculum over widths and rows packed with samples: where the models learn), packed-constant "
+             "(packed with no learning-rate decay) or tiny (a CPU).")]
     = "paper",
     rows: Annotated[str | None, typer.Option(
         help="Comma-separated rows to train, e.g. transformer,falcon-1a.3 (default: all).")] = None,

@@ -2,7 +2,8 @@
 
 Every row is a registry mixer trained with one preset for each seed: `paper` (the paper's stated
 setting, lab preset `addition-paper`), `packed` (the same with the curriculum over widths and rows packed
-with samples: the regime in which the models learn the task, `results/addition/packed.md`) or `tiny`; a run's id is the hash of its configuration, so rerunning the command skips finished runs and
+with samples: the regime in which the models learn most of the task, `results/addition/packed.md`),
+`packed-constant` (packed without the learning rate's decay) or `tiny`; a run's id is the hash of its configuration, so rerunning the command skips finished runs and
 resumes unfinished ones, and the table can be built a piece at a time (`--rows`, `--seeds`). After
 every run the table is rewritten from all finished runs of the plan.
 """
@@ -25,8 +26,11 @@ PRESETS: dict[str, tuple[str, tuple[str, ...]]] = {
     "tiny": ("addition-tiny", ()),
     "paper": ("addition-paper", ()),
     "packed": ("addition-paper", PACKED),
+    # packed with the learning rate held at its peak after the warm-up (no cosine decay): on a CPU at widths
+    # 1-8 this took two Falcon rules to every trained width where the decay stopped at 1-6 (cpu_probe.md)
+    "packed-constant": ("addition-paper", (*PACKED, "optim.min_lr_ratio=1.0")),
 }
-DEFAULT_SEEDS = {"tiny": 1, "paper": 3, "packed": 3}
+DEFAULT_SEEDS = {"tiny": 1, "paper": 3, "packed": 3, "packed-constant": 3}
 
 
 @dataclass(frozen=True)
