@@ -173,6 +173,11 @@ def test_tiny_reproduction_end_to_end_then_a_rerun_skips_what_is_finished(tmp_pa
     assert read_csv(tmp_path / "again" / "table.csv") == read_csv(out / "table.csv")
     assert "--table-only" not in (tmp_path / "again" / "table.md").read_text()
     assert [r["updated_at"] for r in registry.rows()] == stamps
+    # ... and from a folder with no registry: one line, nothing written
+    code, text = invoke(*ARGS, "--results", str(tmp_path / "none"), "--table-only")
+    assert code == 2 and text.count("\n") == 1
+    assert text.startswith(f"lab reproduce: --table-only: no registry {tmp_path / 'none' / 'lab.db'}")
+    assert not (tmp_path / "none").exists()
 
 
 def test_two_runs_at_once_as_processes(tmp_path: Path) -> None:

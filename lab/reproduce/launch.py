@@ -163,8 +163,11 @@ def run_campaign(jobs: Sequence[Job], planned: Sequence[Job],
     so a stopped campaign keeps a table of what finished; `write_tables` returns the finished count.
 
     `table_only` trains nothing: the tables are written from the runs already in `results` (runs made on
-    other machines and copied in, or a campaign to be read before it ends)."""
+    other machines and copied in, or a campaign to be read before it ends); ValueError when `results` has
+    no registry to read them from."""
     if table_only:
+        if not (results / "lab.db").is_file():
+            raise ValueError(f"--table-only: no registry {results / 'lab.db'}, so no runs to make a table of")
         return Campaign([], out, write_tables(planned, results, out, command), len(planned))
 
     def done(outcome: Outcome) -> None:
