@@ -126,7 +126,8 @@ def plot_progress(frame: pd.DataFrame, source: Path, path: Path, command: str) -
         for ax, (column, title, ylabel) in zip(axes, PROGRESS_PANELS):
             if column == "widths":
                 widest = frame.groupby("step")["train_width"].max().sort_index()
-                ax.plot(widest.index, widest.to_numpy(), color="0.3", lw=1.2, ls="--", label="widest training width")
+                ax.plot(widest.index, widest.to_numpy(), color="0.3", lw=1.2, ls="--",
+                        label="widest training width")
             draw_curves(ax, frame, column, "row", colors, x="step")
             ax.set_title(title)
             ax.set_xlabel("training step")

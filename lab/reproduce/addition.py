@@ -3,9 +3,10 @@
 Every row is a registry mixer trained with one preset for each seed: `paper` (the paper's stated
 setting, lab preset `addition-paper`), `packed` (the same with the curriculum over widths and rows packed
 with samples: the regime in which the models learn most of the task, `results/addition/packed.md`),
-`packed-constant` (packed without the learning rate's decay) or `tiny`; a run's id is the hash of its configuration, so rerunning the command skips finished runs and
-resumes unfinished ones, and the table can be built a piece at a time (`--rows`, `--seeds`). After
-every run the table is rewritten from all finished runs of the plan.
+`packed-constant` (packed without the learning rate's decay) or `tiny`; a run's id is the hash of its
+configuration, so rerunning the command skips finished runs and resumes unfinished ones, and the table
+can be built a piece at a time (`--rows`, `--seeds`). After every run the table is rewritten from all
+finished runs of the plan.
 """
 
 from __future__ import annotations

@@ -250,8 +250,8 @@ def render_markdown(jobs: Sequence[Job], table: list[dict[str, Any]], runs: list
     lines += [
         "Beside the paper, at the best step: widths answered (the longest run of widths 1, 2, … whose whole "
         f"answers are right in ≥ {ANSWERED:g}% of samples, teacher-forced), free-running (greedy) and per-token "
-        "accuracy; and teacher-forced accuracy at the last step. A greedy answer is right exactly when every teacher-forced "
-        "prediction is, so free-running accuracy can part from teacher-forced accuracy only through "
+        "accuracy; and teacher-forced accuracy at the last step. A greedy answer is right exactly when every "
+        "teacher-forced prediction is, so free-running accuracy can part from teacher-forced accuracy only through "
         "floating-point differences (and fewer samples).",
         "",
     ]
