@@ -61,6 +61,11 @@ class OptimConfig:
     min_lr_ratio: float = 0.1
     grad_clip: float = 1.0
 
+    def schedule(self) -> str:
+        """The learning-rate schedule in words, as the tables state it."""
+        after = "then constant" if self.min_lr_ratio == 1 else f"cosine to {self.min_lr_ratio:g}×"
+        return f"warm-up {self.warmup_steps}, {after}"
+
 
 @dataclass
 class TrainConfig:

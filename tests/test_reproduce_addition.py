@@ -74,6 +74,9 @@ def test_plan_goes_seed_by_seed_with_one_run_id_per_row_and_seed() -> None:
     assert packed.run_id == same.run_id  # the runs made with --preset paper --set ... join its table
     constant = plan("packed-constant", parse_rows("transformer"), seeds=1)[0].cfg
     assert constant.optim.min_lr_ratio == 1.0 and constant.data == packed.cfg.data
+    from lab.reproduce.addition_table import settings_sentence
+    assert "(warm-up 100, cosine to 0.1×)" in settings_sentence([packed])  # the table says which schedule ran
+    assert "(warm-up 100, then constant)" in settings_sentence(plan("packed-constant", parse_rows("transformer"), 1))
     later = plan("packed", parse_rows("transformer"), seeds=1, overrides=["data.ramp_steps=1000"])[0]
     assert later.cfg.data.ramp_steps == 1000  # --set goes over the preset's settings
     with pytest.raises(ValueError, match="unknown preset 'huge'; accepted: tiny, paper"):

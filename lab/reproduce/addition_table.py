@@ -208,7 +208,7 @@ def settings_sentence(jobs: Sequence[Job]) -> str:
     rows = ("" if d.seq_len is None
             else f", rows of {d.seq_len} positions{' packed with whole samples' if d.packing else ''}")
     return (f"Preset `{cfg.preset}`: d_model {m.d_model}, {m.n_layers} layers, {m.n_heads} heads; {t.max_steps} steps "
-            f"of batch {t.batch_size}, lr {cfg.optim.lr:g} (warm-up {cfg.optim.warmup_steps}, cosine); train widths "
+            f"of batch {t.batch_size}, lr {cfg.optim.lr:g} ({cfg.optim.schedule()}); train widths "
             f"{d.widths[0]}–{d.widths[1]}{curriculum}{rows}; evaluated every {t.val_every} steps on widths 1–48 with "
             f"{e.n_per_length} samples per width ({e.free_per_length} free-running, at the best and the last step); "
             f"seeds {', '.join(map(str, seeds))}.")

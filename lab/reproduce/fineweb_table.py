@@ -159,7 +159,7 @@ def settings_sentence(jobs: Sequence[Job], texts: Mapping[str, Path | None]) -> 
     seeds = sorted({j.cfg.train.seed for j in jobs})
     scored = ", ".join(f"{name} ({path})" for name, path in texts.items() if path is not None)
     return (f"Lab preset `{cfg.preset}` with: d_model {m.d_model}, {m.n_layers} layers, {m.n_heads} heads; {t.max_steps} "
-            f"steps of {t.batch_size} rows of {d.seq_len} tokens, lr {o.lr:g} (warm-up {o.warmup_steps}, cosine), "
+            f"steps of {t.batch_size} rows of {d.seq_len} tokens, lr {o.lr:g} ({o.schedule()}), "
             f"precision {t.precision}; shards {d.path}; seeds {', '.join(map(str, seeds))}. Scored: the shards' "
             f"val split{', ' + scored if scored else ''}; a missing file leaves its column empty.")
 
