@@ -120,6 +120,26 @@ def test_a_progress_figure_joins_when_the_table_has_progress_csv(tmp_path: Path)
     assert not (tmp_path / "g").exists()
 
 
+def test_the_progress_figure_draws_every_run_and_marks_the_stopped_ones() -> None:
+    import matplotlib.pyplot as plt
+
+    from lab.plots.addition import draw_runs, palette
+
+    frame = progress({"two-seeds": 2, "one-seed": 1})
+    frame = frame[~((frame["seed"] == 1) & (frame["step"] > 300))].copy()  # seed 1 stopped at step 300
+    frame.loc[frame["seed"] == 1, "status"] = "stopped"
+    fig, ax = plt.subplots()
+    draw_runs(ax, frame, "val_acc", palette(["two-seeds", "one-seed"]))
+    runs = [line for line in ax.lines if line.get_linestyle() != "None"]
+    marks = [line for line in ax.lines if line.get_marker() == "x"]
+    assert [len(line.get_xdata()) for line in runs] == [5, 3, 5]  # no mean across the stopped seed
+    assert [line.get_linestyle() for line in runs] == ["-", "--", "-"]
+    assert len(marks) == 1 and list(marks[0].get_xdata()) == [300]
+    assert [line.get_label() for line in runs if not line.get_label().startswith("_")] == [
+        "two-seeds (2 seeds)", "one-seed"]
+    plt.close(fig)
+
+
 def test_a_band_for_rows_with_several_seeds_and_none_for_one() -> None:
     frame = per_width({"two-seeds": 2, "one-seed": 1})
     frame = frame[frame["which"] == "best"]

@@ -1,8 +1,9 @@
 """`lab plot addition`: accuracy against operand width, one line per table row, from per_width.csv;
 and, where the table has progress.csv, the widths answered and the validation accuracy against the step.
 
-Each run is taken at its best step (the `which == "best"` rows); a line is the mean over a row's
-seeds, with a band of ± one standard deviation when it has several. The trained widths are shaded,
+In per_width.png each run is taken at its best step (the `which == "best"` rows); a line is the mean
+over a row's seeds, with a band of ± one standard deviation when it has several. progress.png draws every
+run as its own line. The trained widths are shaded,
 and widths 33–48, beyond the paper's training range, are marked as extrapolation.
 """
 
@@ -113,11 +114,30 @@ def read_progress(path: Path) -> pd.DataFrame:
                       made_by=MADE_BY)
 
 
+# A run's line style by seed (seeds past the last reuse it); a run that did not reach its last step ends in ×.
+SEED_STYLES = ("-", "--", ":", "-.")
+
+
+def draw_runs(ax: Axes, frame: pd.DataFrame, column: str, colors: dict[str, object]) -> None:
+    """One line per run of progress.csv: a colour per row, a line style per seed, × at the last evaluation
+    of a run not finished. Runs, not a mean over seeds: the seeds of a row are often at different steps
+    (a campaign stopped part-way), and a mean over whichever seeds reached a step jumps where one ends."""
+    for row in dict.fromkeys(frame["row"]):
+        mine = frame[frame["row"] == row].dropna(subset=[column])
+        seeds = sorted(mine["seed"].unique())
+        for i, seed in enumerate(seeds):
+            run = mine[mine["seed"] == seed].sort_values("step")
+            label = (row if len(seeds) == 1 else f"{row} ({len(seeds)} seeds)") if i == 0 else None
+            ax.plot(run["step"], run[column], color=colors[row], lw=1.4, ls=SEED_STYLES[min(i, len(SEED_STYLES) - 1)],
+                    label=label)
+            if "status" in run.columns and run["status"].iloc[-1] != "finished":
+                ax.plot(run["step"].iloc[-1:], run[column].iloc[-1:], color=colors[row], marker="x", ls="none")
+
+
 def plot_progress(frame: pd.DataFrame, source: Path, path: Path, command: str) -> Path:
-    """Widths answered and validation accuracy against the step, one line per row (mean over the seeds
-    evaluated at that step, a ± one standard deviation band where several), with the widest training
-    width of each step as a dashed line: how fast each row takes in the widths, and whether it keeps
-    pace with a curriculum. `frame` is `read_progress(source)`."""
+    """Widths answered and validation accuracy against the step, one line per run (`draw_runs`), with the
+    widest training width of each step as a dashed line: how fast each row takes in the widths, and
+    whether it keeps pace with a curriculum. `frame` is `read_progress(source)`."""
     rows = list(dict.fromkeys(frame["row"]))
     colors = palette(rows)
     with styled():
@@ -128,7 +148,7 @@ def plot_progress(frame: pd.DataFrame, source: Path, path: Path, command: str) -
                 widest = frame.groupby("step")["train_width"].max().sort_index()
                 ax.plot(widest.index, widest.to_numpy(), color="0.3", lw=1.2, ls="--",
                         label="widest training width")
-            draw_curves(ax, frame, column, "row", colors, x="step")
+            draw_runs(ax, frame, column, colors)
             ax.set_title(title)
             ax.set_xlabel("training step")
             ax.set_ylabel(ylabel)
@@ -136,8 +156,8 @@ def plot_progress(frame: pd.DataFrame, source: Path, path: Path, command: str) -
                 ax.set_ylim(-3, 103)
         handles, labels = axes[0].get_legend_handles_labels()
         fig.legend(handles, labels, loc="outside right upper", fontsize="small")
-        fig.suptitle(f"Addition while training: {len(rows)} rows, every evaluation ({source.as_posix()})",
-                     fontsize="medium")
+        fig.suptitle(f"Addition while training: {len(rows)} rows, one line per run (seed 0 solid, 1 dashed, "
+                     f"2 dotted; × a run stopped early), every evaluation ({source.as_posix()})", fontsize="medium")
     return save_png(fig, path, source.as_posix(), command)
 
 
