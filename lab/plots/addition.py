@@ -156,8 +156,8 @@ def plot_progress(frame: pd.DataFrame, source: Path, path: Path, command: str) -
                 ax.set_ylim(-3, 103)
         handles, labels = axes[0].get_legend_handles_labels()
         fig.legend(handles, labels, loc="outside right upper", fontsize="small")
-        fig.suptitle(f"Addition while training: {len(rows)} rows, one line per run (seed 0 solid, 1 dashed, "
-                     f"2 dotted; × a run stopped early), every evaluation ({source.as_posix()})", fontsize="medium")
+        fig.suptitle(f"Addition while training: {len(rows)} rows, every evaluation ({source.as_posix()})\n"
+                     "one line per run: seed 0 solid, 1 dashed, 2 dotted; × a run stopped early", fontsize="medium")
     return save_png(fig, path, source.as_posix(), command)
 
 
