@@ -286,6 +286,21 @@ class Registry:
         finally:
             db.close()
 
+    def put(self, row: Mapping[str, Any]) -> None:
+        """Write a whole row as it is, `updated_at` included (a row read from another registry); its
+        columns must be registry columns and include `id`."""
+        unknown = set(row) - set(COLUMNS)
+        if unknown or "id" not in row:
+            raise ValueError(f"a registry row needs 'id' and registry columns only; unknown: {sorted(unknown)}")
+        names = ", ".join(f'"{name}"' for name in row)
+        marks = ", ".join("?" * len(row))
+        db = self._connect()
+        try:
+            with db:
+                db.execute(f"INSERT OR REPLACE INTO runs ({names}) VALUES ({marks})", list(row.values()))
+        finally:
+            db.close()
+
     def get(self, run_id: str) -> dict[str, Any] | None:
         """The row of `run_id` as a dict, or None."""
         db = self._connect()

@@ -26,6 +26,7 @@ EXPECTED = {
     "plot": ["addition", "ablation"],
     "bench": ["kernels", "train"],
     "report": ["runs"],
+    "runs": ["merge"],
 }
 
 
@@ -49,10 +50,10 @@ def console_script() -> str:
     return found
 
 
-def test_help_lists_all_nine_groups() -> None:
+def test_help_lists_all_ten_groups() -> None:
     code, out = invoke("--help")
     assert code == 0
-    assert GROUPS == ("data", "train", "eval", "sweep", "reproduce", "ablate", "plot", "bench", "report")
+    assert GROUPS == ("data", "train", "eval", "sweep", "reproduce", "ablate", "plot", "bench", "report", "runs")
     for group in GROUPS:
         assert re.search(rf"^\W*{group}\s", out, re.MULTILINE), f"{group} missing from lab --help"
 

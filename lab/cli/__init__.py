@@ -11,7 +11,7 @@ import typer
 
 from lab import __version__
 
-GROUPS = ("data", "train", "eval", "sweep", "reproduce", "ablate", "plot", "bench", "report")
+GROUPS = ("data", "train", "eval", "sweep", "reproduce", "ablate", "plot", "bench", "report", "runs")
 
 app = typer.Typer(
     name="lab",

@@ -1,0 +1,41 @@
+"""`lab runs`: the results folder's runs, and runs made elsewhere brought into it."""
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from lab.cli._common import refuse
+
+app = typer.Typer(help="Bring runs made on other machines into this results folder.", no_args_is_help=True)
+
+
+@app.callback()
+def _group() -> None:
+    """Bring runs made on other machines into this results folder."""
+
+
+@app.command()
+def merge(
+    source: Annotated[Path, typer.Argument(
+        help="A copy of another machine's results folder (its runs/ and lab.db).")],
+    results: Annotated[Path | None, typer.Option(
+        help="The results folder to merge into; default $LAB_RESULTS or the checkout's results/.")] = None,
+    dry_run: Annotated[bool, typer.Option(help="Say what would be done and write nothing.")] = False,
+) -> None:
+    """Take each run of SOURCE that is new here or went further there (finished, else more steps):
+    its folder and its registry row; keep every run that went as far here. A line per run, then a count.
+    Then `lab reproduce ... --table-only` writes the tables from the merged runs."""
+    from lab.merge import ACTIONS, merge_results
+    from lab.runs import results_root
+
+    into = results if results is not None else results_root()
+    try:
+        done = merge_results(source, into, dry_run=dry_run, on_run=lambda m: typer.echo(m.line()))
+    except ValueError as err:
+        refuse("lab runs merge", err)
+    counts = ", ".join(f"{sum(m.action == a for m in done)} {a}" for a in ACTIONS
+                       if any(m.action == a for m in done))
+    verb = "would merge" if dry_run else "merged"
+    typer.echo(f"{verb} {Path(source).resolve()} into {Path(into).resolve()}: {len(done)} runs "
+               f"({counts or 'none'})")
