@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from lab.eval.addition import evaluate_addition, greedy
+from lab.eval.addition import evaluate_addition, greedy, position_accuracy, position_rows
 from tasks.addition import EOS, VOCAB_SIZE, decode, encode, generate_records
 from tasks.addition.vocab import EQUALS
 
@@ -84,3 +84,29 @@ def test_greedy_uses_the_recurrent_step_when_present():
     with_carry = [r for r in records if int(r["a"]) + int(r["b"]) >= 10 ** 7]
     assert with_carry
     assert not greedy(StepAdder(drop_carry_from=1), with_carry, torch.device("cpu")).any()
+
+
+def test_per_position_accuracy_finds_the_lost_carry_at_the_carry_digit_only():
+    accuracy = position_accuracy(Adder(drop_carry_from=40), n_per_length=20)
+    assert sorted(accuracy) == list(range(1, 49))
+    assert all(len(accuracy[n]) == n + 2 for n in accuracy)  # n + 1 digits, then EOS
+    assert all(v == 100.0 for n in range(1, 40) for v in accuracy[n])
+    records = list(generate_records("ood", (40, 48), 20))
+    for n in range(40, 49):
+        carries = [int(r["a"]) + int(r["b"]) >= 10 ** n for r in records if r["n"] == n]
+        *digits, carry, end = accuracy[n]
+        assert digits == [100.0] * n and end == 100.0
+        assert abs(carry - 100.0 * (1 - sum(carries) / len(carries))) < 1e-4
+    rows = position_rows({2: [100.0, 50.0, 0.0, 100.0]}, run="r", step=7)
+    assert rows[1] == {"run": "r", "step": 7, "width": 2, "position": 1, "token": "digit", "accuracy": 50.0}
+    assert [r["token"] for r in rows] == ["digit", "digit", "digit", "eos"]
+
+
+def test_per_position_accuracy_refuses_rows_of_different_widths():
+    import pytest
+
+    from tasks.addition import target_position_correct, teacher_forced_batch
+
+    _, labels = teacher_forced_batch([*generate_records("val", (2, 3), 1)])
+    with pytest.raises(ValueError, match="per-position accuracy needs rows of one width"):
+        target_position_correct(labels.clone(), labels)

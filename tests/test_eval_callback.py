@@ -129,6 +129,32 @@ def test_lab_eval_addition_prints_the_runs_table_row(finished: tuple[Path, dict]
     assert last.exit_code == 0 and "| transformer | 12 |" in last.output
 
 
+def test_lab_eval_addition_writes_every_answer_position_and_lab_plot_draws_it(finished: tuple[Path, dict],
+                                                                             tmp_path: Path) -> None:
+    import pandas as pd
+    from PIL import Image
+
+    root, metrics = finished
+    csv = tmp_path / "positions.csv"
+    result = CliRunner().invoke(app, ["eval", "addition", "--run", str(root / "run"), "--per-n", "2",
+                                      "--free-per-n", "0", "--positions", str(csv)])
+    assert result.exit_code == 0, result.output
+    assert result.output.strip().splitlines()[-1] == f"positions: {csv}"
+    frame = pd.read_csv(csv)
+    assert list(frame.columns) == ["run", "which", "step", "samples", "width", "position", "token", "accuracy"]
+    assert len(frame) == sum(n + 2 for n in range(1, 49)) and set(frame["step"]) == {metrics["best_step"]}
+    assert frame["accuracy"].between(0, 100).all()
+    result = CliRunner().invoke(app, ["plot", "positions", "--csv", str(csv), "--train-widths", "1-8"])
+    assert result.exit_code == 0, result.output
+    image = Image.open(tmp_path / "positions.png")
+    assert image.text["Source"] == csv.as_posix() and "--train-widths 1-8" in image.text["Description"]
+    frame.loc[3, "position"] = 9  # a position past its width's answer: one line naming the file
+    frame.to_csv(csv, index=False)
+    result = CliRunner().invoke(app, ["plot", "positions", "--csv", str(csv)])
+    assert result.exit_code == 2 and result.output.count("\n") == 1
+    assert result.output.startswith(f"lab plot: {csv}: position 9 does not lie in a width-2 answer")
+
+
 @pytest.mark.parametrize(("args", "message"), [
     (["--run", "."], "lab eval: "),
     (["--which", "worst"], "lab eval: --which 'worst' is not accepted; accepted: best, last"),

@@ -21,6 +21,9 @@ def addition(
     per_n: Annotated[int, typer.Option(help="Teacher-forced samples per operand width n (1-48).")] = 100,
     free_per_n: Annotated[int, typer.Option(help="Free-running (greedy) samples per width; 0 skips them.")] = 10,
     seed: Annotated[int, typer.Option(help="Seed of the evaluation samples (runs evaluate with 0).")] = 0,
+    positions: Annotated[Path | None, typer.Option(
+        help="Also write the teacher-forced accuracy of every target position of every width 1-48 to this "
+             "CSV (`lab plot positions` draws it): where answers break past the trained widths.")] = None,
 ) -> None:
     """Teacher-forced, per-token and free-running accuracy of a run on widths 1-48, as a row of the table."""
     import torch
@@ -57,6 +60,16 @@ def addition(
     typer.echo("| " + " | ".join(["Mixer", "Step", *(title for _, title in COLUMNS)]) + " |")
     typer.echo("| " + " | ".join(["---"] * len(cells)) + " |")
     typer.echo("| " + " | ".join(cells) + " |")
+    if positions is not None:
+        import pandas as pd
+
+        from lab.eval.addition import position_accuracy, position_rows
+        from lab.runs import atomic_write_text
+
+        rows = position_rows(position_accuracy(loaded.model, n_per_length=per_n, seed=seed, device=device),
+                             run=str(run), which=which, step=loaded.step, samples=per_n)
+        atomic_write_text(positions, pd.DataFrame(rows).to_csv(index=False))
+        typer.echo(f"positions: {positions}")
 
 
 @app.command()
@@ -84,7 +97,13 @@ def ppl(
     from lab.eval.run_weights import load_run_model
     from lab.train.data import seq_len as run_seq_len
     from lab.train.data import vocab_size
-    from tasks.fineweb import encode_documents, find_shards, load_tokenizer, read_manifest, read_shard
+    from tasks.fineweb import (
+        encode_documents,
+        find_shards,
+        load_tokenizer,
+        read_manifest,
+        read_shard,
+    )
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:

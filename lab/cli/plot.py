@@ -59,3 +59,27 @@ def ablation(
 
     Also alignment_per_width.png, accuracy against width per cell, when alignment_per_width.csv is there."""
     _draw("ablation", table, out, train_widths)
+
+
+@app.command()
+def positions(
+    csv: Annotated[Path, typer.Option(help="positions.csv from `lab eval addition --positions`.")],
+    out: Out = None,
+    train_widths: TrainWidths = "1-32",
+) -> None:
+    """Teacher-forced accuracy of every answer digit of every width (1-48) as a heat map, with the end token
+    beside: <csv stem>.png. Dashed lines mark the trained widths and positions: whether a model loses the
+    digits past the trained positions, or every digit of a width it did not train on."""
+    from lab.plots.addition import parse_widths
+    from lab.plots.positions import plot_positions
+
+    try:
+        command = remake_command(["lab", "plot", "positions"], [
+            ("--csv", csv), ("--out", out), ("--train-widths", None if train_widths == "1-32" else train_widths)])
+        files = plot_positions(csv, out, parse_widths(train_widths), command)
+    except ValueError as err:
+        typer.echo(f"lab plot: {err}", err=True)
+        raise typer.Exit(code=2) from None
+    for path in files:
+        typer.echo(f"figure: {path}")
+

@@ -29,6 +29,7 @@ from tasks.addition.metrics import (
     span_correct,
     suffix_accuracy,
     summarise,
+    target_position_correct,
     teacher_forced_batch,
 )
 from tasks.addition.vocab import BOS, EOS, PAD, VOCAB_SIZE, decode, encode
@@ -39,5 +40,5 @@ __all__ = [
     "derive_seed", "encode", "free_running_check", "generate_records", "make_batch", "make_record",
     "pack_rows", "per_width_accuracy", "positions_needed", "prompt_ids", "read_jsonl",
     "sample_record", "sample_tokens", "span_correct", "suffix_accuracy", "summarise",
-    "teacher_forced_batch", "validate_record", "write_jsonl",
+    "target_position_correct", "teacher_forced_batch", "validate_record", "write_jsonl",
 ]

@@ -64,6 +64,20 @@ def suffix_accuracy(logits_or_preds: torch.Tensor, labels: torch.Tensor) -> Suff
     return SuffixAccuracy(whole, per_token_correct, n_tokens)
 
 
+def target_position_correct(logits_or_preds: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Teacher-forced correctness of each labelled position, in order: [N, K] bool for rows that all have
+    K labelled positions (records of one width n: the n + 1 sum digits, least significant first, then
+    EOS). ValueError when the rows differ in how many positions they label."""
+    preds = _predictions(logits_or_preds, labels)
+    scored = labels != IGNORE_INDEX
+    counts = scored.sum(dim=-1)
+    if counts.numel() and not bool((counts == counts[0]).all()):
+        raise ValueError(f"rows label {sorted(set(counts.tolist()))} positions; per-position accuracy needs "
+                         "rows of one width")
+    k = int(counts[0]) if counts.numel() else 0
+    return (preds == labels)[scored].view(labels.shape[0], k)
+
+
 def span_correct(
     logits_or_preds: torch.Tensor, labels: torch.Tensor, spans: Iterable[SampleSpan]
 ) -> torch.Tensor:

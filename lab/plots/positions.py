@@ -1,0 +1,70 @@
+"""`lab plot positions`: teacher-forced accuracy of every target position of every width, as a heat map.
+
+From positions.csv (`lab eval addition --positions`): width on the y axis, the position of the sum's digit
+on the x axis (0 = least significant, n = the carry digit), one cell per (width, position), and the EOS
+token of each width in a narrow panel beside. Dashed lines mark the widest trained width and the last
+digit position it trains: a model that has learned the algorithm stays bright past both; one that has
+learned positions goes dark to the right of the vertical line, one that has learned widths goes dark
+above the horizontal one.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from lab.plots.figure import new_figure, save_png, styled
+from lab.plots.tables import read_table
+
+MADE_BY = "lab eval addition --run RUN --positions FILE.csv"
+
+
+def read_positions(path: Path) -> pd.DataFrame:
+    """positions.csv; ValueError naming the file when it is malformed or a position lies outside its width."""
+    frame = read_table(path, numbers=("width", "position", "accuracy"), texts=("token",), made_by=MADE_BY)
+    outside = frame[(frame["width"] < 1) | (frame["position"] < 0) | (frame["position"] > frame["width"] + 1)]
+    if not outside.empty:
+        row = outside.iloc[0]
+        raise ValueError(f"{path}: position {row['position']:g} does not lie in a width-{row['width']:g} "
+                         f"answer (positions 0 to width + 1)")
+    return frame
+
+
+def plot_positions(csv: str | Path, out: str | Path | None = None, train_widths: tuple[int, int] = (1, 32),
+                   command: str = "lab plot positions") -> list[Path]:
+    """positions.png beside `csv` (or in `out`); returns the files written."""
+    csv = Path(csv)
+    frame = read_positions(csv)
+    widest = int(frame["width"].max())
+    digits = frame[frame["token"] == "digit"]
+    eos = frame[frame["token"] == "eos"].set_index("width")["accuracy"]
+    grid = np.full((widest, widest + 1), np.nan)
+    for row in digits.itertuples():
+        grid[int(row.width) - 1, int(row.position)] = row.accuracy
+    hi = train_widths[1]
+    title = csv.as_posix()
+    if "run" in frame.columns and "step" in frame.columns:
+        title = f"{frame['run'].iloc[0]}, step {frame['step'].iloc[0]} ({csv.as_posix()})"
+    with styled():
+        fig = new_figure(9, 7)
+        main, side = fig.subplots(1, 2, width_ratios=[widest + 1, 3], sharey=True)
+        image = main.imshow(grid, origin="lower", aspect="auto", cmap="viridis", vmin=0, vmax=100,
+                            extent=(-0.5, widest + 0.5, 0.5, widest + 0.5), interpolation="nearest")
+        side.imshow(np.array([[eos.get(n, np.nan)] for n in range(1, widest + 1)]), origin="lower", aspect="auto",
+                    cmap="viridis", vmin=0, vmax=100, extent=(-0.5, 0.5, 0.5, widest + 0.5), interpolation="nearest")
+        for ax in (main, side):
+            ax.grid(False)
+            ax.axhline(hi + 0.5, color="white", lw=1.2, ls="--")
+        main.axvline(hi + 0.5, color="white", lw=1.2, ls="--")
+        main.set_xlabel("position in the answer (0 = least significant digit; n = the carry digit)")
+        main.set_ylabel("operand width n")
+        main.set_title(f"Teacher-forced accuracy of each answer digit (dashed: trained widths ≤ {hi})",
+                       fontsize="medium")
+        side.set_xticks([0], ["EOS"])
+        side.set_title("end", fontsize="medium")
+        fig.colorbar(image, ax=[main, side], label="accuracy (%)", shrink=0.8)
+        fig.suptitle(title, fontsize="small")
+    folder = Path(out) if out is not None else csv.parent
+    return [save_png(fig, folder / f"{csv.stem}.png", csv.as_posix(), command)]
