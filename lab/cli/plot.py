@@ -1,5 +1,6 @@
 """`lab plot`: figures from the tables in results/."""
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
@@ -14,16 +15,17 @@ TrainWidths = Annotated[str, typer.Option(
     help="Operand widths the runs trained on, shaded as LO-HI (the paper preset: 1-32, tiny: 1-8).")]
 
 
-def _draw(group: str, table: Path | None, out: Path | None, train_widths: str) -> None:
-    from lab.plots.ablation import plot_ablation
-    from lab.plots.addition import parse_widths, plot_addition
+def _draw(name: str, flag: str, source: Path | None, default: str | None, out: Path | None, train_widths: str,
+          draw: Callable[[Path, Path | None, tuple[int, int], str], list[Path]]) -> None:
+    """Run `draw(source, out, widths, command)` for `lab plot <name>` (`source` given by `flag`, else
+    `<results>/<default>`) and print each figure; bad input is one line on stderr, exit code 2."""
+    from lab.plots.addition import parse_widths
     from lab.runs import results_root
 
-    draw = {"addition": plot_addition, "ablation": plot_ablation}[group]
-    folder = table if table is not None else results_root() / group
+    folder = source if source is not None else results_root() / str(default)
     try:
-        command = remake_command(["lab", "plot", group], [
-            ("--table", table), ("--out", out), ("--train-widths", None if train_widths == "1-32" else train_widths)])
+        command = remake_command(["lab", "plot", name], [
+            (flag, source), ("--out", out), ("--train-widths", None if train_widths == "1-32" else train_widths)])
         files = draw(folder, out, parse_widths(train_widths), command)
     except ValueError as err:
         typer.echo(f"lab plot: {err}", err=True)
@@ -45,7 +47,9 @@ def addition(
     widths are shaded and 33-48 marked as extrapolation. A per-token panel joins when the CSV has it.
     Where the folder has progress.csv, progress.png follows every evaluation: widths answered and
     validation accuracy against the step, beside the widest training width."""
-    _draw("addition", table, out, train_widths)
+    from lab.plots.addition import plot_addition
+
+    _draw("addition", "--table", table, "addition", out, train_widths, plot_addition)
 
 
 @app.command()
@@ -58,7 +62,9 @@ def ablation(
     """The 2x2 timing x pairing grid of every mixer as heat maps (val acc, mean 33-48): alignment.png.
 
     Also alignment_per_width.png, accuracy against width per cell, when alignment_per_width.csv is there."""
-    _draw("ablation", table, out, train_widths)
+    from lab.plots.ablation import plot_ablation
+
+    _draw("ablation", "--table", table, "ablation", out, train_widths, plot_ablation)
 
 
 @app.command()
@@ -70,16 +76,6 @@ def positions(
     """Teacher-forced accuracy of every answer digit of every width (1-48) as a heat map, with the end token
     beside: <csv stem>.png. Dashed lines mark the trained widths and positions: whether a model loses the
     digits past the trained positions, or every digit of a width it did not train on."""
-    from lab.plots.addition import parse_widths
     from lab.plots.positions import plot_positions
 
-    try:
-        command = remake_command(["lab", "plot", "positions"], [
-            ("--csv", csv), ("--out", out), ("--train-widths", None if train_widths == "1-32" else train_widths)])
-        files = plot_positions(csv, out, parse_widths(train_widths), command)
-    except ValueError as err:
-        typer.echo(f"lab plot: {err}", err=True)
-        raise typer.Exit(code=2) from None
-    for path in files:
-        typer.echo(f"figure: {path}")
-
+    _draw("positions", "--csv", csv, None, out, train_widths, plot_positions)
