@@ -129,6 +129,26 @@ def test_lab_eval_addition_prints_the_runs_table_row(finished: tuple[Path, dict]
     assert last.exit_code == 0 and "| transformer | 12 |" in last.output
 
 
+def test_a_finished_run_writes_the_accuracy_of_every_answer_position(finished: tuple[Path, dict],
+                                                                     tmp_path: Path) -> None:
+    import pandas as pd
+
+    root, metrics = finished
+    frame = pd.read_csv(root / "run" / "positions.csv")
+    assert sorted(set(frame["which"])) == ["best", "last"]
+    best, last = frame[frame["which"] == "best"], frame[frame["which"] == "last"]
+    assert set(best["step"]) == {metrics["best_step"]} and set(last["step"]) == {12}
+    assert len(best) == len(last) == sum(n + 2 for n in range(1, 49))
+    # the per-position numbers agree with the per-token accuracy of the same evaluation
+    evals = {e["step"]: e for e in read_evals(root / "run" / "evals.csv")}
+    for n in (1, 5, 40):
+        tokens = best[best["width"] == n]["accuracy"].mean()
+        assert tokens == pytest.approx(evals[metrics["best_step"]]["per_token"][n], abs=1e-6)
+    result = CliRunner().invoke(app, ["plot", "positions", "--csv", str(root / "run" / "positions.csv"),
+                                      "--out", str(tmp_path)])
+    assert result.exit_code == 0 and (tmp_path / "positions.png").is_file()
+
+
 def test_lab_eval_addition_writes_every_answer_position_and_lab_plot_draws_it(finished: tuple[Path, dict],
                                                                              tmp_path: Path) -> None:
     import pandas as pd

@@ -7,7 +7,8 @@ the run's `evals.csv`: the summary columns, then the accuracy of every width (`t
 1–32); among equal accuracies the earliest step wins, the first to reach it. Its weights are kept
 (in the callback's checkpoint state and in `checkpoints/best.pt`), and at the last step free-running
 greedy accuracy is measured for the best and the last weights (`eval.free_per_length` samples per
-width). The run's final metrics gain the best evaluation's columns (`best_*`) and the last one's
+width), and so is the accuracy of every answer position of every width (`positions.csv`, both
+weights). The run's final metrics gain the best evaluation's columns (`best_*`) and the last one's
 (`last_*`).
 """
 
@@ -25,7 +26,7 @@ import torch
 from lightning.pytorch.callbacks import Callback
 
 from lab.config import RunConfig
-from lab.eval.addition import evaluate_addition
+from lab.eval.addition import evaluate_addition, position_accuracy, position_rows
 from lab.eval.free_running import free_running_accuracy
 from lab.runs import RunDir, atomic_write_text
 from tasks.addition import summarise
@@ -60,6 +61,11 @@ def evaluation_callbacks(cfg: RunConfig, run: RunDir) -> list[Callback]:
 def evals_path(run: RunDir) -> Path:
     """Where a run's evaluations are written."""
     return run.root / "evals.csv"
+
+
+def positions_path(run: RunDir) -> Path:
+    """The run's positions.csv: accuracy of every answer position at the best and the last step."""
+    return run.root / "positions.csv"
 
 
 def best_weights_path(run: RunDir) -> Path:
@@ -165,6 +171,8 @@ class AdditionEvaluation(Callback):
             self._evaluate(trainer, pl_module, step)
         if step == trainer.max_steps and self.free_per_length:
             self._free_running(trainer, pl_module)
+        if step == trainer.max_steps:
+            self._positions(trainer, pl_module)
         write_evals(evals_path(self.run), self.evals)
 
     def _evaluate(self, trainer: pl.Trainer, pl_module: pl.LightningModule, step: int) -> None:
@@ -180,16 +188,41 @@ class AdditionEvaluation(Callback):
             self.best_weights = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
             self._save_best()
 
+    def _best_model(self, pl_module: pl.LightningModule) -> torch.nn.Module | None:
+        """A copy of the model holding the best weights, when the best step is not the last; else None."""
+        last, best = self.evals[-1], self.best()
+        if best is None or best is last or self.best_weights is None:
+            return None
+        model = copy.deepcopy(pl_module.model)
+        model.load_state_dict(self.best_weights)
+        return model
+
     def _free_running(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         """Free-running accuracy of the last weights and, when it is another step, the best weights."""
         last, best = self.evals[-1], self.best()
         self._measure_free(trainer, pl_module.model, last, pl_module.device)
-        if best is not None and best is not last and self.best_weights is not None:
-            model = copy.deepcopy(pl_module.model)
-            model.load_state_dict(self.best_weights)
+        model = self._best_model(pl_module)
+        if model is not None and best is not None:
             self._measure_free(trainer, model, best, pl_module.device)
             del model
         self._save_best()
+
+    def _positions(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        """Teacher-forced accuracy of every answer position of every width, for the last weights and the
+        best ones: `positions.csv` in the run folder (`lab plot positions` draws it)."""
+        import pandas as pd
+
+        last, best = self.evals[-1], self.best() or self.evals[-1]
+        model = self._best_model(pl_module)
+        rows = []
+        for which, row, weights in (("best", best, model or pl_module.model), ("last", last, pl_module.model)):
+            with trainer.precision_plugin.val_step_context():
+                accuracy = position_accuracy(weights, n_per_length=self.n_per_length, seed=self.seed,
+                                             device=pl_module.device)
+            rows += position_rows(accuracy, run=self.run.root.name, which=which, step=row["step"],
+                                  samples=self.n_per_length)
+        del model
+        atomic_write_text(positions_path(self.run), pd.DataFrame(rows).to_csv(index=False))
 
     def _measure_free(self, trainer: pl.Trainer, model: torch.nn.Module, row: dict[str, Any],
                       device: torch.device) -> None:

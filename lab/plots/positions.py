@@ -34,9 +34,12 @@ def read_positions(path: Path) -> pd.DataFrame:
 
 def plot_positions(csv: str | Path, out: str | Path | None = None, train_widths: tuple[int, int] = (1, 32),
                    command: str = "lab plot positions") -> list[Path]:
-    """positions.png beside `csv` (or in `out`); returns the files written."""
+    """`<csv stem>.png` beside `csv` (or in `out`); returns the files written. Of a CSV holding several
+    weights of a run (a run's own positions.csv: `which` best and last), the best are drawn."""
     csv = Path(csv)
     frame = read_positions(csv)
+    if "which" in frame.columns and (frame["which"] == "best").any():
+        frame = frame[frame["which"] == "best"]  # a run's positions.csv holds its best and its last weights
     widest = int(frame["width"].max())
     digits = frame[frame["token"] == "digit"]
     eos = frame[frame["token"] == "eos"].set_index("width")["accuracy"]

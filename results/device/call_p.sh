@@ -4,7 +4,7 @@
 # H200s: more seeds of the table, or a longer schedule with EXTRA (e.g. EXTRA="--max-steps 6000 --set
 # data.ramp_steps=4500" OUTDIR=results/addition/packed-6000).
 # PRESET: packed (default) or packed-constant (the same with no learning-rate decay).
-# POSITIONS (default 1): afterwards, each finished run's per-position accuracy (runs/<id>/positions.csv).
+# Each run that finishes writes its per-position accuracy (runs/<id>/positions.csv, `lab plot positions`).
 # Merge the outputs here with `lab runs merge <the folder out.tgz was unpacked in>`.
 # ROWS: comma-separated rows (default every row but falcon-2 and falcon-3, whose 2000 steps take an hour
 # each at this size), or "all". SEEDS (default 3), PER_GPU (default 4), BUDGET_S (default 540).
@@ -22,33 +22,6 @@ LOG=$W/console_$(date -u +%H%M%S).log
 timeout --signal=INT --kill-after=50 ${BUDGET_S:-540} python -m lab reproduce addition --preset ${PRESET:-packed} \
   --seeds ${SEEDS:-3} --gpus 2 --per-gpu ${PER_GPU:-4} $ROWS_ARG ${EXTRA:-} --out $OUTDIR > $LOG 2>&1
 echo "campaign stopped: exit $?"
-# Where the finished runs' answers break: every answer digit of every width at the best step, for each
-# finished run without it yet (a minute at most; `lab plot positions` draws them).
-[ "${POSITIONS:-1}" = 1 ] && timeout 60 python - <<'PY' || echo "positions: stopped by the time limit"
-import json
-from pathlib import Path
-
-import pandas as pd
-import torch
-
-from lab.eval.addition import position_accuracy, position_rows
-from lab.eval.run_weights import load_run_model
-from lab.runs import atomic_write_text
-
-for run in sorted(Path("results/runs").iterdir()):
-    state = run / "run.json"
-    if (run / "positions.csv").exists() or not state.exists() or json.loads(state.read_text())["status"] != "finished":
-        continue
-    if not (run / "checkpoints" / "best.pt").exists():
-        continue
-    loaded = load_run_model(run, "best", torch.device("cuda" if torch.cuda.is_available() else "cpu"))
-    if loaded.cfg.task != "addition":
-        continue
-    rows = position_rows(position_accuracy(loaded.model, n_per_length=100), run=run.name, which="best",
-                         step=loaded.step, samples=100)
-    atomic_write_text(run / "positions.csv", pd.DataFrame(rows).to_csv(index=False))
-    print(f"positions: {run.name} ({loaded.cfg.mixer}, step {loaded.step})", flush=True)
-PY
 tar czf "$OUT/out.tgz" --exclude='*.ckpt' --exclude='best.pt' --exclude='*.lock' -C $W . \
   -C "$PWD/results" addition runs lab.db
 tail -n 12 $LOG
