@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from lab.config import load_config
+from lab.config import ConfigError, load_config
 from lab.reproduce.launch import Campaign, Job, Outcome, run_campaign
 from lab.runs import results_root
 
@@ -126,10 +126,19 @@ def reproduce_addition(preset: str = "paper", rows: Sequence[Row] | None = None,
 
     seeds = DEFAULT_SEEDS.get(preset, 1) if seeds is None else seeds
     rows = list(ROWS) if rows is None else list(rows)
-    # The table holds every row of the plan that has finished runs, not only the rows run now.
-    everything = plan(preset, ROWS, seeds, max_steps, overrides)
+    # The table holds every row of the plan that has finished runs, not only the rows run now; a row
+    # not run now whose mixer rejects an override (e.g. a conv_size the transformer has not) cannot
+    # have runs with it and is left out of the table.
+    jobs = plan(preset, rows, seeds, max_steps, overrides)
     wanted = {r.name for r in rows}
-    jobs = [j for j in everything if j.cfg.mixer in wanted]
+    others = []
+    for row in ROWS:
+        if row.name not in wanted:
+            try:
+                others += plan(preset, [row], seeds, max_steps, overrides)
+            except ConfigError:
+                pass
+    everything = sorted(jobs + others, key=lambda j: (j.cfg.train.seed, ROW_NAMES.index(j.label)))
     results = Path(results).resolve() if results is not None else results_root()
     out = Path(out).resolve() if out is not None else default_out(preset, results)
 
