@@ -208,6 +208,39 @@ def test_a_resumed_run_evaluates_as_an_uninterrupted_one(finished: tuple[Path, d
     assert resumed.metrics["best_step"] == metrics["best_step"]
 
 
+class KillAt(Callback):
+    """Ends the process's run at `step` after its checkpoint was written and before its evaluation ran,
+    as a SIGKILL during the final evaluation does."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if trainer.global_step == self.step:
+            raise RuntimeError("killed")
+
+
+def test_a_run_killed_in_its_final_evaluation_completes_it_on_resume(finished: tuple[Path, dict],
+                                                                     tmp_path: Path) -> None:
+    root, metrics = finished
+    cfg = config("train.ckpt_every=4")  # a checkpoint at the last step, written before its evaluation
+    with pytest.raises(RuntimeError, match="killed"):
+        run_training(cfg, out=tmp_path / "run", results=tmp_path, callbacks=[KillAt(12)], progress=False)
+    assert [e["step"] for e in read_evals(tmp_path / "run" / "evals.csv")] == [5, 10]
+    assert not (tmp_path / "run" / "positions.csv").exists()
+    resumed = run_training(cfg, out=tmp_path / "run", results=tmp_path, progress=False)
+    assert resumed.status == "finished" and resumed.resumed_from == 12
+    a, b = read_evals(tmp_path / "run" / "evals.csv"), read_evals(root / "run" / "evals.csv")
+    assert [e["step"] for e in a] == [5, 10, 12]
+    assert a[-1]["per_token"] == pytest.approx(b[-1]["per_token"], abs=1e-6)
+    assert "free_val_acc" in a[-1] and a[-1]["free_running"] == b[-1]["free_running"]
+    assert (tmp_path / "run" / "positions.csv").read_text().splitlines()[0] == \
+        (root / "run" / "positions.csv").read_text().splitlines()[0]
+    assert resumed.metrics["last_step"] == 12 and resumed.metrics["best_step"] == metrics["best_step"]
+    # Completed once: another call finds the run finished and leaves it alone.
+    assert run_training(cfg, out=tmp_path / "run", results=tmp_path, progress=False).status == "skipped"
+
+
 class Adder(nn.Module):
     """Puts all logit mass on the right next token; from width `drop_carry_from` on it loses the final
     carry, so those widths score exactly the share of samples without one."""

@@ -175,6 +175,30 @@ class AdditionEvaluation(Callback):
             self._positions(trainer, pl_module)
         write_evals(evals_path(self.run), self.evals)
 
+    def complete(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        """After `trainer.fit`: the last step's evaluation, free-running accuracy and positions.csv, when a
+        run resumed from a checkpoint of its last step that was written before they ran (a process killed
+        during the final evaluation). The fit loop then runs no step and calls no training hook."""
+        step = trainer.global_step
+        if not trainer.is_global_zero or step != trainer.max_steps:
+            return
+        last = self.evals[-1] if self.evals else None
+        evaluated = last is not None and last["step"] == step
+        freed = evaluated and (not self.free_per_length or "free_val_acc" in last)
+        if freed and positions_path(self.run).exists():
+            return
+        # Lightning's teardown has moved the model to the CPU; evaluate where it trained.
+        pl_module.to(trainer.strategy.root_device)
+        try:
+            if not evaluated:
+                self._evaluate(trainer, pl_module, step)
+            if not freed and self.free_per_length:
+                self._free_running(trainer, pl_module)
+            self._positions(trainer, pl_module)
+            write_evals(evals_path(self.run), self.evals)
+        finally:
+            pl_module.cpu()
+
     def _evaluate(self, trainer: pl.Trainer, pl_module: pl.LightningModule, step: int) -> None:
         model = pl_module.model
         with trainer.precision_plugin.val_step_context():

@@ -142,6 +142,10 @@ def _run_in_folder(cfg: RunConfig, run: RunDir, run_id: str, results: Path, call
         trainer.fit(module, datamodule=data, ckpt_path=ckpt)
         step = trainer.global_step
         module.check_finite()
+        if step >= cfg.train.max_steps:
+            for callback in callbacks:
+                # What a resumed run whose checkpoint is its last step still owes (lab.eval.callback).
+                getattr(callback, "complete", lambda *_: None)(trainer, module)
         if step % cfg.train.ckpt_every:
             trainer.save_checkpoint(run.last_checkpoint, weights_only=False)
             if rank0:
