@@ -209,6 +209,27 @@ def test_mistakes_are_one_line_with_exit_2_and_nothing_run(args: list[str], mess
     assert not (tmp_path / "runs").exists() and not (tmp_path / "addition").exists()
 
 
+def test_an_option_some_rows_lack_plans_the_rows_that_have_it(monkeypatch: pytest.MonkeyPatch,
+                                                                 tmp_path: Path) -> None:
+    from lab.reproduce import addition
+
+    seen = {}
+    monkeypatch.setattr(addition, "run_campaign", lambda jobs, everything, *a, **k: seen.update(
+        jobs=jobs, everything=everything))
+    addition.reproduce_addition("tiny", rows=parse_rows("falcon-1.3"), seeds=2, results=tmp_path,
+                                overrides=["model.mixer_options.conv_size=8"])
+    assert [(j.label, j.cfg.train.seed) for j in seen["jobs"]] == [("falcon-1.3", 0), ("falcon-1.3", 1)]
+    assert all(j.cfg.model.mixer_options["conv_size"] == 8 for j in seen["everything"])
+    # The table's plan: every row whose mixer has a convolution, seed by seed, in the table's order.
+    labels = [j.label for j in seen["everything"] if j.cfg.train.seed == 0]
+    assert "falcon-1.3" in labels and "transformer" not in labels and "retnet" not in labels
+    assert labels == [r for r in ROW_NAMES if r in labels]
+    # An option the rows run now lack is still an error.
+    with pytest.raises(ConfigError, match="conv_size"):
+        addition.reproduce_addition("tiny", rows=parse_rows("transformer"), results=tmp_path,
+                                    overrides=["model.mixer_options.conv_size=8"])
+
+
 def test_the_table_lists_runs_begun_but_not_finished_at_their_last_evaluation(tmp_path: Path) -> None:
     from lab.eval.callback import evals_path, write_evals
     from lab.reproduce.addition_table import write_tables
