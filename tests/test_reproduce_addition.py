@@ -254,6 +254,21 @@ def test_the_table_lists_runs_begun_but_not_finished_at_their_last_evaluation(tm
     assert next(r for r in read_csv(tmp_path / "out" / "table.csv") if r["row"] == "falcon-1a.3")["runs"] == "0"
 
 
+def test_hand_written_notes_end_the_table_and_survive_every_rewrite(tmp_path: Path) -> None:
+    from lab.reproduce.addition_table import write_tables
+
+    jobs = plan("tiny", parse_rows("transformer"), seeds=1)
+    out = tmp_path / "out"
+    write_tables(jobs, tmp_path, out, "lab reproduce addition --preset tiny")
+    assert "## Notes" not in (out / "table.md").read_text()
+    (out / "notes.md").write_text("Seeds 1 and 2 part from seed 0 because ...\n")
+    for _ in range(2):
+        write_tables(jobs, tmp_path, out, "lab reproduce addition --preset tiny")
+        text = (out / "table.md").read_text()
+        assert text.count("## Notes") == 1 and text.endswith("Seeds 1 and 2 part from seed 0 because ...\n")
+    assert (out / "notes.md").read_text() == "Seeds 1 and 2 part from seed 0 because ...\n"
+
+
 def test_progress_follows_every_evaluation_with_the_curriculums_widest_width(tmp_path: Path) -> None:
     from lab.eval.callback import evals_path, write_evals
     from lab.reproduce.addition_table import progress_rows

@@ -274,12 +274,20 @@ def render_markdown(jobs: Sequence[Job], table: list[dict[str, Any]], runs: list
     return "\n".join(lines)
 
 
+NOTES = "notes.md"  # hand-written notes that table.md ends with
+
+
 def write_tables(jobs: Sequence[Job], results: Path, out: Path, command: str) -> int:
     """Write table.md, table.csv and per_width.csv to `out` from the finished runs of `jobs`; return
-    how many runs are finished."""
+    how many runs are finished. A hand-written `out/notes.md` (what the numbers mean, where they part
+    from the paper's and why) ends table.md under "Notes", so that every rewrite keeps it."""
     runs = finished_runs(jobs, results)
     table = summary_rows(jobs, runs)
-    atomic_write_text(out / "table.md", render_markdown(jobs, table, runs, command, unfinished_runs(jobs, results)))
+    text = render_markdown(jobs, table, runs, command, unfinished_runs(jobs, results))
+    notes = out / NOTES
+    if notes.exists():
+        text += f"\n\n## Notes\n\n(from `{NOTES}` beside this table)\n\n{notes.read_text(encoding='utf-8').strip()}\n"
+    atomic_write_text(out / "table.md", text)
     frame = pd.DataFrame(table)
     # Whole numbers stay whole where a row has none (the paper's best step, the parameter count).
     frame[["params", "paper_best_step"]] = frame[["params", "paper_best_step"]].astype("Int64")
