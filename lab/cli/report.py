@@ -45,6 +45,64 @@ def runs(
         typer.echo(f"wrote {csv}")
 
 
+@app.command()
+def positions(
+    csv: Annotated[list[Path], typer.Argument(
+        help="positions.csv files (a run's own, or from `lab eval addition --positions`).")],
+    widths: Annotated[str, typer.Option(help="Comma-separated widths to show.")] = "16,24,28,32,36,40,48",
+    which: Annotated[str, typer.Option(help="Of a run's positions.csv: the best or the last weights.")] = "best",
+    threshold: Annotated[float, typer.Option(help="Accuracy (%) at which a digit counts as right.")] = 90.0,
+    out: Annotated[Path | None, typer.Option(help="Also write every width of every file to this CSV.")] = None,
+) -> None:
+    """Where each run's answers break, as "low + high": the answer digits right from the least significant
+    end and from the most significant end before the first wrong one, at each width ("all N" when every
+    digit is right). Fixed low and high over widths mean the model aligns operand digits only near the
+    answer and near the sample's start; it then answers up to width low + high - 1."""
+    import pandas as pd
+
+    from lab.plots.positions import digit_ends, read_positions
+    from lab.runs import atomic_write_text
+
+    try:
+        shown = [int(w) for w in widths.split(",") if w.strip()]
+    except ValueError:
+        typer.echo(f"lab report positions: --widths must be comma-separated integers, got {widths!r}", err=True)
+        raise typer.Exit(code=2) from None
+    if which not in ("best", "last"):
+        typer.echo(f"lab report positions: --which must be best or last, got {which!r}", err=True)
+        raise typer.Exit(code=2)
+    tables = []
+    for path in csv:
+        try:
+            frame = read_positions(path)
+        except (OSError, ValueError) as err:
+            typer.echo(f"lab report positions: {err}", err=True)
+            raise typer.Exit(code=2) from None
+        if "which" in frame.columns:
+            frame = frame[frame["which"] == which]
+        ends = digit_ends(frame, threshold)
+        ends.insert(0, "file", path.as_posix())
+        tables.append(ends)
+    every = pd.concat(tables, ignore_index=True)
+    header = ["file", "step", *(f"width {w}" for w in shown)]
+    typer.echo("| " + " | ".join(header) + " |")
+    typer.echo("|" + "---|" * len(header))
+    for name, group in every.groupby("file", sort=False):
+        by_width = group.set_index("width")
+        cells = []
+        for w in shown:
+            if w not in by_width.index:
+                cells.append("—")
+                continue
+            r = by_width.loc[w]
+            cells.append(f"all {r['digits']}" if r["low"] == r["digits"] else f"{r['low']} + {r['high']}")
+        step = str(int(group["step"].iloc[0])) if "step" in group.columns else "—"
+        typer.echo("| " + " | ".join([str(name), step, *cells]) + " |")
+    if out is not None:
+        atomic_write_text(out, every.to_csv(index=False))
+        typer.echo(f"wrote {out}")
+
+
 def _cell(column: str, value: object) -> str:
     if value is None:
         return ""

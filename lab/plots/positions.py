@@ -32,6 +32,24 @@ def read_positions(path: Path) -> pd.DataFrame:
     return frame
 
 
+def digit_ends(frame: pd.DataFrame, threshold: float = 90.0) -> pd.DataFrame:
+    """Per width (and per `which`, where positions.csv has it): how many of the answer's digits are right
+    (accuracy >= `threshold`) counting from the least significant end before the first wrong one (`low`),
+    and from the most significant end, the carry digit included (`high`); `digits` = width + 1, and
+    low = high = digits when none is wrong. A model that aligns operand digits only near the answer and
+    near the sample's start keeps low and high fixed over widths and answers up to width low + high - 1."""
+    keys = [k for k in ("run", "which", "step") if k in frame.columns]
+    rows = []
+    digits = frame[frame["token"] == "digit"]
+    for key, group in digits.groupby([*keys, "width"], sort=True):
+        right = (group.sort_values("position")["accuracy"] >= threshold).tolist()
+        low = right.index(False) if False in right else len(right)
+        high = right[::-1].index(False) if False in right else len(right)
+        rows.append({**dict(zip([*keys, "width"], key if isinstance(key, tuple) else (key,))),
+                     "digits": len(right), "low": low, "high": high})
+    return pd.DataFrame(rows, columns=[*keys, "width", "digits", "low", "high"])
+
+
 def plot_positions(csv: str | Path, out: str | Path | None = None, train_widths: tuple[int, int] = (1, 32),
                    command: str = "lab plot positions") -> list[Path]:
     """`<csv stem>.png` beside `csv` (or in `out`); returns the files written. Of a CSV holding several
