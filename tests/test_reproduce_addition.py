@@ -209,8 +209,8 @@ def test_mistakes_are_one_line_with_exit_2_and_nothing_run(args: list[str], mess
     assert not (tmp_path / "runs").exists() and not (tmp_path / "addition").exists()
 
 
-def test_an_option_some_rows_lack_plans_the_rows_that_have_it(monkeypatch: pytest.MonkeyPatch,
-                                                                 tmp_path: Path) -> None:
+def test_with_overrides_the_table_plans_the_rows_run_now_and_those_begun_with_them(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     from lab.reproduce import addition
 
     seen = {}
@@ -219,11 +219,15 @@ def test_an_option_some_rows_lack_plans_the_rows_that_have_it(monkeypatch: pytes
     addition.reproduce_addition("tiny", rows=parse_rows("falcon-1.3"), seeds=2, results=tmp_path,
                                 overrides=["model.mixer_options.conv_size=8"])
     assert [(j.label, j.cfg.train.seed) for j in seen["jobs"]] == [("falcon-1.3", 0), ("falcon-1.3", 1)]
+    assert seen["everything"] == seen["jobs"]  # no other row has runs with these overrides
+    # A row begun before with the same overrides joins the table's plan, in the table's order.
+    (begun,) = plan("tiny", parse_rows("falcon-1a.3"), 1, overrides=["model.mixer_options.conv_size=8"])
+    (tmp_path / "runs" / begun.run_id).mkdir(parents=True)
+    addition.reproduce_addition("tiny", rows=parse_rows("falcon-1.3"), seeds=2, results=tmp_path,
+                                overrides=["model.mixer_options.conv_size=8"])
+    assert [(j.label, j.cfg.train.seed) for j in seen["everything"]] == [
+        ("falcon-1a.3", 0), ("falcon-1.3", 0), ("falcon-1.3", 1)]
     assert all(j.cfg.model.mixer_options["conv_size"] == 8 for j in seen["everything"])
-    # The table's plan: every row whose mixer has a convolution, seed by seed, in the table's order.
-    labels = [j.label for j in seen["everything"] if j.cfg.train.seed == 0]
-    assert "falcon-1.3" in labels and "transformer" not in labels and "retnet" not in labels
-    assert labels == [r for r in ROW_NAMES if r in labels]
     # An option the rows run now lack is still an error.
     with pytest.raises(ConfigError, match="conv_size"):
         addition.reproduce_addition("tiny", rows=parse_rows("transformer"), results=tmp_path,

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from lab.config import ConfigError, load_config
 from lab.reproduce.launch import Campaign, Job, Outcome, run_campaign
-from lab.runs import results_root
+from lab.runs import results_root, run_dir_for
 
 # Reproduce preset -> (lab preset, settings over it). `packed` is `paper` with widths 1 -> 32 over the first
 # 1500 of 2000 steps and rows of 256 positions packed with whole samples (2.6 times the 99 of the widest one).
@@ -126,9 +126,10 @@ def reproduce_addition(preset: str = "paper", rows: Sequence[Row] | None = None,
 
     seeds = DEFAULT_SEEDS.get(preset, 1) if seeds is None else seeds
     rows = list(ROWS) if rows is None else list(rows)
-    # The table holds every row of the plan that has finished runs, not only the rows run now; a row
-    # not run now whose mixer rejects an override (e.g. a conv_size the transformer has not) cannot
-    # have runs with it and is left out of the table.
+    results = Path(results).resolve() if results is not None else results_root()
+    # The table holds every row of the preset's plan, not only the rows run now, so that it can be built
+    # a piece at a time. With --set overrides the plan is the rows run now and the rows begun before with
+    # the same overrides; a row whose mixer rejects one (a conv_size the transformer has not) has no runs.
     jobs = plan(preset, rows, seeds, max_steps, overrides)
     wanted = {r.name for r in rows}
     others = []
@@ -138,8 +139,9 @@ def reproduce_addition(preset: str = "paper", rows: Sequence[Row] | None = None,
                 others += plan(preset, [row], seeds, max_steps, overrides)
             except ConfigError:
                 pass
+    if overrides:
+        others = [j for j in others if run_dir_for(j.run_id, results=results).root.exists()]
     everything = sorted(jobs + others, key=lambda j: (j.cfg.train.seed, ROW_NAMES.index(j.label)))
-    results = Path(results).resolve() if results is not None else results_root()
     out = Path(out).resolve() if out is not None else default_out(preset, results)
 
     return run_campaign(jobs, everything, write_tables, results, out, gpus, command, on_done,
