@@ -96,6 +96,24 @@ def test_widths_answered_counts_widths_in_a_row_from_one_up_to_the_widest_traine
     assert widths_answered({1: 80.0, 2: 70.0}, widest=8, threshold=50.0) == 2
 
 
+def test_a_run_trained_at_the_commit_it_began_at_and_at_every_resumes(tmp_path: Path) -> None:
+    import json
+
+    from lab.reproduce.addition_table import trained_commits
+
+    folder = tmp_path / "run"
+    folder.mkdir()
+    registry = {"commit": "aaaaaaaaaaaaaaaa"}
+    # no provenance.json: the registry's commit
+    assert trained_commits({"dir": folder, "registry": registry}) == ["aaaaaaaaaaaa"]
+    assert trained_commits({"registry": {"commit": None}}) == ["unknown"]
+    # begun at one commit, started again (no checkpoint) and resumed at another
+    (folder / "provenance.json").write_text(json.dumps(
+        {"commit": "aaaaaaaaaaaaaaaa", "resumes": [{"commit": "bbbbbbb", "resumed_from_step": None},
+                                                   {"commit": "bbbbbbb", "resumed_from_step": 1214}]}))
+    assert trained_commits({"dir": folder, "registry": registry}) == ["aaaaaaaaaaaa", "bbbbbbb", "bbbbbbb"]
+
+
 def test_table_rows_are_mean_and_sample_std_over_finished_seeds() -> None:
     jobs = plan("tiny", parse_rows("transformer,retnet"), seeds=3)
     values = [61.0, 70.0, 67.0]

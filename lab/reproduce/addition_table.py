@@ -55,8 +55,9 @@ def widths_answered(teacher_forced: dict[int, float], widest: int, threshold: fl
 
 
 def finished_runs(jobs: Sequence[Job], results: Path) -> list[dict[str, Any]]:
-    """One record per job whose run is finished: job, seed, metrics and the registry row. The metrics
-    gain `best_widths` (widths answered at the best step) where the run's evals.csv has the best step."""
+    """One record per job whose run is finished: job, seed, metrics, the registry row and the run folder
+    (`dir`). The metrics gain `best_widths` (widths answered at the best step) where the run's evals.csv
+    has the best step."""
     registry = Registry(results / "lab.db")
     out = []
     for job in jobs:
@@ -66,7 +67,8 @@ def finished_runs(jobs: Sequence[Job], results: Path) -> list[dict[str, Any]]:
             best = pick_best(read_evals(evals_path(run_dir_for(job.run_id, results=results))))
             if best is not None and "teacher_forced" in best:
                 metrics["best_widths"] = widths_answered(best["teacher_forced"], job.cfg.data.widths[1])
-            out.append({"job": job, "seed": job.cfg.train.seed, "metrics": metrics, "registry": row})
+            out.append({"job": job, "seed": job.cfg.train.seed, "metrics": metrics, "registry": row,
+                        "dir": run_dir_for(job.run_id, results=results).root})
     return out
 
 
@@ -187,11 +189,25 @@ def markdown_table(header: list[str], lines: list[list[str]]) -> str:
     return "\n".join("| " + " | ".join(r) + " |" for r in rows) + "\n"
 
 
+def trained_commits(run: dict[str, Any]) -> list[str]:
+    """The commits (12 characters) a finished run's record trained at: where it began and every resume
+    since, from its folder's provenance.json (a run begun at one commit and started again or continued at
+    another trained at both); the registry's commit when the record has no folder or the folder no
+    provenance."""
+    try:
+        record = json.loads((run["dir"] / "provenance.json").read_text(encoding="utf-8"))
+    except (KeyError, OSError, ValueError):
+        return [(run["registry"]["commit"] or "unknown")[:12]]
+    commits = [record.get("commit")] + [r.get("commit") for r in record.get("resumes", [])]
+    return [(c or "unknown")[:12] for c in commits]
+
+
 def provenance_sentence(jobs: Sequence[Job], runs: list[dict[str, Any]], command: str) -> str:
-    """How a table was made: the command, when and at which commit it was written, where its runs trained."""
+    """How a table was made: the command, when and at which commit it was written, the commits its runs
+    trained at (their beginnings and resumes)."""
     code = git_state()
     commit = (code["commit"] or "unknown")[:12] + (" (with uncommitted changes)" if code["dirty"] else "")
-    trained = sorted({(r["registry"]["commit"] or "unknown")[:12] for r in runs})
+    trained = sorted({c for r in runs for c in trained_commits(r)})
     devices = sorted({r["registry"]["device"] or "unknown" for r in runs})
     return (f"Remade by `{command}` from the repository root. Table written {now()} at commit {commit}; "
             f"runs trained at {', '.join(trained) or '—'} on {'; '.join(devices) or '—'}. "
