@@ -7,7 +7,7 @@
 #   A: falcon-1.3 with an 8-wide short convolution, three seeds (results/addition/packed-conv8)
 #   B: the rows the paper lacks that had no packed run: DeltaNet, Gated DeltaNet, Falcon-2A, seed 0
 #      (results/addition/packed; the table is rebuilt here with every seed after merging)
-# SEEDS_A, SEEDS_B: seeds of A and B (3 and 1); SKIP_A=1 leaves A out.
+# SEEDS_A, SEEDS_B: seeds of A and B (3 and 1); ROWS_B: the rows of B; SKIP_A=1 leaves A out.
 # C (optional, ROWS_C set): falcon-1.3 for 6000 steps (results/addition/packed-6000).
 # Campaigns stopped by the call's end (SIGINT: each run stops after its step with a checkpoint) resume in
 # the next call on the same warm machine, made WITHOUT `carry`.
@@ -37,7 +37,7 @@ campaign() {  # name, then lab reproduce addition arguments
 }
 [ "${SKIP_A:-0}" = 1 ] || campaign A --seeds ${SEEDS_A:-3} --per-gpu 2 --rows falcon-1.3 --set train.compile=true \
   --set model.mixer_options.conv_size=8 --out results/addition/packed-conv8 &
-campaign B --seeds ${SEEDS_B:-1} --per-gpu 2 --rows deltanet,gated-deltanet,falcon-2a --set train.compile=true \
+campaign B --seeds ${SEEDS_B:-1} --per-gpu 2 --rows ${ROWS_B:-deltanet,gated-deltanet,falcon-2a} --set train.compile=true \
   --out results/addition/packed &
 if [ -n "${ROWS_C:-}" ]; then
   campaign C --seeds 1 --per-gpu 1 --rows $ROWS_C --set train.compile=true --max-steps 6000 \
