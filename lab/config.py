@@ -76,7 +76,8 @@ class TrainConfig:
     training forward through torch.compile (the sequence-mixing kernels stay outside its graph; the
     evaluation and generation stay eager): fewer, fused kernels for the same model, at the price of a
     compilation at the first step. `cuda_graphs` replays the training forward and backward from CUDA
-    graphs captured at the start (one GPU; lab/train/graphs.py), so the host no longer issues each kernel.
+    graphs captured at the start (one GPU; lab/train/graphs.py), so the host no longer issues each kernel;
+    with `compile` as well, the compiled forward is what is captured.
     """
 
     max_steps: int = 2000

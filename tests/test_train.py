@@ -227,7 +227,6 @@ def test_lab_train_skips_a_finished_run_and_says_so(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("overrides", "problem"), [
     (("train.cuda_graphs=true", "train.accelerator=cpu"), "train.cuda_graphs needs a CUDA GPU"),
-    (("train.cuda_graphs=true", "train.compile=true"), "train.cuda_graphs and train.compile exclude each other"),
     (("train.cuda_graphs=true", "train.devices=2"), "captures one process's steps; this run spans 2 devices"),
     (("train.cuda_graphs=true", "train.accumulate=2"), r"cannot accumulate gradients \(train.accumulate=2\)"),
     (("train.cuda_graphs=true", "train.precision=16-mixed"), "not set up for fp16 loss scaling"),
@@ -269,6 +268,28 @@ def test_cuda_graphs_replace_the_training_forward_of_the_run_shape_only(tmp_path
     assert calls["graphed"] == [shape] * 3  # the three training steps; validation went eager
 
 
+def test_with_compile_the_compiled_forward_is_what_is_captured(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                               capsys: pytest.CaptureFixture) -> None:
+    from lab.train import graphs
+    from lab.train.data import LabData
+
+    captured = []
+
+    def fake_capture(model, shape, precision, device):
+        captured.append(model)
+        return model
+    monkeypatch.setattr(graphs, "capture", fake_capture)
+    cfg = tiny("train.cuda_graphs=true", "train.compile=true", "train.max_steps=2", "train.val_every=2",
+               "train.ckpt_every=2", "data.widths=1,3", "train.batch_size=4")
+    module = LabModule(cfg)
+    trainer = make_trainer(cfg, RunDir(tmp_path), progress=False)
+    trainer.fit(module, datamodule=LabData(cfg))
+    assert trainer.global_step == 2
+    assert len(captured) == 1 and isinstance(captured[0], torch._dynamo.eval_frame.OptimizedModule)
+    assert captured[0]._orig_mod is module.model  # the run's own model, compiled, not a copy
+    assert "cuda graphs: compiled training forward and backward captured for batches of (4, " in capsys.readouterr().out
+
+
 def test_a_model_that_cannot_be_captured_trains_eagerly_and_says_why(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                                    capsys: pytest.CaptureFixture) -> None:
     from lab.train import graphs
@@ -289,15 +310,18 @@ def test_a_model_that_cannot_be_captured_trains_eagerly_and_says_why(tmp_path: P
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-@pytest.mark.parametrize("mixer", ["transformer", "falcon-1a.3", "falcon-1.3"])
-def test_a_run_on_cuda_graphs_follows_the_eager_loss_curve(mixer: str, tmp_path: Path,
+@pytest.mark.parametrize(("mixer", "compiled"), [("transformer", False), ("falcon-1a.3", False), ("falcon-1.3", False),
+                                                 ("transformer", True), ("falcon-1a.3", True)])
+def test_a_run_on_cuda_graphs_follows_the_eager_loss_curve(mixer: str, compiled: bool, tmp_path: Path,
                                                            capsys: pytest.CaptureFixture) -> None:
     settings = ("train.max_steps=6", "train.log_every=1", "train.val_every=6", "train.ckpt_every=6",
                 "data.widths=1,8", "train.batch_size=16", f"mixer={mixer}")
     run_training(tiny(*settings), out=tmp_path / "eager", results=tmp_path, progress=False)
-    run_training(tiny(*settings, "train.cuda_graphs=true"), out=tmp_path / "graphed", results=tmp_path,
-                 progress=False)
-    assert "cuda graphs: training forward and backward captured" in capsys.readouterr().out
+    run_training(tiny(*settings, "train.cuda_graphs=true", f"train.compile={str(compiled).lower()}"),
+                 out=tmp_path / "graphed", results=tmp_path, progress=False)
+    kind = "compiled " if compiled else ""
+    assert f"cuda graphs: {kind}training forward and backward captured" in capsys.readouterr().out
     a, b = (read_metrics(tmp_path / d / "metrics.csv") for d in ("eager", "graphed"))
-    # bf16-mixed on both sides; the graphed forward runs the same kernels in the same order
+    # bf16-mixed on both sides; the graphed forward runs the same kernels in the same order (compiled:
+    # the fused kernels of torch.compile, the same arithmetic up to rounding)
     assert [r["loss"] for r in b] == pytest.approx([r["loss"] for r in a], rel=2e-2)

@@ -11,7 +11,8 @@ the run's own batches, with bf16 autocast on a GPU:
   `gpu_ms` far below `loop_ms` means the step waits on the host (Python and launches), not on the GPU;
 - `warmup_s`: the untimed first steps, compilation included (`--set train.compile=true` runs the forward
   through torch.compile as `lab train` does; `--set train.cuda_graphs=true` replays the forward and
-  backward from CUDA graphs, lab/train/graphs.py, the capture counted here).
+  backward from CUDA graphs, lab/train/graphs.py, the capture counted here; both together capture the
+  compiled forward).
 
 Set beside `lab bench train` (the same config through Lightning), the difference is the trainer's share.
 """
@@ -49,14 +50,12 @@ def measure(cfg: Any, steps: int = 20, warmup: int = 5) -> dict[str, Any]:
     model = LabModule(cfg).model.to(device)
     optimizer, _ = make_optimizer(model, cfg.optim, cfg.train.max_steps)
     params = [p for p in model.parameters() if p.requires_grad]
-    if cfg.train.compile and cfg.train.cuda_graphs:
-        raise ValueError("train.compile and train.cuda_graphs exclude each other; choose one")
     run_model = torch.compile(model) if cfg.train.compile else model
-    if cfg.train.cuda_graphs:
+    if cfg.train.cuda_graphs:  # with compile: the compiled forward, captured (as lab train does)
         from lab.train.data import seq_len
         from lab.train.graphs import capture
 
-        run_model = capture(model, (cfg.train.batch_size, seq_len(cfg)), "bf16-mixed", device)
+        run_model = capture(run_model, (cfg.train.batch_size, seq_len(cfg)), "bf16-mixed", device)
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda")
 
     def batch(step: int) -> tuple[Any, Any]:

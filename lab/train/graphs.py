@@ -5,7 +5,10 @@ issuing them (`results/bench/step/step.md`: 47-85 ms of loop against 21-51 ms of
 recurrent mixers). A CUDA graph issues a whole captured forward or backward at once. Addition batches
 have one shape for a whole run (rows of the widest width, curriculum or not), so the model's forward and
 backward are captured once, at the start of training, with `torch.cuda.make_graphed_callables`; the loss,
-the clipping and the fused optimiser step stay eager (a few dozen kernels).
+the clipping and the fused optimiser step stay eager (a few dozen kernels). With `train.compile` the
+compiled model is captured: the warm-up passes before capture compile it, and the graph holds the fused
+kernels torch.compile made and the mixers' Triton kernels between them, with none of the host work of the
+compiled code's graph breaks.
 
 What capture needs from the model: no host synchronisation and no host tensors inside the step, which
 holds for the kernels' training paths (`validate=False`). A model that cannot be captured (an op that

@@ -89,10 +89,15 @@ class LabModule(pl.LightningModule):
 
         rows = self.cfg.train.batch_size // self.trainer.world_size // self.cfg.train.accumulate
         shape = (rows, seq_len(self.cfg))
+        # With train.compile the compiled forward is captured: its warm-up passes compile it, and the
+        # graphs then replay the fused kernels and the mixers' own kernels alike.
+        compiled = self.cfg.train.compile
+        model = self._compiled() if compiled else self.model
         try:
-            self.__dict__["_graphed_model"] = capture(self.model, shape, str(self.trainer.precision), self.device)
+            self.__dict__["_graphed_model"] = capture(model, shape, str(self.trainer.precision), self.device)
             self._graphed_shape = shape
-            print(f"cuda graphs: training forward and backward captured for batches of {shape}", flush=True)
+            print(f"cuda graphs: {'compiled ' if compiled else ''}training forward and backward captured for "
+                  f"batches of {shape}", flush=True)
         except Exception as err:  # an optimisation: without it the run is the same, only slower
             print(f"cuda graphs: not captured ({type(err).__name__}: {str(err).splitlines()[0][:200]}); "
                   f"training eagerly", flush=True)

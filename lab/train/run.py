@@ -63,8 +63,6 @@ def check_placement(cfg: RunConfig) -> None:
     """ConfigError when a device option cannot hold where the run goes (before anything is written)."""
     t = cfg.train
     if t.cuda_graphs:
-        if t.compile:
-            raise ConfigError("train.cuda_graphs and train.compile exclude each other; choose one")
         if t.devices * t.num_nodes > 1:
             raise ConfigError(f"train.cuda_graphs captures one process's steps; this run spans "
                               f"{t.devices * t.num_nodes} devices (DDP): drop one of the two")
