@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Device calls of 2026-11-30 (second session of the day) on two H200s.
+# GPU_TEST=1: first the GPU tests of train.cuda_graphs (tests/test_train.py -m gpu -k cuda_graphs), on GPU 0.
 # SINGLES=1 (first call only): the issue's "2000 steps in <= 90 s" with `train.cuda_graphs=true`, one run alone
 #   on each GPU at the paper's setting (`--preset addition-paper`): falcon-1a.3 on GPU 0, falcon-1.3 on GPU 1
-#   (timing runs: they go to /tmp/single, not to the table).
+#   (timing runs: they go to /tmp/single, not to the table). SINGLE_SET replaces their `--set train.cuda_graphs=true`
+#   (e.g. SINGLE_SET="--set train.cuda_graphs=true --set train.compile=true").
 # Then two packed campaigns at once (compiled, `lab reproduce addition --preset packed`):
 #   A: falcon-1.3 with an 8-wide short convolution, three seeds (results/addition/packed-conv8)
 #   B: the rows the paper lacks that had no packed run: DeltaNet, Gated DeltaNet, Falcon-2A, seed 0
@@ -19,12 +21,16 @@ t0=$(date +%s); stamp=$(date -u +%H%M%S)
 single() {  # GPU, mixer
   local s=$(date +%s)
   CUDA_VISIBLE_DEVICES=$1 timeout 240 python -m lab train --task addition --mixer $2 --preset addition-paper \
-    --set train.cuda_graphs=true --results /tmp/single --no-progress > $W/single/$2.log 2>&1 || echo "$2 exited $?"
-  echo "single $2 (cuda graphs) on GPU $1 alone: $(( $(date +%s) - s )) s (process start to exit)" | tee -a $W/single/times.txt
+    ${SINGLE_SET:---set train.cuda_graphs=true} --results /tmp/single --no-progress > $W/single/$2.log 2>&1 || echo "$2 exited $?"
+  echo "single $2 (${SINGLE_SET:---set train.cuda_graphs=true}) on GPU $1 alone: $(( $(date +%s) - s )) s (process start to exit)" | tee -a $W/single/times.txt
   for f in /tmp/single/runs/*/config.yaml; do
     grep -q "mixer: $2$" $f && cp $(dirname $f)/metrics.csv $W/single/$2.metrics.csv && cp $(dirname $f)/evals.csv $W/single/$2.evals.csv
   done
 }
+if [ "${GPU_TEST:-0}" = 1 ]; then  # the CUDA-graph GPU tests (eager, and the compiled forward captured)
+  CUDA_VISIBLE_DEVICES=0 timeout 240 python -m pytest -q -m gpu tests/test_train.py -k cuda_graphs \
+    -p no:cacheprovider > $W/gpu_test_cuda_graphs.log 2>&1; echo "GPU tests exited $?"; tail -n 3 $W/gpu_test_cuda_graphs.log
+fi
 if [ "${SINGLES:-0}" = 1 ]; then
   single 0 falcon-1a.3 & single 1 falcon-1.3 & wait
 fi
