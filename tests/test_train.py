@@ -306,6 +306,14 @@ def test_a_model_that_cannot_be_captured_trains_eagerly_and_says_why(tmp_path: P
     assert trainer.global_step == 2
     assert ("cuda graphs: not captured (RuntimeError: operation not permitted when stream is capturing); "
             "training eagerly") in capsys.readouterr().out
+    # with train.compile the run goes on compiled
+    cfg = tiny("train.cuda_graphs=true", "train.compile=true", "train.max_steps=2", "train.val_every=2",
+               "train.ckpt_every=2", "data.widths=1,3", "train.batch_size=4")
+    trainer = make_trainer(cfg, RunDir(tmp_path / "compiled"), progress=False)
+    module = LabModule(cfg)
+    trainer.fit(module, datamodule=LabData(cfg))
+    assert trainer.global_step == 2 and module.__dict__.get("_compiled_model") is not None
+    assert "; training compiled, without them" in capsys.readouterr().out
 
 
 @pytest.mark.gpu

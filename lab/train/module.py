@@ -81,7 +81,8 @@ class LabModule(pl.LightningModule):
 
     def on_train_start(self) -> None:
         """With train.cuda_graphs, capture the training forward and backward for the run's batch shape
-        (lab/train/graphs.py); a model that cannot be captured trains eagerly, and the run says why."""
+        (lab/train/graphs.py); a model that cannot be captured trains without them (eagerly, or compiled
+        with train.compile), and the run says why."""
         if not self.cfg.train.cuda_graphs:
             return
         from lab.train.data import seq_len
@@ -100,7 +101,7 @@ class LabModule(pl.LightningModule):
                   f"batches of {shape}", flush=True)
         except Exception as err:  # an optimisation: without it the run is the same, only slower
             print(f"cuda graphs: not captured ({type(err).__name__}: {str(err).splitlines()[0][:200]}); "
-                  f"training eagerly", flush=True)
+                  f"training {'compiled, without them' if compiled else 'eagerly'}", flush=True)
 
     def _compiled(self) -> Any:
         """The model through torch.compile, made once; kept out of the module tree (and so out of the
