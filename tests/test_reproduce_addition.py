@@ -96,7 +96,7 @@ def test_widths_answered_counts_widths_in_a_row_from_one_up_to_the_widest_traine
     assert widths_answered({1: 80.0, 2: 70.0}, widest=8, threshold=50.0) == 2
 
 
-def test_a_run_trained_at_the_commit_it_began_at_and_at_every_resumes(tmp_path: Path) -> None:
+def test_a_run_trained_at_the_commits_of_its_last_start_and_the_resumes_since(tmp_path: Path) -> None:
     import json
 
     from lab.reproduce.addition_table import trained_commits
@@ -107,11 +107,18 @@ def test_a_run_trained_at_the_commit_it_began_at_and_at_every_resumes(tmp_path: 
     # no provenance.json: the registry's commit
     assert trained_commits({"dir": folder, "registry": registry}) == ["aaaaaaaaaaaa"]
     assert trained_commits({"registry": {"commit": None}}) == ["unknown"]
-    # begun at one commit, started again (no checkpoint) and resumed at another
+    # begun at one commit, resumed from a checkpoint at another
     (folder / "provenance.json").write_text(json.dumps(
-        {"commit": "aaaaaaaaaaaaaaaa", "resumes": [{"commit": "bbbbbbb", "resumed_from_step": None},
-                                                   {"commit": "bbbbbbb", "resumed_from_step": 1214}]}))
-    assert trained_commits({"dir": folder, "registry": registry}) == ["aaaaaaaaaaaa", "bbbbbbb", "bbbbbbb"]
+        {"commit": "aaaaaaaaaaaaaaaa", "resumed_from_step": None,
+         "resumes": [{"commit": "bbbbbbb", "resumed_from_step": 150}]}))
+    assert trained_commits({"dir": folder, "registry": registry}) == ["aaaaaaaaaaaa", "bbbbbbb"]
+    # ... then started again from step 0 (its checkpoint lost) at a third, and resumed there: the first two
+    # trained nothing of the weights
+    (folder / "provenance.json").write_text(json.dumps(
+        {"commit": "aaaaaaaaaaaaaaaa", "resumed_from_step": None,
+         "resumes": [{"commit": "bbbbbbb", "resumed_from_step": 150}, {"commit": "ccccccc", "resumed_from_step": None},
+                     {"commit": "ccccccc", "resumed_from_step": 1214}]}))
+    assert trained_commits({"dir": folder, "registry": registry}) == ["ccccccc", "ccccccc"]
 
 
 def test_table_rows_are_mean_and_sample_std_over_finished_seeds() -> None:

@@ -190,15 +190,18 @@ def markdown_table(header: list[str], lines: list[list[str]]) -> str:
 
 
 def trained_commits(run: dict[str, Any]) -> list[str]:
-    """The commits (12 characters) a finished run's record trained at: where it began and every resume
-    since, from its folder's provenance.json (a run begun at one commit and started again or continued at
-    another trained at both); the registry's commit when the record has no folder or the folder no
-    provenance."""
+    """The commits (12 characters) that trained a finished run's weights: the one its last start from step 0
+    ran at and those of every resume from a checkpoint since, from its folder's provenance.json (a folder
+    whose run started again from step 0 keeps its first commit at the top, not in the weights). The
+    registry's commit when the record has no folder or the folder no provenance."""
     try:
         record = json.loads((run["dir"] / "provenance.json").read_text(encoding="utf-8"))
     except (KeyError, OSError, ValueError):
         return [(run["registry"]["commit"] or "unknown")[:12]]
-    commits = [record.get("commit")] + [r.get("commit") for r in record.get("resumes", [])]
+    commits: list[str | None] = []
+    for entry in [record, *record.get("resumes", [])]:
+        # resumed_from_step: the checkpoint's step; None where the run (re)started from step 0
+        commits = commits + [entry.get("commit")] if entry.get("resumed_from_step") else [entry.get("commit")]
     return [(c or "unknown")[:12] for c in commits]
 
 
