@@ -3,6 +3,7 @@ the final carry."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 from torch import nn
 
@@ -110,3 +111,28 @@ def test_per_position_accuracy_refuses_rows_of_different_widths():
     _, labels = teacher_forced_batch([*generate_records("val", (2, 3), 1)])
     with pytest.raises(ValueError, match="per-position accuracy needs rows of one width"):
         target_position_correct(labels.clone(), labels)
+
+
+@pytest.mark.parametrize("mixer", ["transformer", "falcon-1a.3", "mamba2", "gated-deltanet"])
+def test_batches_of_several_widths_score_as_one_width_a_batch(mixer: str) -> None:
+    # Rows PAD-ded after their end: a causal model's predictions at a row's own positions are those of the
+    # row alone, so mixing widths in a batch changes no score.
+    from mixers import LanguageModel
+
+    from lab.config import load_config
+    from lab.eval.addition import _records_by_width, teacher_forced
+    from lab.train.module import lm_config
+
+    torch.manual_seed(0)
+    model = LanguageModel(lm_config(load_config("tiny", overrides=[f"mixer={mixer}"]))).eval()
+    # a little training-like asymmetry so that the untrained model's answers are not all alike
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    report = evaluate_addition(model, n_per_length=4, seed=3, val_widths=range(1, 13), ood_widths=range(33, 36),
+                               batch_size=16)
+    for split, widths in (("val", range(1, 13)), ("ood", range(33, 36))):
+        for n, records in _records_by_width(split, widths, 4, 3).items():
+            whole, right, total = teacher_forced(model, records, torch.device("cpu"))
+            assert report.teacher_forced[n] == 100.0 * whole.float().mean().item()
+            assert report.per_token[n] == pytest.approx(100.0 * right.sum().item() / total.sum().item(), abs=1e-9)

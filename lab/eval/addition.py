@@ -102,8 +102,13 @@ def greedy(model: nn.Module, records: list[dict], device: torch.device) -> torch
 def evaluate_addition(model: nn.Module, *, n_per_length: int = 100, seed: int = 0,
                       val_widths: range = range(1, 33), ood_widths: range = range(33, 49),
                       free_running: bool = False, device: torch.device | None = None,
-                      batch_size: int = 256) -> AdditionReport:
-    """Teacher-forced (and optionally greedy) accuracy per width on the val (1–32) and OOD (33–48) splits."""
+                      batch_size: int = 512) -> AdditionReport:
+    """Teacher-forced (and optionally greedy) accuracy per width on the val (1–32) and OOD (33–48) splits.
+
+    The teacher-forced pass runs the records of a split in width order, `batch_size` rows at a time, each
+    row PAD-ded after its end to the longest of its batch: a causal model's predictions at a row's own
+    positions do not see the padding, so a batch may hold several widths (10 forward passes for the 4,800
+    records of widths 1–48 at 100 a width, not 48)."""
     device = device or next(model.parameters()).device
     was_training = model.training
     model.eval()
@@ -112,12 +117,17 @@ def evaluate_addition(model: nn.Module, *, n_per_length: int = 100, seed: int = 
         for split, widths in (("val", val_widths), ("ood", ood_widths)):
             if len(widths) == 0:
                 continue
-            for n, records in _records_by_width(split, widths, n_per_length, seed).items():
-                whole, right, total = teacher_forced(model, records, device, batch_size)
-                tf[n] = 100.0 * whole.float().mean().item()
-                tok[n] = 100.0 * right.sum().item() / max(total.sum().item(), 1)
+            by_n = _records_by_width(split, widths, n_per_length, seed)
+            ordered = [r for n in sorted(by_n) for r in by_n[n]]
+            whole, right, total = teacher_forced(model, ordered, device, batch_size)
+            start = 0
+            for n in sorted(by_n):
+                part = slice(start, start + len(by_n[n]))
+                start = part.stop
+                tf[n] = 100.0 * whole[part].float().mean().item()
+                tok[n] = 100.0 * right[part].sum().item() / max(total[part].sum().item(), 1)
                 if free_running:
-                    free[n] = 100.0 * greedy(model, records, device).float().mean().item()
+                    free[n] = 100.0 * greedy(model, by_n[n], device).float().mean().item()
     finally:
         model.train(was_training)
     return AdditionReport(teacher_forced=tf, per_token=tok, free_running=free)
