@@ -284,3 +284,31 @@ def test_free_running_accuracy_uses_the_evaluation_samples() -> None:
     assert fast[42] == 100.0 and min(fast.values()) < 100.0
     with pytest.raises(ValueError, match="n_per_length must be >= 1"):
         free_running_accuracy(model, n_per_length=0)
+
+
+def test_time_spent_evaluating_is_counted_apart_from_the_steps(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    import time
+
+    import lab.eval.callback as callback_module
+    from lab.train.callbacks import read_metrics
+
+    pause = 0.4
+
+    def slow_evaluation(*args, **kwargs):
+        time.sleep(pause)
+        return evaluate_addition(*args, **kwargs)
+
+    monkeypatch.setattr(callback_module, "evaluate_addition", slow_evaluation)
+    cfg = config("train.max_steps=8", "train.val_every=4", "train.ckpt_every=4", "eval.free_per_length=0")
+    assert run_training(cfg, out=tmp_path / "run", results=tmp_path, progress=False).status == "finished"
+    metrics = {r["step"]: r for r in read_metrics(tmp_path / "run" / "metrics.csv")}
+    assert metrics[3]["eval_s"] == 0.0  # nothing evaluated yet
+    # the evaluation after step 4 (and Lightning's validation there) falls in the row of step 5
+    assert metrics[4]["eval_s"] == 0.0 and metrics[5]["eval_s"] >= pause
+    assert all(metrics[s]["eval_s"] <= metrics[s + 1]["eval_s"] for s in range(1, 8))
+    # the step after an evaluation costs no more than the others once the evaluation is taken out
+    stepping = {s: metrics[s]["elapsed_s"] - metrics[s]["eval_s"] for s in range(1, 9)}
+    assert stepping[5] - stepping[4] < pause / 2 and metrics[5]["elapsed_s"] - metrics[4]["elapsed_s"] >= pause
+    # tokens/s leaves the evaluation out (with it the rate of step 5 would be under a step's tokens / pause)
+    assert metrics[5]["tokens_per_s"] > (metrics[5]["tokens"] - metrics[4]["tokens"]) / pause

@@ -17,6 +17,7 @@ from __future__ import annotations
 import copy
 import csv
 import io
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ from lightning.pytorch.callbacks import Callback
 
 from lab.config import RunConfig
 from lab.eval.addition import evaluate_addition, position_accuracy, position_rows
+from lab.eval.clock import add_eval_time
 from lab.eval.free_running import free_running_accuracy
 from lab.runs import RunDir, atomic_write_text
 from tasks.addition import summarise
@@ -159,7 +161,9 @@ class AdditionEvaluation(Callback):
             self._save_best()
         if self._due(start, trainer.max_steps) and all(e["step"] != start for e in self.evals):
             # The checkpoint of this step was saved before this step's evaluation ran.
+            started = time.perf_counter()
             self._evaluate(trainer, pl_module, start)
+            add_eval_time(pl_module, time.perf_counter() - started)
         write_evals(evals_path(self.run), self.evals)
 
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any,
@@ -167,6 +171,13 @@ class AdditionEvaluation(Callback):
         step = trainer.global_step
         if not trainer.is_global_zero or not self._due(step, trainer.max_steps):
             return
+        started = time.perf_counter()
+        try:
+            self._at_step(trainer, pl_module, step)
+        finally:
+            add_eval_time(pl_module, time.perf_counter() - started)
+
+    def _at_step(self, trainer: pl.Trainer, pl_module: pl.LightningModule, step: int) -> None:
         if all(e["step"] != step for e in self.evals):
             self._evaluate(trainer, pl_module, step)
         if step == trainer.max_steps and self.free_per_length:

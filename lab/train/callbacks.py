@@ -17,9 +17,12 @@ from typing import Any
 import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback, RichProgressBar
 
+from lab.eval.clock import add_eval_time
 from lab.runs import atomic_write_text
 
-COLUMNS = ("step", "loss", "lr", "grad_norm", "tokens_per_s", "tokens", "elapsed_s", "val_loss", "val_acc")
+COLUMNS = ("step", "loss", "lr", "grad_norm", "tokens_per_s", "tokens", "elapsed_s", "eval_s", "val_loss",
+           "val_acc")
+
 
 
 def check_finite(pl_module: pl.LightningModule) -> None:
@@ -49,8 +52,10 @@ class MetricsLogger(Callback):
 
     `loss` is the step's mean over every labelled token of the global batch, `lr` the base rate the
     step used, `grad_norm` the global norm before clipping, `tokens` the positions trained on so far
-    (padding included, all ranks) and `tokens_per_s` their rate since the previous row, validation
-    time excluded.
+    (padding included, all ranks) and `tokens_per_s` their rate since the previous row, evaluation
+    time excluded. `elapsed_s` is the wall time since the run's first step (over its resumes), `eval_s`
+    the part of it spent evaluating: Lightning's validation and whatever a callback counts with
+    `add_eval_time` (the addition evaluation); `elapsed_s - eval_s` is the time of the steps.
 
     The file is rewritten whole through a temporary file and os.replace, at every checkpoint step,
     after validation, at the end, and at most every `flush_seconds` in between, so a reader or a
@@ -71,6 +76,9 @@ class MetricsLogger(Callback):
         last = next((r for r in reversed(self.rows) if "tokens" in r), {})
         self.tokens = int(last.get("tokens", 0))
         self._elapsed0 = float(last.get("elapsed_s", 0.0))
+        self._eval0 = float(last.get("eval_s", 0.0))
+        pl_module.eval_seconds = 0.0
+        self._eval_log = 0.0
         self._t0 = self._t_log = self._t_flush = time.perf_counter()
         self._tokens_log = self.tokens
         self.flush(trainer)
@@ -82,12 +90,13 @@ class MetricsLogger(Callback):
         if step % self.log_every == 0 or step == trainer.max_steps:
             check_finite(pl_module)  # a flagged step stops the run before its row is written
             now = time.perf_counter()
-            rate = (self.tokens - self._tokens_log) / max(now - self._t_log, 1e-9)
-            self._t_log, self._tokens_log = now, self.tokens
+            evaluating = getattr(pl_module, "eval_seconds", 0.0)
+            rate = (self.tokens - self._tokens_log) / max(now - self._t_log - (evaluating - self._eval_log), 1e-9)
+            self._t_log, self._tokens_log, self._eval_log = now, self.tokens, evaluating
             self.rows.append({
                 "step": step, "loss": float(pl_module.last_loss), "lr": pl_module.last_lr,
                 "grad_norm": float(pl_module.last_grad_norm), "tokens_per_s": rate, "tokens": self.tokens,
-                "elapsed_s": self._elapsed0 + now - self._t0,
+                "elapsed_s": self._elapsed0 + now - self._t0, "eval_s": self._eval0 + evaluating,
             })
             pl_module.log("tok/s", rate, prog_bar=True, logger=False, rank_zero_only=True)
         if step % self.flush_every == 0 or time.perf_counter() - self._t_flush > self.flush_seconds:
@@ -97,9 +106,9 @@ class MetricsLogger(Callback):
         self._t_val = time.perf_counter()
 
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if self._t_log is not None:
-            # Validation time is not training time: keep it out of the next tokens/s.
-            self._t_log += time.perf_counter() - self._t_val
+        if self._t_log is not None and not trainer.sanity_checking:
+            # Validation time is not training time: counted in eval_s, kept out of the next tokens/s.
+            add_eval_time(pl_module, time.perf_counter() - self._t_val)
         if trainer.sanity_checking or not pl_module.val_metrics:
             return
         step = trainer.global_step
