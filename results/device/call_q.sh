@@ -28,7 +28,7 @@ single() {  # GPU, mixer
   done
 }
 if [ "${GPU_TEST:-0}" = 1 ]; then  # the CUDA-graph GPU tests (eager, and the compiled forward captured)
-  CUDA_VISIBLE_DEVICES=0 timeout 240 python -m pytest -q -m gpu tests/test_train.py -k cuda_graphs \
+  CUDA_VISIBLE_DEVICES=0 timeout 300 python -m pytest -q -m gpu tests/test_train.py -k cuda_graphs \
     -p no:cacheprovider > $W/gpu_test_cuda_graphs.log 2>&1; echo "GPU tests exited $?"; tail -n 3 $W/gpu_test_cuda_graphs.log
 fi
 if [ "${SINGLES:-0}" = 1 ]; then
