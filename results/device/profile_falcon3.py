@@ -47,9 +47,11 @@ def main() -> None:
         torch.cuda.synchronize()
     events = prof.key_averages()
     kernels = [e for e in events if e.device_type.name == "CUDA"]
-    print(f"kernels launched: {sum(e.count for e in kernels)}; GPU time {sum(e.self_device_time_total for e in kernels) / 1e3:.1f} ms")
-    print(events.table(sort_by="self_cuda_time_total", row_limit=25, max_name_column_width=60))
-    print(prof.key_averages(group_by_input_shape=True).table(sort_by="cuda_time_total", row_limit=25,
+    own = "self_device_time_total" if hasattr(events[0], "self_device_time_total") else "self_cuda_time_total"
+    print(f"kernels launched: {sum(e.count for e in kernels)}; "
+          f"GPU time {sum(getattr(e, own) for e in kernels) / 1e3:.1f} ms")
+    print(events.table(sort_by=own, row_limit=30, max_name_column_width=70))
+    print(prof.key_averages(group_by_input_shape=True).table(sort_by=own.replace("self_", ""), row_limit=25,
                                                              max_name_column_width=40, max_shapes_column_width=80))
 
 
