@@ -87,14 +87,16 @@ def wy_forward(q: Tensor, x: Tensor, w: Tensor, a: Tensor, eta: Tensor, S0: Tens
     read = read_mask * scores[..., None, :, :]  # [B, H, N, P, C, C]
     history = eta * entry_prev
 
+    # Chunk n's slices come from unbind, not from indexing [:, :, n]: the backward of each indexing writes a
+    # zero tensor the size of the whole input, N per input, so O(N²) memory traffic over a sequence.
     S = S0
     outputs = []
-    for n in range(N):
-        x_n = x[:, :, n]
-        rhs = w[:, :, n] - history[:, :, n] * (x_n @ S)
-        U = torch.linalg.solve_triangular(L[:, :, n], _to_channels(rhs, P), upper=False, unitriangular=True)
-        o_n = read_entry[:, :, n] * (q[:, :, n] @ S) + _from_channels(read[:, :, n] @ U, P)
+    per_chunk = (t.unbind(2) for t in (x, w, history, L, read_entry, q, read, chunk_carry, to_exit))
+    for x_n, w_n, history_n, L_n, read_entry_n, q_n, read_n, carry_n, to_exit_n in zip(*per_chunk):
+        rhs = w_n - history_n * (x_n @ S)
+        U = torch.linalg.solve_triangular(L_n, _to_channels(rhs, P), upper=False, unitriangular=True)
+        o_n = read_entry_n * (q_n @ S) + _from_channels(read_n @ U, P)
         outputs.append(o_n)
-        S = chunk_carry[:, :, n] * S + x_n.transpose(-1, -2) @ (to_exit[:, :, n] * _from_channels(U, P))
+        S = carry_n * S + x_n.transpose(-1, -2) @ (to_exit_n * _from_channels(U, P))
     o = torch.stack(outputs, dim=2).reshape(B, H, N * C, -1)[:, :, :T].transpose(1, 2)
     return o, S

@@ -53,18 +53,19 @@ def chunk_falcon3(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, lam: Tensor, cf
     entry = torch.exp(previous(g))[..., None, None]
     rhs = a[..., None, None] * torch.cat([vw, entry * xw], dim=-1)
     sol = solve_pseudo_values(xw, a, g, rhs)  # [B, H, M, C·W, Dv + Dk]
-    U0, Wm = sol[..., :Dv], sol[..., Dv:]
+    U0, Wm = sol.split([Dv, sol.shape[-1] - Dv], dim=-1)  # split, not two slices: one gradient buffer
     to_exit = exit_weights(xw, g).transpose(-1, -2)  # [B, H, M, Dk, C·W]
     eye = torch.eye(Wm.shape[-1], dtype=Wm.dtype, device=Wm.device)
     M_map = torch.exp(g[..., -1])[..., None, None] * eye - to_exit @ Wm
     b_map = to_exit @ U0
 
     # Phase 2: the entry state of every chunk (sequential over chunks, Dk×Dk by Dk×Dv per step).
+    # unbind, not M_map[:, :, m]: each indexing's backward writes a zero tensor of the whole M_map (O(M²))
     S = state.S
     entries = []
-    for m in range(M_map.shape[2]):
+    for M_m, b_m in zip(M_map.unbind(2), b_map.unbind(2)):
         entries.append(S)
-        S = M_map[:, :, m] @ S + b_map[:, :, m]
+        S = M_m @ S + b_m
     S_in = torch.stack(entries, dim=2)  # [B, H, M, Dk, Dv]
 
     # Phase 3: pseudo-values and outputs of every chunk at once.

@@ -94,9 +94,9 @@ def chunk_decayed_attention(q: Tensor, x: Tensor, v: Tensor, log_decay: Tensor, 
 
     S = S0
     starts = []
-    for n in range(N):
+    for carry_n, writes_n in zip(carry.unbind(2), writes.unbind(2)):  # unbind: no O(N²) zero gradients
         starts.append(S)
-        S = carry[:, :, n] * S + writes[:, :, n]
+        S = carry_n * S + writes_n
     S_in = torch.stack(starts, dim=2)  # [B, H, N, Dk, Dv]
     o_hist = G_read.exp() * (qc @ S_in)
 
