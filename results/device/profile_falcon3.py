@@ -24,29 +24,34 @@ def main() -> None:
     ap.add_argument("--seq", type=int, default=256)
     ap.add_argument("--rule", default="falcon-3")
     args = ap.parse_args()
-    dev = torch.device("cuda")
+    dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")  # the CPU: a check of the script
     torch.manual_seed(0)
     layer = build_mixer(args.rule, 384, 6).to(dev)
     x = torch.randn(args.batch, args.seq, 384, device=dev, requires_grad=True)
 
     def step() -> None:
-        with torch.autocast("cuda", dtype=torch.bfloat16):
+        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=dev.type == "cuda"):
             y = layer(x)
         y.float().square().mean().backward()
 
+    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
     for _ in range(2):
         step()
-    torch.cuda.synchronize()
+    sync()
     t = time.perf_counter()
     step()
-    torch.cuda.synchronize()
+    sync()
     print(f"{args.rule}: one layer, forward and backward, batch {args.batch} x {args.seq}: "
           f"{(time.perf_counter() - t) * 1e3:.1f} ms wall")
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], record_shapes=True) as prof:
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dev.type == "cuda" else [])
+    with profile(activities=activities, record_shapes=True) as prof:
         step()
-        torch.cuda.synchronize()
+        sync()
     events = prof.key_averages()
     kernels = [e for e in events if e.device_type.name == "CUDA"]
+    if dev.type == "cpu":
+        print(events.table(sort_by="self_cpu_time_total", row_limit=10))
+        return
     own = "self_device_time_total" if hasattr(events[0], "self_device_time_total") else "self_cuda_time_total"
     print(f"kernels launched: {sum(e.count for e in kernels)}; "
           f"GPU time {sum(getattr(e, own) for e in kernels) / 1e3:.1f} ms")
