@@ -55,16 +55,17 @@ def _records_by_width(split: str, widths: range, n_per_length: int, seed: int) -
 @torch.no_grad()
 def teacher_forced(model: nn.Module, records: list[dict], device: torch.device,
                    batch_size: int = 256) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Whole-suffix correctness, right tokens and scored tokens for each record."""
+    """Whole-suffix correctness, right tokens and scored tokens for each record. The scores stay on the
+    device until the last batch: the host queues each pass without waiting for the one before."""
     whole, right, total = [], [], []
     for i in range(0, len(records), batch_size):
         input_ids, labels = teacher_forced_batch(records[i:i + batch_size])
         logits = model(input_ids.to(device))
         acc = suffix_accuracy(logits.float(), labels.to(device))
-        whole.append(acc.whole_correct.cpu())
-        right.append(acc.per_token_correct.cpu())
-        total.append(acc.n_tokens.cpu())
-    return torch.cat(whole), torch.cat(right), torch.cat(total)
+        whole.append(acc.whole_correct)
+        right.append(acc.per_token_correct)
+        total.append(acc.n_tokens)
+    return torch.cat(whole).cpu(), torch.cat(right).cpu(), torch.cat(total).cpu()
 
 
 @torch.no_grad()
