@@ -84,9 +84,10 @@ def solve_pseudo_values(xw: Tensor, a: Tensor, g: Tensor, rhs: Tensor) -> Tensor
     W = xw.shape[-2]
     xf = xw.flatten(-3, -2)  # [..., L·W, Dk]
     coef = a[..., :, None] * decay(previous(g), g, inclusive=False)
-    system = _per_slot(coef, W) * (xf @ xf.transpose(-1, -2))
-    eye = torch.eye(system.shape[-1], dtype=system.dtype, device=system.device)
-    return torch.linalg.solve_triangular(eye + system, rhs.flatten(-3, -2), upper=False, unitriangular=True)
+    system = _per_slot(coef, W) * (xf @ xf.transpose(-1, -2))  # N: its diagonal blocks are 0 (coef[i, i] = 0)
+    # unitriangular: the solver reads only N's strictly lower part and takes the unit diagonal as given, so
+    # I + N is never formed
+    return torch.linalg.solve_triangular(system, rhs.flatten(-3, -2), upper=False, unitriangular=True)
 
 
 def entry_drive(xw: Tensor, vw: Tensor, a: Tensor, g: Tensor, S_in: Tensor) -> Tensor:
