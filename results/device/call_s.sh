@@ -19,7 +19,7 @@ t0=$(date +%s); stamp=$(date -u +%H%M%S)
 gpu0() {
   if [ "${PROFILE:-0}" = 1 ]; then
     for rule in falcon-3 falcon-3a; do
-      CUDA_VISIBLE_DEVICES=0 timeout 120 python results/device/profile_falcon3.py --rule $rule \
+      CUDA_VISIBLE_DEVICES=0 PYTHONPATH=$PWD timeout 120 python results/device/profile_falcon3.py --rule $rule \
         > $W/profile_$rule.log 2>&1; echo "profile $rule exited $?"; head -n 2 $W/profile_$rule.log
     done
   fi

@@ -1,6 +1,6 @@
 """Where a falcon-3 layer's training step spends GPU time at the packed addition shape.
 
-    python results/device/profile_falcon3.py [--batch 256] [--seq 256] [--rule falcon-3]
+    PYTHONPATH=. python results/device/profile_falcon3.py [--batch 256] [--seq 256] [--rule falcon-3]
 
 One mixer layer (d_model 384, 6 heads, the registry's defaults), bf16 autocast as in training, forward and
 backward, after two warm-up passes; prints the GPU time per operator (torch.profiler), the top kernels and
