@@ -4,11 +4,13 @@
 #   GPU 0: PROFILE=1: `results/device/profile_falcon3.py` for falcon-3 and falcon-3a (eager, one layer at the
 #          packed shape): where falcon-3's 458 ms a step go (results/bench/step-packed/); then BENCH=1:
 #          `lab bench step` of falcon-3, falcon-3a.3 and deltanet at the packed shape, compiled, after the chunk
-#          loops took their slices by unbind (commit b51f902), against results/bench/step-packed/step.md.
+#          loops took their slices by unbind (commit b51f902), against results/bench/step-packed/step.md;
+#          on GPU 1 meanwhile, falcon-3 with chunks of 8, 32 and 64 tokens (window_block 32, 128, 256).
 #   GPU 1: SINGLE=1: falcon-1a.3 at the paper's setting with compile and CUDA graphs, alone on its GPU and
 #          with no other compilation on the host (the last one shared the host with a test's compilation).
 # Then campaign B: `lab reproduce addition --preset packed --rows ROWS_B --seeds SEEDS_B --gpus 2 --per-gpu 1`,
-# compiled (default: Falcon-3, seeds 0 and 1, one per GPU, about 15 minutes each: two calls or more).
+# compiled (default: Falcon-3, seeds 0 and 1, one per GPU, about 15 minutes each: two calls or more);
+# SKIP_B=1 leaves it out (a first call that only measures).
 # Campaigns stopped by the call's end (SIGINT: each run stops after its step with a checkpoint) resume in
 # the next call on the same warm machine, made WITHOUT `carry`.
 # Run from the repository root with LAB_COMMIT and BUDGET_S set; writes $OUT/out.tgz (no weights).
@@ -37,18 +39,27 @@ gpu1() {
   fi
 }
 gpu0 & gpu1 & wait
-if [ "${BENCH:-0}" = 1 ]; then  # both GPUs free again: the bench alone on GPU 0
+if [ "${BENCH:-0}" = 1 ]; then  # both GPUs free again: the benches on GPU 0 and GPU 1
+  packed="--steps 10 --set train.compile=true --set data.packing=true --set data.seq_len=256"
   CUDA_VISIBLE_DEVICES=0 timeout 240 python -m lab bench step --preset addition-paper \
-    --mixers falcon-3,falcon-3a.3,deltanet --steps 10 --set train.compile=true --set data.packing=true \
-    --set data.seq_len=256 --out $W/bench > $W/bench.log 2>&1; echo "bench exited $?"
+    --mixers falcon-3,falcon-3a.3,deltanet $packed --out $W/bench > $W/bench.log 2>&1 &
+  # falcon-3's chunk length C = window_block / 4 (default 64: C = 16); nothing has trained with it yet, so the
+  # default may still move to the fastest (it is part of a run's id)
+  ( for wb in 32 128 256; do
+      CUDA_VISIBLE_DEVICES=1 timeout 150 python -m lab bench step --preset addition-paper --mixers falcon-3 $packed \
+        --set model.mixer_options.window_block=$wb --out $W/bench_wb$wb > $W/bench_wb$wb.log 2>&1
+    done ) &
+  wait; echo "benches done at $(( $(date +%s) - t0 )) s"
 fi
 left=$(( ${BUDGET_S:-540} - ($(date +%s) - t0) ))
-timeout --signal=INT --kill-after=50 $left python -m lab reproduce addition --preset packed --gpus 2 --per-gpu 1 \
-  --seeds ${SEEDS_B:-2} --rows ${ROWS_B:-falcon-3} --set train.compile=true --out results/addition/packed \
-  > $W/console_B_$stamp.log 2>&1
-echo "campaign B stopped: exit $? at $(( $(date +%s) - t0 )) s"
+if [ "${SKIP_B:-0}" != 1 ]; then
+  timeout --signal=INT --kill-after=50 $left python -m lab reproduce addition --preset packed --gpus 2 --per-gpu 1 \
+    --seeds ${SEEDS_B:-2} --rows ${ROWS_B:-falcon-3} --set train.compile=true --out results/addition/packed \
+    > $W/console_B_$stamp.log 2>&1
+  echo "campaign B stopped: exit $? at $(( $(date +%s) - t0 )) s"
+fi
 tar czf "$OUT/out.tgz" --exclude='*.ckpt' --exclude='best.pt' --exclude='*.lock' -C $W . \
   -C "$PWD/results" addition runs lab.db
 cat $W/single/times.txt 2>/dev/null
-cut -d'|' -f2,7,12,13 $W/bench/step.md 2>/dev/null | tail -n 4
-grep -v "^step\|Warning\|warn" $W/console_B_$stamp.log | tail -n 4
+for f in $W/bench/step.md $W/bench_wb*/step.md; do echo "$f: $(cut -d'|' -f2,7,12,13 $f 2>/dev/null | tail -n 3 | tr '\n' ' ')"; done
+grep -v "^step\|Warning\|warn" $W/console_B_$stamp.log 2>/dev/null | tail -n 4
