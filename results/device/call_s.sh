@@ -10,7 +10,8 @@
 #          with no other compilation on the host (the last one shared the host with a test's compilation).
 # Then campaign B: `lab reproduce addition --preset packed --rows ROWS_B --seeds SEEDS_B --gpus 2 --per-gpu 1`,
 # compiled (default: Falcon-3, seeds 0 and 1, one per GPU, about 15 minutes each: two calls or more);
-# SKIP_B=1 leaves it out (a first call that only measures).
+# SKIP_B=1 leaves it out (a first call that only measures). ROWS_C (optional): those rows, seed 0, for 6000
+# steps with the ramp over 4500 (results/addition/packed-6000), beside campaign B on the same GPUs.
 # Campaigns stopped by the call's end (SIGINT: each run stops after its step with a checkpoint) resume in
 # the next call on the same warm machine, made WITHOUT `carry`.
 # Run from the repository root with LAB_COMMIT and BUDGET_S set; writes $OUT/out.tgz (no weights).
@@ -53,13 +54,20 @@ if [ "${BENCH:-0}" = 1 ]; then  # both GPUs free again: the benches on GPU 0 and
 fi
 left=$(( ${BUDGET_S:-540} - ($(date +%s) - t0) ))
 if [ "${SKIP_B:-0}" != 1 ]; then
-  timeout --signal=INT --kill-after=50 $left python -m lab reproduce addition --preset packed --gpus 2 --per-gpu 1 \
-    --seeds ${SEEDS_B:-2} --rows ${ROWS_B:-falcon-3} --set train.compile=true --out results/addition/packed \
-    > $W/console_B_$stamp.log 2>&1
-  echo "campaign B stopped: exit $? at $(( $(date +%s) - t0 )) s"
+  ( timeout --signal=INT --kill-after=50 $left python -m lab reproduce addition --preset packed --gpus 2 --per-gpu 1 \
+      --seeds ${SEEDS_B:-2} --rows ${ROWS_B:-falcon-3} --set train.compile=true --out results/addition/packed \
+      > $W/console_B_$stamp.log 2>&1
+    echo "campaign B stopped: exit $? at $(( $(date +%s) - t0 )) s" ) &
 fi
+if [ -n "${ROWS_C:-}" ]; then  # the longer schedule (packed.md, "When the runs that learn the middle learn it")
+  ( timeout --signal=INT --kill-after=50 $left python -m lab reproduce addition --preset packed --gpus 2 --per-gpu 1 \
+      --seeds 1 --rows $ROWS_C --set train.compile=true --max-steps 6000 --set data.ramp_steps=4500 \
+      --out results/addition/packed-6000 > $W/console_C_$stamp.log 2>&1
+    echo "campaign C stopped: exit $? at $(( $(date +%s) - t0 )) s" ) &
+fi
+wait
 tar czf "$OUT/out.tgz" --exclude='*.ckpt' --exclude='best.pt' --exclude='*.lock' -C $W . \
   -C "$PWD/results" addition runs lab.db
 cat $W/single/times.txt 2>/dev/null
 for f in $W/bench/step.md $W/bench_wb*/step.md; do echo "$f: $(cut -d'|' -f2,7,12,13 $f 2>/dev/null | tail -n 3 | tr '\n' ' ')"; done
-grep -v "^step\|Warning\|warn" $W/console_B_$stamp.log 2>/dev/null | tail -n 4
+for f in $W/console_*_$stamp.log; do echo "== $f"; grep -v "^step\|Warning\|warn" $f | tail -n 4; done
