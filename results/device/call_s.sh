@@ -69,5 +69,5 @@ wait
 tar czf "$OUT/out.tgz" --exclude='*.ckpt' --exclude='best.pt' --exclude='*.lock' -C $W . \
   -C "$PWD/results" addition runs lab.db
 cat $W/single/times.txt 2>/dev/null
-for f in $W/bench/step.md $W/bench_wb*/step.md; do echo "$f: $(cut -d'|' -f2,7,12,13 $f 2>/dev/null | tail -n 3 | tr '\n' ' ')"; done
+for f in $W/bench/step.md $W/bench_wb*/step.md; do echo "$f: $(cut -d'|' -f2,7,13,14 $f 2>/dev/null | tail -n 3 | tr '\n' ' ')"; done
 for f in $W/console_*_$stamp.log; do echo "== $f"; grep -v "^step\|Warning\|warn" $f | tail -n 4; done
