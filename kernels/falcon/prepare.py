@@ -57,7 +57,12 @@ EIG_BATCH = 16384
 
 
 def top_eigenvalue(gram: Tensor) -> Tensor:
-    """λ_max of a batch of small symmetric matrices ``[..., W, W]``, in slices the solvers accept."""
+    """λ_max of a batch of small symmetric matrices ``[..., W, W]``: on a GPU for W ≤ 4 in float32 by the
+    Triton Jacobi kernel (kernels/falcon/triton_eig4.py), else by ``eigvalsh`` in slices it accepts."""
+    if gram.is_cuda and gram.shape[-1] <= 4 and gram.dtype == torch.float32:
+        from kernels.falcon.triton_eig4 import top_eigenvalue_small
+
+        return top_eigenvalue_small(gram)
     flat = gram.reshape(-1, *gram.shape[-2:])
     if flat.shape[0] <= EIG_BATCH:
         return torch.linalg.eigvalsh(flat)[..., -1].reshape(gram.shape[:-2])

@@ -1,0 +1,103 @@
+"""The Triton top-eigenvalue kernel of Falcon-3's μ_t (kernels/falcon/triton_eig4.py) against eigvalsh.
+
+On a CPU the kernel runs under Triton's interpreter (tests/conftest.py); the last tests need a GPU and check
+that a falcon-3 layer takes it there and computes what eigvalsh gives.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kernels.falcon.triton_eig4 import top_eigenpair, top_eigenvalue_small
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def grams(n: int, W: int, dk: int = 8, seed: int = 0) -> torch.Tensor:
+    """Window Grams X Xᵀ of n random windows of W keys, some of them rank-deficient (a key repeated, a
+    key zero, every key zero) as windows at a sequence's start or of equal keys are."""
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, W, dk, generator=gen) * torch.rand(n, 1, 1, generator=gen).mul(10).exp()
+    x[: n // 8, -1] = x[: n // 8, 0]  # a repeated key
+    x[n // 8: n // 4, 0] = 0.0  # an invalid pair's zero key
+    x[n // 4: n // 4 + 4] = 0.0  # a window with no pair at all
+    return (x @ x.transpose(-1, -2)).to(DEVICE)
+
+
+@pytest.mark.parametrize("W", [1, 2, 3, 4])
+def test_the_top_eigenpair_of_window_grams_is_eigvalsh_s(W: int) -> None:
+    G = grams(600, W)
+    lam, vec = top_eigenpair(G)
+    ref = torch.linalg.eigvalsh(G.double())[..., -1]
+    scale = torch.linalg.matrix_norm(G.double()).clamp_min(1e-30)
+    assert ((lam.double() - ref).abs() / scale).max() < 2e-6
+    assert lam[150:154].eq(0).all()  # the empty windows: μ = 0 exactly
+    # a unit eigenvector of λ_max: G u = λ u
+    assert (vec.norm(dim=-1) - 1).abs().max() < 1e-5
+    residual = (G.double() @ vec.double()[..., None]).squeeze(-1) - lam.double()[..., None] * vec.double()
+    assert (residual.norm(dim=-1) / scale).max() < 1e-5
+
+
+@pytest.mark.parametrize("W", [2, 4])
+def test_indefinite_matrices_and_a_batch_of_leading_dimensions(W: int) -> None:
+    gen = torch.Generator().manual_seed(W)
+    S = torch.randn(3, 5, 70, W, W, generator=gen)
+    S = (S + S.transpose(-1, -2)).to(DEVICE)  # eigenvalues of both signs, some all negative
+    lam, vec = top_eigenpair(S)
+    assert lam.shape == (3, 5, 70) and vec.shape == (3, 5, 70, W)
+    assert torch.allclose(lam, torch.linalg.eigvalsh(S)[..., -1], atol=1e-5)
+
+
+def test_the_gradient_is_eigvalsh_s() -> None:
+    G = grams(300, 4, seed=1)[80:]  # no empty window; distinct top eigenvalues: the gradient is unique
+    G = G / torch.linalg.matrix_norm(G)[:, None, None]
+    a = G.clone().requires_grad_(True)
+    b = G.clone().requires_grad_(True)
+    weight = torch.randn(G.shape[0], generator=torch.Generator().manual_seed(2)).to(DEVICE)
+    (top_eigenvalue_small(a) * weight).sum().backward()
+    (torch.linalg.eigvalsh(b)[..., -1] * weight).sum().backward()
+    assert torch.allclose(a.grad, b.grad, atol=1e-5)
+
+
+def test_an_empty_batch_and_a_wrong_shape() -> None:
+    lam, vec = top_eigenpair(torch.zeros(0, 4, 4, device=DEVICE))
+    assert lam.shape == (0,) and vec.shape == (0, 4)
+    with pytest.raises(ValueError, match="at most 4 x 4"):
+        top_eigenpair(torch.zeros(2, 5, 5, device=DEVICE))
+    with pytest.raises(ValueError, match="at most 4 x 4"):
+        top_eigenpair(torch.zeros(2, 4, 3, device=DEVICE))
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_falcon3_takes_the_kernel_and_matches_eigvalsh(monkeypatch: pytest.MonkeyPatch) -> None:
+    from kernels.falcon import prepare as prep
+    from mixers import build_mixer
+
+    torch.manual_seed(0)
+    layer = build_mixer("falcon-3", 64, 2).cuda()
+    x = torch.randn(4, 96, 64, device="cuda", requires_grad=True)
+    calls = []
+    real = prep.top_eigenvalue
+
+    def counting(gram):
+        calls.append(gram.is_cuda and gram.shape[-1] <= 4 and gram.dtype == torch.float32)
+        return real(gram)
+
+    monkeypatch.setattr(prep, "top_eigenvalue", counting)
+    y = layer(x)
+    y.square().mean().backward()
+    grads = [x.grad.clone()] + [p.grad.clone() for p in layer.parameters()]
+    assert calls and all(calls)
+
+    def eigvalsh(gram):  # the slow path: cuSOLVER's eigvalsh
+        return torch.linalg.eigvalsh(gram)[..., -1]
+
+    monkeypatch.setattr(prep, "top_eigenvalue", eigvalsh)
+    x.grad = None
+    layer.zero_grad()
+    y_ref = layer(x)
+    y_ref.square().mean().backward()
+    assert torch.allclose(y, y_ref, rtol=1e-4, atol=1e-5)
+    for g, ref in zip(grads, [x.grad] + [p.grad for p in layer.parameters()]):
+        assert torch.allclose(g, ref, rtol=1e-3, atol=1e-5)
