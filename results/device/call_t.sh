@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Device calls planned for the next session on two H200s: Falcon-3's last seed, more seeds of the longer
-# schedule, and the Triton kernel of Falcon-3's top eigenvalue measured.
-# GPU 0: CHECKS=1 (first call only): the GPU tests of kernels/falcon/triton_eig4.py (the falcon-3 layer takes
-#        it and matches eigvalsh), `results/device/bench_eig4.py` (the kernel against the sliced eigvalsh at the
-#        packed shape), the falcon-3 layer profile and `lab bench step` of Falcon-3 at the packed shape against
+# schedule, and Falcon-3's two Triton parts measured.
+# GPU 0: CHECKS=1 (first call only): the GPU tests of kernels/falcon/triton_eig4.py and triton_tril_inverse.py
+#        (the falcon-3 layer takes them and matches eigvalsh and solve_triangular),
+#        `results/device/bench_falcon3_parts.py` (each against what it replaces at the packed shape), the
+#        falcon-3 layer profile and `lab bench step` of Falcon-3 at the packed shape against
 #        results/bench/step-packed/d1c7a5e/ (407.2 ms); then campaign B: `lab reproduce addition --preset packed
 #        --rows falcon-3 --seeds 3`, compiled (seed 2, the table's last run: about 14 minutes, two calls), only
-#        when those GPU tests passed (the run takes the kernel).
+#        when those GPU tests passed (the run takes the kernels).
 # GPU 1: campaign C: falcon-1.3 over 4000 steps with the ramp over 3000 (results/addition/packed-4000), seeds
 #        SEEDS_C (default 5: seeds 2-4 new, about 5 minutes each, one after another).
 # Campaigns stopped by the call's end (SIGINT: each run stops after its step with a checkpoint) resume in the
@@ -19,12 +20,13 @@ t0=$(date +%s); stamp=$(date -u +%H%M%S)
 left() { local l=$(( ${BUDGET_S:-540} - ($(date +%s) - t0) )); echo $(( l > 1 ? l : 1 )); }  # timeout 0 would mean none
 gpu0() {
   if [ "${CHECKS:-0}" = 1 ]; then
-    CUDA_VISIBLE_DEVICES=0 timeout 120 python -m pytest -q tests/test_triton_eig4.py > $W/test_eig4.log 2>&1
-    local rc=$?; echo "eig4 tests exited $rc ($(tail -n 1 $W/test_eig4.log))"
-    # Falcon-3's runs take the kernel: with its GPU test failing they would train on it; leave them out
-    if [ $rc != 0 ]; then SKIP_B=1; echo "campaign B left out: the eig4 GPU tests failed"; fi
-    CUDA_VISIBLE_DEVICES=0 PYTHONPATH=$PWD timeout 60 python results/device/bench_eig4.py > $W/bench_eig4.log 2>&1
-    echo "bench_eig4 exited $?"; cat $W/bench_eig4.log
+    CUDA_VISIBLE_DEVICES=0 timeout 150 python -m pytest -q tests/test_triton_eig4.py tests/test_triton_tril_inverse.py \
+      > $W/test_falcon3_parts.log 2>&1
+    local rc=$?; echo "falcon-3 parts GPU tests exited $rc ($(tail -n 1 $W/test_falcon3_parts.log))"
+    # Falcon-3's runs take both kernels: with their GPU tests failing they would train on them; leave them out
+    if [ $rc != 0 ]; then SKIP_B=1; echo "campaign B left out: the GPU tests of the falcon-3 parts failed"; fi
+    CUDA_VISIBLE_DEVICES=0 PYTHONPATH=$PWD timeout 90 python results/device/bench_falcon3_parts.py \
+      > $W/bench_falcon3_parts.log 2>&1; echo "bench_falcon3_parts exited $?"; cat $W/bench_falcon3_parts.log
     CUDA_VISIBLE_DEVICES=0 PYTHONPATH=$PWD timeout 90 python results/device/profile_falcon3.py --rule falcon-3 \
       > $W/profile_falcon-3.log 2>&1; echo "profile exited $?"; head -n 1 $W/profile_falcon-3.log
     CUDA_VISIBLE_DEVICES=0 timeout 150 python -m lab bench step --preset addition-paper --mixers falcon-3 --steps 10 \
