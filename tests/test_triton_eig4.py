@@ -1,7 +1,7 @@
 """The Triton top-eigenvalue kernel of Falcon-3's μ_t (kernels/falcon/triton_eig4.py) against eigvalsh.
 
-On a CPU the kernel runs under Triton's interpreter (tests/conftest.py); the last tests need a GPU and check
-that a falcon-3 layer takes it there and computes what eigvalsh gives.
+On a CPU the kernel runs under Triton's interpreter (tests/conftest.py); a falcon-3 layer with it:
+tests/test_falcon3_triton_parts.py.
 """
 
 from __future__ import annotations
@@ -67,37 +67,3 @@ def test_an_empty_batch_and_a_wrong_shape() -> None:
         top_eigenpair(torch.zeros(2, 5, 5, device=DEVICE))
     with pytest.raises(ValueError, match="at most 4 x 4"):
         top_eigenpair(torch.zeros(2, 4, 3, device=DEVICE))
-
-
-@pytest.mark.gpu
-def test_on_a_gpu_falcon3_takes_the_kernel_and_matches_eigvalsh(monkeypatch: pytest.MonkeyPatch) -> None:
-    from kernels.falcon import prepare as prep
-    from mixers import build_mixer
-
-    torch.manual_seed(0)
-    layer = build_mixer("falcon-3", 64, 2).cuda()
-    x = torch.randn(4, 96, 64, device="cuda", requires_grad=True)
-    calls = []
-    real = prep.top_eigenvalue
-
-    def counting(gram):
-        calls.append(gram.is_cuda and gram.shape[-1] <= 4 and gram.dtype == torch.float32)
-        return real(gram)
-
-    monkeypatch.setattr(prep, "top_eigenvalue", counting)
-    y = layer(x)
-    y.square().mean().backward()
-    grads = [x.grad.clone()] + [p.grad.clone() for p in layer.parameters()]
-    assert calls and all(calls)
-
-    def eigvalsh(gram):  # the slow path: cuSOLVER's eigvalsh
-        return torch.linalg.eigvalsh(gram)[..., -1]
-
-    monkeypatch.setattr(prep, "top_eigenvalue", eigvalsh)
-    x.grad = None
-    layer.zero_grad()
-    y_ref = layer(x)
-    y_ref.square().mean().backward()
-    assert torch.allclose(y, y_ref, rtol=1e-4, atol=1e-5)
-    for g, ref in zip(grads, [x.grad] + [p.grad for p in layer.parameters()]):
-        assert torch.allclose(g, ref, rtol=1e-3, atol=1e-5)

@@ -1,8 +1,8 @@
 """The Triton inverse of Falcon-3's unit lower-triangular window systems (kernels/falcon/triton_tril_inverse.py)
 against torch.linalg.solve_triangular: values and gradients.
 
-On a CPU the kernel runs under Triton's interpreter (tests/conftest.py); the last test needs a GPU and checks
-that a falcon-3 layer takes it there and computes what solve_triangular gives.
+On a CPU the kernel runs under Triton's interpreter (tests/conftest.py); a falcon-3 layer with it:
+tests/test_falcon3_triton_parts.py.
 """
 
 from __future__ import annotations
@@ -54,37 +54,3 @@ def test_an_empty_batch_and_bad_systems() -> None:
         unit_lower_inverse(torch.zeros(2, 64, 32, device=DEVICE))
     with pytest.raises(ValueError, match="float32"):
         unit_lower_inverse(torch.zeros(2, 64, 64, dtype=torch.float64, device=DEVICE))
-
-
-@pytest.mark.gpu
-def test_on_a_gpu_falcon3_takes_the_kernel_and_matches_solve_triangular(monkeypatch: pytest.MonkeyPatch) -> None:
-    from kernels.falcon import window_solve
-    from mixers import build_mixer
-
-    torch.manual_seed(0)
-    layer = build_mixer("falcon-3", 64, 2).cuda()
-    x = torch.randn(4, 96, 64, device="cuda", requires_grad=True)
-    taken = []
-    real = window_solve.unit_lower_triangular_solve
-
-    def watching(system, rhs):
-        taken.append(system.is_cuda and system.dtype == torch.float32 and system.shape[-1] <= 64)
-        return real(system, rhs)
-
-    monkeypatch.setattr(window_solve, "unit_lower_triangular_solve", watching)
-    y = layer(x)
-    y.square().mean().backward()
-    grads = [x.grad.clone()] + [p.grad.clone() for p in layer.parameters()]
-    assert taken and all(taken)
-
-    def reference(system, rhs):
-        return torch.linalg.solve_triangular(system, rhs, upper=False, unitriangular=True)
-
-    monkeypatch.setattr(window_solve, "unit_lower_triangular_solve", reference)
-    x.grad = None
-    layer.zero_grad()
-    y_ref = layer(x)
-    y_ref.square().mean().backward()
-    assert torch.allclose(y, y_ref, rtol=1e-4, atol=1e-5)
-    for g, ref in zip(grads, [x.grad] + [p.grad for p in layer.parameters()]):
-        assert torch.allclose(g, ref, rtol=1e-3, atol=1e-5)

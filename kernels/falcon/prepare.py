@@ -56,10 +56,15 @@ def windows(t: Tensor, span: int) -> Tensor:
 EIG_BATCH = 16384
 
 
+def takes_triton_eigen(gram: Tensor) -> bool:
+    """Whether ``top_eigenvalue`` takes the Triton kernel: float32 matrices of at most 4 × 4 on a GPU."""
+    return gram.is_cuda and gram.shape[-1] <= 4 and gram.dtype == torch.float32
+
+
 def top_eigenvalue(gram: Tensor) -> Tensor:
     """λ_max of a batch of small symmetric matrices ``[..., W, W]``: on a GPU for W ≤ 4 in float32 by the
     Triton Jacobi kernel (kernels/falcon/triton_eig4.py), else by ``eigvalsh`` in slices it accepts."""
-    if gram.is_cuda and gram.shape[-1] <= 4 and gram.dtype == torch.float32:
+    if takes_triton_eigen(gram):
         from kernels.falcon.triton_eig4 import top_eigenvalue_small
 
         return top_eigenvalue_small(gram)

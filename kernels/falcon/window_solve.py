@@ -90,10 +90,15 @@ def solve_pseudo_values(xw: Tensor, a: Tensor, g: Tensor, rhs: Tensor) -> Tensor
     return unit_lower_triangular_solve(system, rhs.flatten(-3, -2))
 
 
+def takes_triton_solve(system: Tensor, rhs: Tensor) -> bool:
+    """Whether ``unit_lower_triangular_solve`` takes the Triton inverse: float32 systems of at most 64 on a GPU."""
+    return system.is_cuda and system.dtype == rhs.dtype == torch.float32 and system.shape[-1] <= 64
+
+
 def unit_lower_triangular_solve(system: Tensor, rhs: Tensor) -> Tensor:
     """``(I + strict_lower(system))⁻¹ rhs``: on a GPU in float32 for systems of up to 64 by the Triton inverse
     (kernels/falcon/triton_tril_inverse.py), else by ``solve_triangular``."""
-    if system.is_cuda and system.dtype == rhs.dtype == torch.float32 and system.shape[-1] <= 64:
+    if takes_triton_solve(system, rhs):
         from kernels.falcon.triton_tril_inverse import unit_lower_solve
 
         return unit_lower_solve(system, rhs)

@@ -21,6 +21,7 @@ left() { local l=$(( ${BUDGET_S:-540} - ($(date +%s) - t0) )); echo $(( l > 1 ? 
 gpu0() {
   if [ "${CHECKS:-0}" = 1 ]; then
     CUDA_VISIBLE_DEVICES=0 timeout 150 python -m pytest -q tests/test_triton_eig4.py tests/test_triton_tril_inverse.py \
+      tests/test_falcon3_triton_parts.py \
       > $W/test_falcon3_parts.log 2>&1
     local rc=$?; echo "falcon-3 parts GPU tests exited $rc ($(tail -n 1 $W/test_falcon3_parts.log))"
     # Falcon-3's runs take both kernels: with their GPU tests failing they would train on them; leave them out
