@@ -1,4 +1,4 @@
-"""``backend="triton"``: the fused chunk kernels, one module per rule family.
+"""``backend="triton"``: the fused chunk kernels, one module per rule family (falcon-3a on falcon-1a's).
 
 They take q, k, v, beta, lam in their own dtype (bf16 or fp32) and fuse the pairing, η, γ and the
 chunk-local decay themselves; the state stays fp32.
@@ -12,18 +12,20 @@ from torch import Tensor
 from kernels.falcon.config import RuleConfig
 from kernels.falcon.state import FastWeightState
 
-TRITON_RULES = ("falcon-1", "falcon-2", "falcon-1a", "falcon-2a")
+TRITON_RULES = ("falcon-1", "falcon-2", "falcon-1a", "falcon-2a", "falcon-3a")
 TRITON_CHUNK_SIZES = (16, 32, 64)  # accepted by every fused rule
 TRITON_MIN_DECAY_FLOOR_PER_CHANNEL = 1e-3  # falcon-2a's 16-token blocks factor its carry around their midpoint
 
 
-def auto_backend(q: Tensor, v: Tensor, cfg: RuleConfig, chunk_size: int) -> str:
+def auto_backend(q: Tensor, v: Tensor, cfg: RuleConfig, chunk_size: int, packed: bool = False) -> str:
     """``backend="auto"``: the fused kernels where they apply (CUDA, half or single precision, a rule they
-    cover, Dk and Dv ≤ 256, a chunk size they take), else the PyTorch chunk form."""
+    cover, Dk and Dv ≤ 256, a chunk size they take; falcon-3a not for packed sequences), else the PyTorch
+    chunk form."""
     fits = (q.is_cuda and q.dtype in (torch.bfloat16, torch.float16, torch.float32)
             and cfg.rule in TRITON_RULES and max(q.shape[-1], v.shape[-1]) <= 256
             and chunk_size in TRITON_CHUNK_SIZES
-            and not (cfg.rule == "falcon-2a" and cfg.decay_floor < TRITON_MIN_DECAY_FLOOR_PER_CHANNEL))
+            and not (cfg.rule == "falcon-2a" and cfg.decay_floor < TRITON_MIN_DECAY_FLOOR_PER_CHANNEL)
+            and not (cfg.rule == "falcon-3a" and packed))
     return "triton" if fits else "chunk"
 
 
@@ -34,6 +36,8 @@ def triton_forward(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, lam: Tensor, c
         from kernels.falcon.triton_inner_product import triton_inner_product as form
     elif cfg.rule in ("falcon-1", "falcon-2"):
         from kernels.falcon.triton_regression import triton_regression as form
+    elif cfg.rule == "falcon-3a":  # W falcon-1a recurrences over the window's lags
+        from kernels.falcon.triton_falcon3a import triton_falcon3a as form
     else:
         raise ValueError(f"backend='triton' covers {', '.join(TRITON_RULES)}; for {cfg.rule} use "
                          f"backend='chunk'")

@@ -1,0 +1,73 @@
+"""backend="triton" for falcon-3a (W falcon-1a recurrences over the window's lags, kernels/falcon/triton_falcon3a.py)
+against the float64 recurrent oracle: outputs, final state and every gradient. Without CUDA the kernels run in
+Triton's interpreter at tiny sizes; every buffer the kernels write is allocated full of NaN here.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kernels import FastWeightState, fast_weight_rule
+from tests.test_triton_inner_product import DEVICE, TOL_FP32, check, inputs, poisoned, run  # noqa: F401
+
+RULE = "falcon-3a"
+
+
+@pytest.mark.parametrize("window", [1, 2, 4])
+@pytest.mark.parametrize("timing", ["raw", "rbw"])
+@pytest.mark.parametrize("alignment", ["shifted", "same_time"])
+def test_forward_and_gradients_match_the_oracle(window: int, timing: str, alignment: str) -> None:
+    x = inputs(RULE, B=2, T=37, H=1, D=16, seed=window * 10 + (timing == "rbw") * 2 + (alignment == "shifted"))
+    opts = dict(rule=RULE, window=window, timing=timing, alignment=alignment)
+    check(run(x, "triton", torch.float32, chunk_size=16, **opts), run(x, "recurrent", torch.float64, **opts),
+          TOL_FP32)
+
+
+@pytest.mark.parametrize("variant", ["scale_coupled_ridge", "ctx_eta", "clamped"])
+def test_ridge_options_and_the_decay_clamp(variant: str) -> None:
+    """λ̄·Ē, η given directly (normalize=False), and λ large enough that α = min(ηλ, 1 − ε_γ) clamps."""
+    clamped = variant == "clamped"
+    x = inputs(RULE, B=1, T=26, H=2, D=16, seed=len(variant), lam_scale=40.0 if clamped else 1.0)
+    opts = dict(rule=RULE, window=3, scale_coupled_ridge=variant == "scale_coupled_ridge",
+                normalize=variant != "ctx_eta")
+    if variant == "ctx_eta":
+        x["beta"] = x["beta"] * 0.1
+    check(run(x, "triton", torch.float32, chunk_size=32, **opts), run(x, "recurrent", torch.float64, **opts),
+          TOL_FP32)
+
+
+def test_continuing_from_a_state_with_its_window_tail_equals_one_pass() -> None:
+    """A first segment by the oracle, the second by the kernels from its state: S, the last key and the last
+    W − 1 pairs, which the second segment's first windows read."""
+    x = inputs(RULE, B=1, T=30, H=2, D=16, seed=7)
+    first = {n: (t[:, :11] if t.dim() >= 3 and t.shape[1] == 30 else t) for n, t in x.items()}
+    second = {n: (t[:, 11:] if t.dim() >= 3 and t.shape[1] == 30 else t) for n, t in x.items()}
+    opts = dict(rule=RULE, window=4)
+    ins = [first[n].double() for n in ("q", "k", "v", "beta", "lam")]
+    _, state = fast_weight_rule(*ins, backend="recurrent", initial_state=first["S0"].double(),
+                                output_final_state=True, **opts)
+    state = FastWeightState(*(t.detach() for t in state))
+    out = run(second, "triton", torch.float32, state=FastWeightState(*(t.float() if t.is_floating_point() else t
+                                                                       for t in state)), chunk_size=16, **opts)
+    check(out, run(second, "recurrent", torch.float64, state=state, **opts), TOL_FP32)
+
+
+def test_the_final_state_continues_the_oracle() -> None:
+    """Every field of the final state (the window tail included) equals the oracle's."""
+    x = inputs(RULE, B=2, T=21, H=2, D=16, seed=5)
+    ins = [x[n].to(DEVICE) for n in ("q", "k", "v", "beta", "lam")]
+    _, fast = fast_weight_rule(*ins, rule=RULE, backend="triton", chunk_size=16, output_final_state=True)
+    _, ref = fast_weight_rule(*(t.double() for t in ins), rule=RULE, backend="recurrent", output_final_state=True)
+    for name, a, b in zip(FastWeightState._fields, fast, ref):
+        if a.is_floating_point():
+            assert torch.allclose(a.double(), b, atol=1e-4), name
+        else:
+            assert torch.equal(a, b), name
+
+
+def test_packed_sequences_are_refused_by_name() -> None:
+    x = inputs(RULE, B=1, T=12, H=1, D=16, seed=3)
+    ins = [x[n].to(DEVICE) for n in ("q", "k", "v", "beta", "lam")]
+    with pytest.raises(ValueError, match="falcon-3a takes no cu_seqlens"):
+        fast_weight_rule(*ins, rule=RULE, backend="triton", cu_seqlens=torch.tensor([0, 5, 12], device=DEVICE))
