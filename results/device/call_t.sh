@@ -5,7 +5,8 @@
 #        (the falcon-3 layer takes them and matches eigvalsh and solve_triangular),
 #        `results/device/bench_falcon3_parts.py` (each against what it replaces at the packed shape), the
 #        falcon-3 layer profile and `lab bench step` of Falcon-3 at the packed shape against
-#        results/bench/step-packed/d1c7a5e/ (407.2 ms); then campaign B: `lab reproduce addition --preset packed
+#        results/bench/step-packed/d1c7a5e/ (407.2 ms), and of falcon-3a.3 (110.5 ms there), now on the
+#        falcon-1a kernels by its lags (kernels/falcon/triton_falcon3a.py, GPU-tested here first); then campaign B: `lab reproduce addition --preset packed
 #        --rows falcon-3 --seeds 3`, compiled (seed 2, the table's last run: about 14 minutes, two calls), only
 #        when those GPU tests passed (the run takes the kernels).
 # GPU 1: campaign C: falcon-1.3 over 4000 steps with the ramp over 3000 (results/addition/packed-4000), seeds
@@ -26,11 +27,14 @@ gpu0() {
     local rc=$?; echo "falcon-3 parts GPU tests exited $rc ($(tail -n 1 $W/test_falcon3_parts.log))"
     # Falcon-3's runs take both kernels: with their GPU tests failing they would train on them; leave them out
     if [ $rc != 0 ]; then SKIP_B=1; echo "campaign B left out: the GPU tests of the falcon-3 parts failed"; fi
+    # falcon-3a on the falcon-1a kernels (no run of this call takes it: not a condition for campaign B)
+    CUDA_VISIBLE_DEVICES=0 timeout 150 python -m pytest -q tests/test_triton_falcon3a.py tests/test_mixers_triton.py \
+      > $W/test_falcon3a_triton.log 2>&1; echo "falcon-3a triton GPU tests exited $? ($(tail -n 1 $W/test_falcon3a_triton.log))"
     CUDA_VISIBLE_DEVICES=0 PYTHONPATH=$PWD timeout 90 python results/device/bench_falcon3_parts.py \
       > $W/bench_falcon3_parts.log 2>&1; echo "bench_falcon3_parts exited $?"; cat $W/bench_falcon3_parts.log
     CUDA_VISIBLE_DEVICES=0 PYTHONPATH=$PWD timeout 90 python results/device/profile_falcon3.py --rule falcon-3 \
       > $W/profile_falcon-3.log 2>&1; echo "profile exited $?"; head -n 1 $W/profile_falcon-3.log
-    CUDA_VISIBLE_DEVICES=0 timeout 150 python -m lab bench step --preset addition-paper --mixers falcon-3 --steps 10 \
+    CUDA_VISIBLE_DEVICES=0 timeout 180 python -m lab bench step --preset addition-paper --mixers falcon-3,falcon-3a.3 --steps 10 \
       --set train.compile=true --set data.packing=true --set data.seq_len=256 --out $W/bench > $W/bench.log 2>&1
     echo "bench exited $? at $(( $(date +%s) - t0 )) s"
   fi
@@ -52,5 +56,5 @@ gpu1() {
 gpu0 & gpu1 & wait
 tar czf "$OUT/out.tgz" --exclude='*.ckpt' --exclude='best.pt' --exclude='*.lock' -C $W . \
   -C "$PWD/results" addition runs lab.db
-[ -f $W/bench/step.md ] && echo "bench: $(cut -d'|' -f2,7,13,14 $W/bench/step.md | tail -n 1)"
+[ -f $W/bench/step.md ] && echo "bench: $(cut -d'|' -f2,7,13,14 $W/bench/step.md | tail -n 2 | tr '\n' ' ')"
 for f in $W/console_*_$stamp.log; do echo "== $f"; grep -v "^step\|Warning\|warn" $f | tail -n 4; done
