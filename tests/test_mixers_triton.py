@@ -9,7 +9,7 @@ import torch
 from mixers import build_mixer
 
 
-@pytest.mark.parametrize("name", ["falcon-1", "falcon-2", "falcon-1a.3", "falcon-2a"])
+@pytest.mark.parametrize("name", ["falcon-1", "falcon-2", "falcon-1a.3", "falcon-2a", "falcon-3a.3"])
 def test_triton_backend_matches_chunk_in_a_mixer(name):
     torch.manual_seed(0)
     chunk = build_mixer(name, 32, 2, backend="chunk", chunk_size=16)
