@@ -32,6 +32,7 @@ def test_flop_counts_follow_the_docstring():
     tokens = B * T * H
     assert flops("linear", (B, T, H, D), "fwd") == tokens * (4 * D * D + C * 2 * D)
     assert flops("linear", (B, T, H, D), "fwd+bwd") == 3 * flops("linear", (B, T, H, D), "fwd")
+    assert flops("linear_window", (B, T, H, D), "fwd") == 4 * flops("linear", (B, T, H, D), "fwd")  # falcon-3a, B = 4
     delta = tokens * (6 * D * D + C * 5 * D + 2 * C * C / 3)
     assert flops("delta", (B, T, H, D), "fwd") == pytest.approx(delta)
     assert flops("delta_per_channel", (B, T, H, D), "fwd") > flops("delta", (B, T, H, D), "fwd")
@@ -91,7 +92,7 @@ def test_an_op_that_would_refuse_a_mode_is_not_run_in_that_mode() -> None:
 def test_each_rule_is_set_beside_its_own_chunk_form() -> None:
     from lab.bench.ops import rule_chunk_ops, rule_ops
 
-    rules = ("falcon-1", "falcon-2", "falcon-1a", "falcon-2a")
+    rules = ("falcon-1", "falcon-2", "falcon-1a", "falcon-2a", "falcon-3a")
     assert [o.name + " PyTorch chunk" for o in rule_ops(rules)] == [o.name for o in rule_chunk_ops(rules)]
     rows = [{"shape": "s", "mode": "fwd", "op": "falcon-2", "ms": 2.0},
             {"shape": "s", "mode": "fwd", "op": "falcon-2 PyTorch chunk", "ms": 50.0},

@@ -16,6 +16,8 @@ Floors. The time no implementation can beat on this GPU, from two counts per row
     - ``linear`` (falcon-1a, falcon-2a, simple GLA): state update xᵀv' 2KV, inter-chunk read q·h 2KV,
       intra scores q xᵀ C·K, scores·v C·V: fwd = 4KV + C(K + V). The per-channel carry of 2a adds only
       elementwise work.
+    - ``linear_window`` (falcon-3a, window B = 4): B times ``linear``, one decayed linear attention per lag
+      of the window (kernels/falcon/triton_falcon3a.py).
     - ``delta`` (falcon-1, delta rule, gated delta rule; WY form): Gram k kᵀ C·K, the unit-triangular
       inverse 2C²/3, w = T k C·K, u = T v C·V, pseudo-values u − w h 2KV, state update 2KV, q·h 2KV,
       q kᵀ C·K, scores·values C·V: fwd = 6KV + C(3K + 2V) + 2C²/3.
@@ -45,10 +47,11 @@ from lab.bench.ops import CHUNK, Op, Shape, anchor_ops, rule_chunk_ops, rule_ops
 BANDWIDTH = 4.3e12  # bytes/s
 PEAK_FLOPS = 790e12  # bf16 dense FLOP/s
 SHAPES: tuple[Shape, ...] = ((8, 2048, 12, 64), (4, 4096, 16, 128), (1, 16384, 16, 128))
-RULES = ("falcon-1", "falcon-2", "falcon-1a", "falcon-2a")
+RULES = ("falcon-1", "falcon-2", "falcon-1a", "falcon-2a", "falcon-3a")
 DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 MODES = ("fwd", "fwd+bwd")
 N_SETS = 3
+WINDOW = 4  # falcon-3a's window B in these rows (the op's default)
 TORCH_CHUNK_MAX_TOKENS = 8 * 2048 * 12  # the PyTorch chunk form runs at the smaller shapes only (B·T·H)
 RULE_CHUNK_MAX_TOKENS = 4 * 4096 * 16  # --chunk-forms: each rule's own PyTorch chunk form, up to this B·T·H
 ANCHORS = ("fla chunk_delta_rule", "fla chunk_gated_delta_rule", "fla chunk_simple_gla", "torch SDPA causal",
@@ -79,6 +82,7 @@ def flops(family: str, shape: Shape, mode: str) -> float:
     C = CHUNK
     per_token = {
         "linear": 4 * K * V + C * (K + V),
+        "linear_window": WINDOW * (4 * K * V + C * (K + V)),
         "delta": 6 * K * V + C * (3 * K + 2 * V) + 2 * C * C / 3,
         "delta_per_channel": 6 * K * V + C * (3 * K + 3 * V) + 2 * C * C / 3,
         "softmax": 2 * T * D,

@@ -80,14 +80,15 @@ def _falcon(rule: str, lam_positive: bool) -> tuple[Callable, Callable]:
 
 
 def rule_ops(rules: tuple[str, ...]) -> list[Op]:
-    """falcon-1 (λ = 0 and λ > 0), falcon-2, falcon-1a, falcon-2a on backend="triton"."""
+    """falcon-1 (λ = 0 and λ > 0), falcon-2, falcon-1a, falcon-2a, falcon-3a (B = 4) on backend="triton"."""
     regression = _module_missing("kernels.falcon.triton_regression", "not built (kernels/falcon/triton_regression.py)")
     inner = _module_missing("kernels.falcon.triton_inner_product", "not built")
     rows = [("falcon-1", "falcon-1 λ=0", False, "delta", regression),
             ("falcon-1", "falcon-1 λ>0", True, "delta", regression),
             ("falcon-2", "falcon-2", True, "delta_per_channel", regression),
             ("falcon-1a", "falcon-1a", True, "linear", inner),
-            ("falcon-2a", "falcon-2a", True, "linear", inner)]
+            ("falcon-2a", "falcon-2a", True, "linear", inner),
+            ("falcon-3a", "falcon-3a", True, "linear_window", inner)]
     ops = []
     for rule, name, lam_positive, family, missing in rows:
         if rule in rules:
