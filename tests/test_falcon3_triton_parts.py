@@ -46,5 +46,6 @@ def test_a_falcon3_layer_with_the_triton_parts_matches_the_reference(parts: str,
         monkeypatch.setattr(window_solve, "takes_triton_solve", lambda system, rhs: True)
     out = forward_backward(layer, x)
     assert len(out) == len(reference)
-    for got, ref in zip(out, reference):
-        assert torch.allclose(got, ref, rtol=1e-4, atol=1e-6), (got - ref).abs().max().item()
+    for got, ref in zip(out, reference):  # relative to each tensor's norm: rounding is ~1e-7, a wrong part O(1)
+        err = ((got - ref).norm() / ref.norm().clamp_min(1e-30)).item()
+        assert err < 1e-4, err
