@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from kernels import FastWeightState, fast_weight_rule
-from tests.test_triton_inner_product import DEVICE, TOL_FP32, check, inputs, poisoned, run  # noqa: F401
+from tests.test_triton_inner_product import (  # noqa: F401 (poisoned: the autouse fixture, used by name)
+    DEVICE, TOL_FP32, check, check_continuation, inputs, poisoned, run)
 
 RULE = "falcon-3a"
 
@@ -40,17 +41,7 @@ def test_ridge_options_and_the_decay_clamp(variant: str) -> None:
 def test_continuing_from_a_state_with_its_window_tail_equals_one_pass() -> None:
     """A first segment by the oracle, the second by the kernels from its state: S, the last key and the last
     W − 1 pairs, which the second segment's first windows read."""
-    x = inputs(RULE, B=1, T=30, H=2, D=16, seed=7)
-    first = {n: (t[:, :11] if t.dim() >= 3 and t.shape[1] == 30 else t) for n, t in x.items()}
-    second = {n: (t[:, 11:] if t.dim() >= 3 and t.shape[1] == 30 else t) for n, t in x.items()}
-    opts = dict(rule=RULE, window=4)
-    ins = [first[n].double() for n in ("q", "k", "v", "beta", "lam")]
-    _, state = fast_weight_rule(*ins, backend="recurrent", initial_state=first["S0"].double(),
-                                output_final_state=True, **opts)
-    state = FastWeightState(*(t.detach() for t in state))
-    out = run(second, "triton", torch.float32, state=FastWeightState(*(t.float() if t.is_floating_point() else t
-                                                                       for t in state)), chunk_size=16, **opts)
-    check(out, run(second, "recurrent", torch.float64, state=state, **opts), TOL_FP32)
+    check_continuation(inputs(RULE, B=1, T=30, H=2, D=16, seed=7), split=11, rule=RULE, window=4)
 
 
 def test_the_final_state_continues_the_oracle() -> None:

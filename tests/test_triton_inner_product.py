@@ -98,10 +98,15 @@ def test_chunks_longer_than_the_sequence_and_inner_blocks(rule: str, timing: str
 @pytest.mark.parametrize("alignment", ["shifted", "same_time"])
 def test_continuing_from_a_state_equals_one_pass(rule: str, alignment: str) -> None:
     """A first segment by the oracle, the second by the kernels from its state (last key, S)."""
-    x = inputs(rule, B=1, T=30, H=2, D=16, seed=7)
-    first = {n: (t[:, :11] if t.dim() >= 3 and t.shape[1] == 30 else t) for n, t in x.items()}
-    second = {n: (t[:, 11:] if t.dim() >= 3 and t.shape[1] == 30 else t) for n, t in x.items()}
-    opts = dict(rule=rule, alignment=alignment)
+    check_continuation(inputs(rule, B=1, T=30, H=2, D=16, seed=7), split=11, rule=rule, alignment=alignment)
+
+
+def check_continuation(x: dict[str, Tensor], split: int, **opts) -> None:
+    """Tokens before ``split`` by the float64 oracle; the rest by the kernels from the oracle's final state
+    (every field: S, the last key, a window tail) against the oracle from that state."""
+    T = x["q"].shape[1]
+    first = {n: (t[:, :split] if t.dim() >= 3 and t.shape[1] == T else t) for n, t in x.items()}
+    second = {n: (t[:, split:] if t.dim() >= 3 and t.shape[1] == T else t) for n, t in x.items()}
     ins = [first[n].double() for n in ("q", "k", "v", "beta", "lam")]
     _, state = fast_weight_rule(*ins, backend="recurrent", initial_state=first["S0"].double(),
                                 output_final_state=True, **opts)
