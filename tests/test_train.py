@@ -25,7 +25,7 @@ from lab.train.checkpoint_io import AtomicCheckpointIO
 from lab.train.data import TrainBatches, seq_len, train_batch, vocab_size
 from lab.train.module import token_loss_sum
 from lab.train.optim import lr_factor, make_optimizer
-from lab.train.trainer import resolve_precision, resolve_strategy
+from lab.train.trainer import CurrentStreamDDP, make_strategy, resolve_precision, resolve_strategy
 from tasks.addition import IGNORE_INDEX, VOCAB_SIZE
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -119,6 +119,32 @@ def test_precision_strategy_and_trainer_pieces(tmp_path: Path) -> None:
     assert isinstance(trainer.strategy.checkpoint_io, AtomicCheckpointIO)
     assert trainer.max_steps == cfg.train.max_steps and trainer.precision == "32-true"
     assert LinePrinter in {type(c) for c in make_trainer(cfg, RunDir(tmp_path), progress=False).callbacks}
+
+
+def test_ddp_wraps_the_model_on_the_current_stream(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Lightning's own DDP strategy wraps under a fresh CUDA stream (every backward then warns that the
+    # AccumulateGrad nodes DDP keeps are on another stream); ours must not open one
+    import lab.train.trainer as trainer_module
+
+    assert isinstance(make_strategy(tiny("train.devices=2")), CurrentStreamDDP)
+    assert make_strategy(tiny()) == "auto"
+    unused = make_strategy(tiny("train.devices=2", "train.strategy=ddp_find_unused_parameters_true"))
+    assert isinstance(unused, CurrentStreamDDP) and unused._ddp_kwargs == {"find_unused_parameters": True}
+    assert isinstance(make_trainer(tiny("train.devices=2"), RunDir(tmp_path), progress=False).strategy,
+                      CurrentStreamDDP)
+
+    def no_stream(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a CUDA stream was opened to wrap the model")
+
+    wrapped: list[tuple[object, object]] = []
+    monkeypatch.setattr(torch.cuda, "Stream", no_stream)
+    monkeypatch.setattr(torch.cuda, "stream", no_stream)
+    monkeypatch.setattr(trainer_module, "DistributedDataParallel",
+                        lambda module, device_ids, **kw: wrapped.append((module, device_ids)) or "ddp-model")
+    strategy = CurrentStreamDDP()
+    monkeypatch.setattr(strategy, "determine_ddp_device_ids", lambda: [0])
+    model = torch.nn.Linear(2, 2)
+    assert strategy._setup_model(model) == "ddp-model" and wrapped == [(model, [0])]
 
 
 def test_a_short_run_writes_metrics_with_the_schedule_and_throughput(tmp_path: Path) -> None:

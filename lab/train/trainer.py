@@ -8,6 +8,9 @@ from collections.abc import Callable, Sequence
 import lightning.pytorch as pl
 import torch
 from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.strategies import DDPStrategy, Strategy
+from torch.nn import Module
+from torch.nn.parallel import DistributedDataParallel
 
 from lab.config import RunConfig
 from lab.runs import RunDir
@@ -34,6 +37,30 @@ def resolve_strategy(cfg: RunConfig) -> str:
     if cfg.train.devices * cfg.train.num_nodes > 1:
         return "ddp" if cfg.train.strategy == "auto" else cfg.train.strategy
     return "auto"
+
+
+class CurrentStreamDDP(DDPStrategy):
+    """Lightning's DDP, with the model wrapped on the stream the steps run on.
+
+    Lightning (2.6) builds DistributedDataParallel under a fresh side stream, which whole-network CUDA graph
+    capture needs; DDP then keeps each parameter's AccumulateGrad node from that stream, and every backward
+    on the default stream warns of the mismatch (and may synchronise across streams). This project's CUDA
+    graphs are for one process only (`train.cuda_graphs` refuses several), so a DDP run has no use for the
+    side stream."""
+
+    def _setup_model(self, model: Module) -> DistributedDataParallel:
+        return DistributedDataParallel(module=model, device_ids=self.determine_ddp_device_ids(),
+                                       **self._ddp_kwargs)
+
+
+def make_strategy(cfg: RunConfig) -> str | Strategy:
+    """resolve_strategy's choice, its DDP ones ("ddp", "ddp_find_unused_parameters_true") as CurrentStreamDDP."""
+    name = resolve_strategy(cfg)
+    if name == "ddp":
+        return CurrentStreamDDP()
+    if name == "ddp_find_unused_parameters_true":
+        return CurrentStreamDDP(find_unused_parameters=True)
+    return name
 
 
 def has_validation(cfg: RunConfig) -> bool:
@@ -71,7 +98,7 @@ def make_trainer(
         accelerator=accelerator,
         devices=t.devices,
         num_nodes=t.num_nodes,
-        strategy=resolve_strategy(cfg),
+        strategy=make_strategy(cfg),
         precision=resolve_precision(cfg, accelerator),
         plugins=[AtomicCheckpointIO()],
         max_steps=t.max_steps,
