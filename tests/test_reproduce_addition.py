@@ -1,5 +1,5 @@
 """`lab reproduce addition`: the plan, the table's arithmetic, end to end on a CPU (in this process and
-as two processes), skipping finished runs, and one-line errors."""
+as two processes, and one run over two), skipping finished runs, and one-line errors."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from lab.cli import app
-from lab.config import ConfigError
+from lab.config import ConfigError, config_hash, read_yaml
 from lab.reproduce import launch
 from lab.reproduce.addition import ROW_NAMES, ROWS, parse_rows, plan
 from lab.reproduce.addition_table import summary_rows
@@ -163,6 +163,32 @@ ARGS = ["reproduce", "addition", "--preset", "tiny", "--rows", "transformer,falc
         "--max-steps", "20"]
 
 
+def test_runs_over_several_gpus_take_gpus_of_their_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    # --gpus-per-run R: slot i of K sees GPUs iR .. iR + R - 1; on a CPU, K·R processes share the cores
+    assert [_child_env(i, 2, ["3", "5", "6", "7"], 2)["CUDA_VISIBLE_DEVICES"] for i in range(2)] == ["3,5", "6,7"]
+    env = _child_env(0, 1, [], 2)
+    assert env["OMP_NUM_THREADS"] == str(max(1, (os.cpu_count() or 1) // 2))
+    monkeypatch.setattr(launch, "visible_gpus", lambda: [str(i) for i in range(8)])
+    assert launch.slot_gpus(2, gpus_per_run=4) == [str(i) for i in range(8)]
+    assert launch.slot_gpus(1, gpus_per_run=2) == ["0", "1"]
+    check_slots(4, gpus_per_run=2)
+    with pytest.raises(ValueError, match="asks for 10 GPUs, more than the 8 visible; accepted: --gpus 1 to 4"):
+        check_slots(5, gpus_per_run=2)
+    with pytest.raises(ValueError, match="a run shares its GPU or spans several, not both"):
+        check_slots(2, per_gpu=2, gpus_per_run=2)
+    from lab.cli._common import campaign_slots
+
+    assert campaign_slots(None, gpus_per_run=2) == 4 and campaign_slots(None, gpus_per_run=8) == 1
+    # the run placed on R devices is the same run: its id and its data do not change
+    (job,) = plan("tiny", parse_rows("falcon-1.3"), seeds=1)
+    two = launch.placed(job, 2)
+    assert two.train.devices == 2 and config_hash(two) == job.run_id and launch.placed(job, 1) == job.cfg
+    (asks,) = plan("tiny", parse_rows("falcon-1.3"), seeds=1, overrides=["train.devices=2"])
+    assert launch.placed(asks, 2).train.devices == 2
+    with pytest.raises(ValueError, match="sets train.devices=2, train.num_nodes=1: .* use --gpus-per-run 2"):
+        launch.placed(asks, 1)
+
+
 def test_tiny_reproduction_end_to_end_then_a_rerun_skips_what_is_finished(tmp_path: Path) -> None:
     code, text = invoke(*ARGS, "--results", str(tmp_path))
     assert code == 0, text
@@ -208,6 +234,17 @@ def test_tiny_reproduction_end_to_end_then_a_rerun_skips_what_is_finished(tmp_pa
     assert not (tmp_path / "none").exists()
 
 
+def test_a_run_over_two_processes_is_the_run_of_one(tmp_path: Path) -> None:
+    # --gpus-per-run 2 on a CPU: one DDP run over two gloo processes, registered under the plan's run id
+    code, text = invoke("reproduce", "addition", "--preset", "tiny", "--rows", "deltanet", "--max-steps", "2",
+                        "--gpus-per-run", "2", "--results", str(tmp_path), "--out", str(tmp_path / "t"))
+    assert code == 0, text
+    (job,) = plan("tiny", parse_rows("deltanet"), seeds=1, max_steps=2)
+    assert f"(run {job.run_id}): finished in" in text
+    assert read_yaml(tmp_path / "runs" / job.run_id / "config.yaml")["train"]["devices"] == 2
+    assert {r["row"]: r for r in read_csv(tmp_path / "t" / "table.csv")}["deltanet"]["runs"] == "1"
+
+
 def test_two_runs_at_once_as_processes(tmp_path: Path) -> None:
     code, text = invoke("reproduce", "addition", "--preset", "tiny", "--rows", "transformer,deltanet",
                         "--max-steps", "3", "--gpus", "2", "--results", str(tmp_path), "--out", str(tmp_path / "t"))
@@ -225,6 +262,10 @@ def test_two_runs_at_once_as_processes(tmp_path: Path) -> None:
     (["--seeds", "0"], "lab reproduce: --seeds must be >= 1, got 0"),
     (["--gpus", "0"], "lab reproduce: --gpus must be >= 1, got 0"),
     (["--per-gpu", "0"], "lab reproduce: --per-gpu must be >= 1, got 0"),
+    (["--gpus-per-run", "0"], "lab reproduce: --gpus-per-run must be >= 1, got 0"),
+    (["--per-gpu", "2", "--gpus-per-run", "2"], "lab reproduce: --per-gpu 2 and --gpus-per-run 2: a run shares"),
+    (["--set", "train.devices=2"], "lab reproduce: run "),
+    (["--gpus-per-run", "3"], "lab reproduce: --gpus-per-run 3: train.batch_size=32 (global) is not divisible by"),
     (["--set", "optim.lrr=1"], "lab reproduce: unknown key 'optim.lrr'"),
 ])
 def test_mistakes_are_one_line_with_exit_2_and_nothing_run(args: list[str], message: str, tmp_path: Path) -> None:

@@ -134,9 +134,9 @@ def ablate_alignment(preset: str = "paper", mixers: Sequence[str] | None = None,
                      results: str | Path | None = None, out: str | Path | None = None,
                      command: str = "lab ablate alignment",
                      on_done: Callable[[Outcome], Any] | None = None, per_gpu: int = 1,
-                     table_only: bool = False) -> Campaign:
-    """Train the cells' runs not yet finished (up to `gpus` at once), then write alignment.md,
-    alignment.csv and alignment_per_width.csv to `out`, rewriting them after every run."""
+                     table_only: bool = False, gpus_per_run: int = 1) -> Campaign:
+    """Train the cells' runs not yet finished (up to `gpus` at once, each on `gpus_per_run` GPUs), then write
+    alignment.md, alignment.csv and alignment_per_width.csv to `out`, rewriting them after every run."""
     from lab.ablate.alignment_table import write_tables
 
     seeds = DEFAULT_SEEDS.get(preset, 1) if seeds is None else seeds
@@ -151,4 +151,5 @@ def ablate_alignment(preset: str = "paper", mixers: Sequence[str] | None = None,
     out = Path(out).resolve() if out is not None else default_out(preset, results)
 
     return run_campaign(jobs, everything, write_tables, results, out, gpus, command, on_done,
-                        per_gpu=per_gpu, table_only=table_only)
+                        per_gpu=per_gpu, table_only=table_only,
+                        gpus_per_run=gpus_per_run)

@@ -29,15 +29,21 @@ PER_GPU_HELP = ("Runs sharing each GPU at once (small models leave most of a GPU
                 "per --gpus slot.")
 
 
-def campaign_slots(gpus: int | None, per_gpu: int = 1) -> int:
+GPUS_PER_RUN_HELP = ("GPUs each run trains on, as one DDP run (the same run id and data as on one GPU; "
+                     "--gpus then counts runs at once, each on this many GPUs); on a CPU, processes a run.")
+
+
+def campaign_slots(gpus: int | None, per_gpu: int = 1, gpus_per_run: int = 1) -> int:
     """How many runs a table-building command runs at once: `--gpus` (else every visible GPU, else 1)
-    times `--per-gpu`."""
+    times `--per-gpu`; with `--gpus-per-run` R, `--gpus` (else the visible GPUs over R, else 1)."""
     from lab.reproduce.launch import check_slots, visible_gpus
 
     if per_gpu < 1:
         raise ValueError(f"--per-gpu must be >= 1, got {per_gpu}")
-    slots = (gpus if gpus is not None else max(1, len(visible_gpus()))) * per_gpu
-    check_slots(slots, per_gpu)
+    if gpus_per_run < 1:
+        raise ValueError(f"--gpus-per-run must be >= 1, got {gpus_per_run}")
+    slots = (gpus if gpus is not None else max(1, len(visible_gpus()) // gpus_per_run)) * per_gpu
+    check_slots(slots, per_gpu, gpus_per_run)
     return slots
 
 

@@ -6,6 +6,7 @@ from typing import Annotated
 import typer
 
 from lab.cli._common import (
+    GPUS_PER_RUN_HELP,
     PER_GPU_HELP,
     TABLE_ONLY_HELP,
     campaign_slots,
@@ -33,6 +34,7 @@ def alignment(
         help="Runs at once, each on its own GPU (on a CPU: processes); default every visible GPU, 1 on a CPU.")]
     = None,
     per_gpu: Annotated[int, typer.Option(help=PER_GPU_HELP)] = 1,
+    gpus_per_run: Annotated[int, typer.Option(help=GPUS_PER_RUN_HELP)] = 1,
     table_only: Annotated[bool, typer.Option(help=TABLE_ONLY_HELP)] = False,
     max_steps: Annotated[int | None, typer.Option(help="Train each run for this many steps instead.")] = None,
     set_: Annotated[list[str] | None, typer.Option(
@@ -51,7 +53,7 @@ def alignment(
 
     try:
         chosen = parse_mixers(mixers)
-        slots = campaign_slots(gpus, per_gpu)
+        slots = campaign_slots(gpus, per_gpu, gpus_per_run)
     except ValueError as err:
         refuse("lab ablate", err)
     command = remake_command(["lab", "ablate", "alignment"], [
@@ -60,7 +62,8 @@ def alignment(
 
     try:
         done = ablate_alignment(preset, chosen, seeds, slots, max_steps, set_ or (), results, out, command,
-                                on_done=print_outcome, per_gpu=per_gpu, table_only=table_only)
+                                on_done=print_outcome, per_gpu=per_gpu, table_only=table_only,
+                                gpus_per_run=gpus_per_run)
     except ValueError as err:
         refuse("lab ablate", err)
     finish_campaign("lab ablate", done, "alignment.md")

@@ -6,6 +6,7 @@ from typing import Annotated
 import typer
 
 from lab.cli._common import (
+    GPUS_PER_RUN_HELP,
     PER_GPU_HELP,
     TABLE_ONLY_HELP,
     campaign_slots,
@@ -33,6 +34,7 @@ def addition(
         help="Runs at once, each on its own GPU (on a CPU: processes); default every visible GPU, 1 on a CPU.")]
     = None,
     per_gpu: Annotated[int, typer.Option(help=PER_GPU_HELP)] = 1,
+    gpus_per_run: Annotated[int, typer.Option(help=GPUS_PER_RUN_HELP)] = 1,
     table_only: Annotated[bool, typer.Option(help=TABLE_ONLY_HELP)] = False,
     max_steps: Annotated[int | None, typer.Option(help="Train each run for this many steps instead.")] = None,
     set_: Annotated[list[str] | None, typer.Option(
@@ -49,17 +51,18 @@ def addition(
 
     try:
         chosen = parse_rows(rows)
-        slots = campaign_slots(gpus, per_gpu)
+        slots = campaign_slots(gpus, per_gpu, gpus_per_run)
     except ValueError as err:
         refuse("lab reproduce", err)
-    # --gpus, --per-gpu and --table-only are left out: they change no number
+    # --gpus, --per-gpu, --gpus-per-run and --table-only are left out: they change no number
     command = remake_command(["lab", "reproduce", "addition"], [
         ("--preset", preset), ("--rows", rows), ("--seeds", seeds), ("--max-steps", max_steps),
         *(("--set", item) for item in set_ or []), ("--results", results), ("--out", out)])
 
     try:
         done = reproduce_addition(preset, chosen, seeds, slots, max_steps, set_ or (), results, out, command,
-                                  on_done=print_outcome, per_gpu=per_gpu, table_only=table_only)
+                                  on_done=print_outcome, per_gpu=per_gpu, table_only=table_only,
+                                  gpus_per_run=gpus_per_run)
     except ValueError as err:
         refuse("lab reproduce", err)
     finish_campaign("lab reproduce", done, "table.md")
@@ -77,6 +80,7 @@ def fineweb(
         help="Runs at once, each on its own GPU (on a CPU: processes); default every visible GPU, 1 on a CPU.")]
     = None,
     per_gpu: Annotated[int, typer.Option(help=PER_GPU_HELP)] = 1,
+    gpus_per_run: Annotated[int, typer.Option(help=GPUS_PER_RUN_HELP)] = 1,
     table_only: Annotated[bool, typer.Option(help=TABLE_ONLY_HELP)] = False,
     max_steps: Annotated[int | None, typer.Option(help="Train each run for this many steps instead.")] = None,
     set_: Annotated[list[str] | None, typer.Option(
@@ -99,10 +103,10 @@ def fineweb(
 
     try:
         chosen = parse_rows(rows)
-        slots = campaign_slots(gpus, per_gpu)
+        slots = campaign_slots(gpus, per_gpu, gpus_per_run)
     except ValueError as err:
         refuse("lab reproduce", err)
-    # --gpus, --per-gpu and --table-only are left out: they change no number
+    # --gpus, --per-gpu, --gpus-per-run and --table-only are left out: they change no number
     command = remake_command(["lab", "reproduce", "fineweb"], [
         ("--preset", preset), ("--rows", rows), ("--seeds", seeds), ("--max-steps", max_steps),
         *(("--set", item) for item in set_ or []), ("--data", data), ("--wiki", wiki), ("--lambada", lambada),
@@ -110,7 +114,8 @@ def fineweb(
 
     try:
         done = reproduce_fineweb(preset, chosen, seeds, slots, max_steps, set_ or (), data, wiki, lambada, results,
-                                 out, command, on_done=print_outcome, per_gpu=per_gpu, table_only=table_only)
+                                 out, command, on_done=print_outcome, per_gpu=per_gpu, table_only=table_only,
+                                 gpus_per_run=gpus_per_run)
     except ValueError as err:
         refuse("lab reproduce", err)
     finish_campaign("lab reproduce", done, "table.md")

@@ -119,9 +119,10 @@ def reproduce_addition(preset: str = "paper", rows: Sequence[Row] | None = None,
                        results: str | Path | None = None, out: str | Path | None = None,
                        command: str = "lab reproduce addition",
                        on_done: Callable[[Outcome], None] | None = None, per_gpu: int = 1,
-                       table_only: bool = False) -> Campaign:
-    """Train the rows' runs not yet finished (up to `gpus` at once), then write table.md, table.csv
-    and per_width.csv to `out`, rewriting them after every run; `command` is printed in table.md."""
+                       table_only: bool = False, gpus_per_run: int = 1) -> Campaign:
+    """Train the rows' runs not yet finished (up to `gpus` at once, each on `gpus_per_run` GPUs), then write
+    table.md, table.csv and per_width.csv to `out`, rewriting them after every run; `command` is printed in
+    table.md."""
     from lab.reproduce.addition_table import write_tables
 
     seeds = DEFAULT_SEEDS.get(preset, 1) if seeds is None else seeds
@@ -145,4 +146,5 @@ def reproduce_addition(preset: str = "paper", rows: Sequence[Row] | None = None,
     out = Path(out).resolve() if out is not None else default_out(preset, results)
 
     return run_campaign(jobs, everything, write_tables, results, out, gpus, command, on_done,
-                        per_gpu=per_gpu, table_only=table_only)
+                        per_gpu=per_gpu, table_only=table_only,
+                        gpus_per_run=gpus_per_run)

@@ -136,9 +136,9 @@ def reproduce_fineweb(preset: str = "fineweb-124m", rows: Sequence[Row] | None =
                       lambada: str | Path | None = None, results: str | Path | None = None,
                       out: str | Path | None = None, command: str = "lab reproduce fineweb",
                       on_done: Callable[[Outcome], None] | None = None, per_gpu: int = 1,
-                      table_only: bool = False) -> Campaign:
-    """Train the rows' runs not yet finished (up to `gpus` at once), score every finished run's
-    perplexities, and write table.md and table.csv to `out` after every run."""
+                      table_only: bool = False, gpus_per_run: int = 1) -> Campaign:
+    """Train the rows' runs not yet finished (up to `gpus` at once, each on `gpus_per_run` GPUs), score
+    every finished run's perplexities, and write table.md and table.csv to `out` after every run."""
     from lab.reproduce.fineweb_table import write_tables
 
     rows = list(ROWS) if rows is None else list(rows)
@@ -150,4 +150,5 @@ def reproduce_fineweb(preset: str = "fineweb-124m", rows: Sequence[Row] | None =
     results = Path(results).resolve() if results is not None else results_root()
     out = Path(out).resolve() if out is not None else default_out(preset, results)
     return run_campaign(jobs, everything, partial(write_tables, texts=texts), results, out, gpus, command, on_done,
-                        per_gpu=per_gpu, table_only=table_only)
+                        per_gpu=per_gpu, table_only=table_only,
+                        gpus_per_run=gpus_per_run)

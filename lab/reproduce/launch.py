@@ -3,8 +3,10 @@
 One slot runs in this process, one run after another (no start-up cost per run). K slots run each
 run as its own `lab train` process: on a GPU machine of G GPUs slot i sees only GPU i mod G
 (CUDA_VISIBLE_DEVICES), so K = G·P puts P runs on each GPU (small models leave most of a GPU idle);
-on a CPU the K processes share the cores, each with cores/K threads. Every run writes its output to
-`train.log` in its run folder; the registry says how it ended.
+on a CPU the K processes share the cores, each with cores/K threads. With R GPUs a run, each run is
+one DDP training over R GPUs (`train.devices` = R, a placement setting: the run id and its data are
+those of the one-GPU run) and slot i sees GPUs iR … iR + R − 1 (on a CPU: R processes). Every run
+writes its output to `train.log` in its run folder; the registry says how it ended.
 """
 
 from __future__ import annotations
@@ -21,11 +23,11 @@ import time
 import warnings
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from lab.config import RunConfig, config_hash, dump_yaml
+from lab.config import ConfigError, RunConfig, config_hash, dump_yaml, validate
 from lab.runs import Registry, run_dir_for
 
 # Where this code is imported from: child processes import the very same code.
@@ -93,29 +95,61 @@ def visible_gpus() -> list[str]:
     return listed[:count] if listed else [str(i) for i in range(count)]
 
 
-def slot_gpus(slots: int, per_gpu: int = 1) -> list[str]:
-    """The GPUs `slots` = K × `per_gpu` runs share: the first K visible ones (slot i takes GPU i mod K)."""
-    return visible_gpus()[:-(-slots // per_gpu)]
+def slot_gpus(slots: int, per_gpu: int = 1, gpus_per_run: int = 1) -> list[str]:
+    """The GPUs `slots` = K × `per_gpu` runs share: the first K visible ones (slot i takes GPU i mod K);
+    with `gpus_per_run` R, the first K·R (slot i takes GPUs iR … iR + R − 1)."""
+    return visible_gpus()[:-(-slots // per_gpu) * gpus_per_run]
 
 
-def check_slots(slots: int, per_gpu: int = 1) -> None:
-    """ValueError unless `slots` runs can run at once here: `per_gpu` on each visible GPU at most."""
+def check_slots(slots: int, per_gpu: int = 1, gpus_per_run: int = 1) -> None:
+    """ValueError unless `slots` runs can run at once here: `per_gpu` on each visible GPU at most, or each
+    on `gpus_per_run` visible GPUs of its own."""
     if per_gpu < 1:
         raise ValueError(f"--per-gpu must be >= 1, got {per_gpu}")
+    if gpus_per_run < 1:
+        raise ValueError(f"--gpus-per-run must be >= 1, got {gpus_per_run}")
+    if per_gpu > 1 and gpus_per_run > 1:
+        raise ValueError(f"--per-gpu {per_gpu} and --gpus-per-run {gpus_per_run}: a run shares its GPU or spans "
+                         f"several, not both")
     if slots < 1:
         raise ValueError(f"--gpus must be >= 1, got {slots}")
     gpus = visible_gpus()
-    if gpus and slots > len(gpus) * per_gpu:
+    if gpus and slots * gpus_per_run > len(gpus) * per_gpu:
+        if gpus_per_run > 1:
+            raise ValueError(f"--gpus {slots} --gpus-per-run {gpus_per_run} asks for {slots * gpus_per_run} GPUs, "
+                             f"more than the {len(gpus)} visible; accepted: --gpus 1 to "
+                             f"{max(1, len(gpus) // gpus_per_run)} with --gpus-per-run up to {len(gpus)}")
         raise ValueError(f"--gpus {slots // per_gpu} asks for more GPUs than the {len(gpus)} visible; "
                          f"accepted: 1 to {len(gpus)}")
 
 
+def placed(job: Job, gpus_per_run: int) -> RunConfig:
+    """The job's configuration trained on `gpus_per_run` devices (one DDP run over them). ValueError for a
+    job that asks for another device count itself (`--set train.devices=N`): a campaign places its runs;
+    ConfigError where its global batch does not divide among them."""
+    t = job.cfg.train
+    if t.num_nodes != 1 or t.devices not in (1, gpus_per_run):
+        raise ValueError(f"run {job.run_id} sets train.devices={t.devices}, train.num_nodes={t.num_nodes}: a "
+                         f"campaign runs on one machine and places each run itself; use --gpus-per-run "
+                         f"{t.devices * t.num_nodes} instead")
+    cfg = replace(job.cfg, train=replace(t, devices=gpus_per_run))
+    try:
+        validate(cfg)  # the global batch must divide among the devices
+    except ConfigError as err:
+        raise ConfigError(f"--gpus-per-run {gpus_per_run}: {err}") from None
+    return cfg
+
+
 def run_jobs(jobs: Sequence[Job], results: Path, slots: int = 1, argv: Sequence[str] | None = None,
-             on_done: Callable[[Outcome], None] | None = None, per_gpu: int = 1) -> list[Outcome]:
-    """Make every job not yet finished in `<results>/lab.db`, up to `slots` at once; `on_done(outcome)`
-    is called as each ends (skipped jobs first). Returns the outcomes in the order the jobs ended."""
+             on_done: Callable[[Outcome], None] | None = None, per_gpu: int = 1,
+             gpus_per_run: int = 1) -> list[Outcome]:
+    """Make every job not yet finished in `<results>/lab.db`, up to `slots` at once, each on `gpus_per_run`
+    devices; `on_done(outcome)` is called as each ends (skipped jobs first). Returns the outcomes in the
+    order the jobs ended."""
     if slots < 1:
         raise ValueError(f"--gpus must be >= 1, got {slots}")
+    for job in jobs:  # before anything runs
+        placed(job, gpus_per_run)
     results = Path(results).resolve()
     registry = Registry(results / "lab.db")
     outcomes: list[Outcome] = []
@@ -132,11 +166,11 @@ def run_jobs(jobs: Sequence[Job], results: Path, slots: int = 1, argv: Sequence[
             todo.append(job)
         else:
             done(Outcome(job, "skipped", metrics=metrics))
-    if slots == 1:
+    if slots == 1 and gpus_per_run == 1:
         for job in todo:
             done(_run_here(job, results, registry, argv))
-    else:
-        _run_in_processes(todo, results, registry, slots, done, per_gpu)
+    else:  # a DDP run starts its other ranks by running its own command again: a `lab train` of its own
+        _run_in_processes(todo, results, registry, slots, done, per_gpu, gpus_per_run)
     return outcomes
 
 
@@ -158,9 +192,10 @@ class Campaign:
 def run_campaign(jobs: Sequence[Job], planned: Sequence[Job],
                  write_tables: Callable[[Sequence[Job], Path, Path, str], int], results: Path, out: Path,
                  slots: int, command: str, on_done: Callable[[Outcome], Any] | None = None,
-                 per_gpu: int = 1, table_only: bool = False) -> Campaign:
-    """Run `jobs` (up to `slots` at once) and rewrite the tables of everything `planned` after each one,
-    so a stopped campaign keeps a table of what finished; `write_tables` returns the finished count.
+                 per_gpu: int = 1, table_only: bool = False, gpus_per_run: int = 1) -> Campaign:
+    """Run `jobs` (up to `slots` at once, each on `gpus_per_run` devices) and rewrite the tables of everything
+    `planned` after each one, so a stopped campaign keeps a table of what finished; `write_tables` returns the
+    finished count.
 
     `table_only` trains nothing: the tables are written from the runs already in `results` (runs made on
     other machines and copied in, or a campaign to be read before it ends); ValueError when `results` has
@@ -176,7 +211,8 @@ def run_campaign(jobs: Sequence[Job], planned: Sequence[Job],
             on_done(outcome)
 
     try:
-        outcomes = run_jobs(jobs, results, slots=slots, argv=command.split(), on_done=done, per_gpu=per_gpu)
+        outcomes = run_jobs(jobs, results, slots=slots, argv=command.split(), on_done=done, per_gpu=per_gpu,
+                            gpus_per_run=gpus_per_run)
     except KeyboardInterrupt:
         write_tables(planned, results, out, command)  # with the runs just stopped at their last evaluation
         raise
@@ -211,19 +247,20 @@ def _run_here(job: Job, results: Path, registry: Registry, argv: Sequence[str] |
     return Outcome(job, result.status, seconds, metrics=result.metrics)
 
 
-def _child_env(slot: int, slots: int, gpus: list[str]) -> dict[str, str]:
+def _child_env(slot: int, slots: int, gpus: list[str], gpus_per_run: int = 1) -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(CODE_ROOT), *filter(None, [env.get("PYTHONPATH")])])
     if gpus:
-        env["CUDA_VISIBLE_DEVICES"] = gpus[slot % len(gpus)]
+        first = slot * gpus_per_run % len(gpus)
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus[first:first + gpus_per_run])
     else:
-        env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // slots))
+        env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // (slots * gpus_per_run)))
     return env
 
 
 def _run_in_processes(jobs: Sequence[Job], results: Path, registry: Registry, slots: int,
-                      done: Callable[[Outcome], None], per_gpu: int = 1) -> None:
-    gpus = slot_gpus(slots, per_gpu)
+                      done: Callable[[Outcome], None], per_gpu: int = 1, gpus_per_run: int = 1) -> None:
+    gpus = slot_gpus(slots, per_gpu, gpus_per_run)
     pending = deque(jobs)
     free = list(range(slots))
     running: dict[int, tuple[Job, subprocess.Popen, float, Any]] = {}
@@ -233,14 +270,14 @@ def _run_in_processes(jobs: Sequence[Job], results: Path, registry: Registry, sl
                 while pending and free:
                     job, slot = pending.popleft(), free.pop(0)
                     path = Path(configs) / f"{job.run_id}.yaml"
-                    path.write_text(dump_yaml(job.cfg), encoding="utf-8")
+                    path.write_text(dump_yaml(placed(job, gpus_per_run)), encoding="utf-8")
                     log = log_path(job, results)
                     log.parent.mkdir(parents=True, exist_ok=True)
                     f = log.open("a", encoding="utf-8")
                     cmd = [sys.executable, "-m", "lab", "train", "--config", str(path), "--results", str(results),
                            "--no-progress"]
                     proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT,
-                                            env=_child_env(slot, slots, gpus))
+                                            env=_child_env(slot, slots, gpus, gpus_per_run))
                     running[slot] = (job, proc, time.perf_counter(), f)
                 time.sleep(0.2)
                 for slot, (job, proc, start, f) in list(running.items()):
