@@ -354,10 +354,14 @@ def test_progress_follows_every_evaluation_with_the_curriculums_widest_width(tmp
         (100, 3, 5, "stopped"), (750, 16, 5, "stopped"), (1600, 32, 5, "stopped")]
 
 
-def test_an_interrupted_campaign_stops_each_run_at_a_checkpoint_and_keeps_its_table(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("rows", "placement"), [("transformer,deltanet", ["--gpus", "2"]),
+                                                 ("deltanet", ["--gpus-per-run", "2"])], ids=["two-runs", "ddp"])
+def test_an_interrupted_campaign_stops_each_run_at_a_checkpoint_and_keeps_its_table(
+        rows: str, placement: list[str], tmp_path: Path) -> None:
     """SIGINT to the campaign's process group (as `timeout --signal=INT` sends it): every run ends after its
     current step with a checkpoint at that step, resumable, and the table lists them as begun. The campaign
-    starts with SIGINT ignored, as a script's background job does, and must stop all the same."""
+    starts with SIGINT ignored, as a script's background job does, and must stop all the same; a run over two
+    processes (DDP) stops at one step on both."""
     import signal
     import subprocess
     import sys
@@ -368,28 +372,28 @@ def test_an_interrupted_campaign_stops_each_run_at_a_checkpoint_and_keeps_its_ta
     out = tmp_path / "t"
     env = {**os.environ, "PYTHONPATH": str(CODE_ROOT)}
     proc = subprocess.Popen([sys.executable, "-m", "lab", "reproduce", "addition", "--preset", "tiny", "--rows",
-                             "transformer,deltanet", "--max-steps", "5000", "--gpus", "2", "--results",
+                             rows, "--max-steps", "5000", *placement, "--results",
                              str(tmp_path), "--out", str(out)], cwd=CODE_ROOT, env=env, start_new_session=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     registry = Registry(tmp_path / "lab.db")
     deadline = time.monotonic() + 180
-    while time.monotonic() < deadline:  # both runs past their first checkpoint (every 50 steps)
-        rows = [registry.get(j.run_id) for j in plan("tiny", parse_rows("transformer,deltanet"), 1, 5000)]
-        if all(r is not None and (r.get("steps") or 0) >= 50 for r in rows):
+    while time.monotonic() < deadline:  # every run past its first checkpoint (every 50 steps)
+        begun = [registry.get(j.run_id) for j in plan("tiny", parse_rows(rows), 1, 5000)]
+        if all(r is not None and (r.get("steps") or 0) >= 50 for r in begun):
             break
         time.sleep(0.5)
     else:
         proc.kill()
-        pytest.fail("the two runs did not reach step 50 in 180 s")
+        pytest.fail(f"the runs of {rows} did not reach step 50 in 180 s")
     os.killpg(proc.pid, signal.SIGINT)
     text = proc.communicate(timeout=120)[0]
     assert proc.returncode != 0, text
-    for job in plan("tiny", parse_rows("transformer,deltanet"), 1, 5000):
+    for job in plan("tiny", parse_rows(rows), 1, 5000):
         row = registry.get(job.run_id)
         assert row["status"] == "stopped", (row, text)
         assert 50 <= row["steps"] < 5000
         ckpt = tmp_path / "runs" / job.run_id / "checkpoints" / "last.ckpt"
         assert torch.load(ckpt, weights_only=False, map_location="cpu")["global_step"] == row["steps"]
     table = (out / "table.md").read_text()
-    assert "Runs begun but not finished" in table and table.count("| stopped |") == 2
+    assert "Runs begun but not finished" in table and table.count("| stopped |") == len(parse_rows(rows))
