@@ -1,5 +1,6 @@
 """DDP on CPU (gloo, 2 processes, Lightning's DDP strategy): ranks see different rows, gradients are
-all-reduced to the same values, and 2 ranks of b rows train exactly as 1 process of 2b rows."""
+all-reduced to the same values, 2 ranks of b rows train exactly as 1 process of 2b rows, and a run stopped
+on 2 ranks resumes on 1 process where that process alone would have been."""
 
 import os
 import subprocess
@@ -49,6 +50,31 @@ cfg = load_config(config_file=sys.argv[1], overrides=["train.devices=2", "train.
 run_training(cfg, out=sys.argv[2], results=sys.argv[3], progress=False, callbacks=[Probe(sys.argv[3])])
 """
 
+STOPPED_RUN = """
+import os
+import signal
+import sys
+import torch
+from lightning.pytorch.callbacks import Callback
+from lab.config import load_config
+from lab.train import run_training
+
+torch.set_num_threads(1)
+
+
+class Interrupt(Callback):
+    # SIGINT on rank 0 after step 2, as `timeout --signal=INT` would send it
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if trainer.global_step == 2 and trainer.global_rank == 0:
+            os.kill(os.getpid(), signal.SIGINT)
+
+
+cfg = load_config(config_file=sys.argv[1], overrides=["train.devices=2", "train.accelerator=cpu"])
+run_training(cfg, out=sys.argv[2], results=sys.argv[3], progress=False, callbacks=[Interrupt()],
+             stop_on_interrupt=True)
+"""
+
 namespace: dict = {"Callback": Callback, "torch": torch}
 exec(textwrap.dedent(PROBE), namespace)
 Probe = namespace["Probe"]
@@ -74,6 +100,9 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict:
     single = Probe(str(root))
     run_training(cfg, out=root / "single" / "run", results=root / "single", progress=False, callbacks=[single])
     return {
+        "root": root,
+        "cfg": cfg,
+        "env": env,
         "ranks": [torch.load(root / "ddp" / f"probe{r}.pt") for r in range(2)],
         "single": torch.load(root / "probe0.pt"),
         "ddp_dir": root / "ddp" / "run",
@@ -109,6 +138,30 @@ def test_two_ranks_of_b_rows_train_as_one_process_of_2b(runs: dict) -> None:
     final = torch.load(runs["ddp_dir"] / "checkpoints" / "last.ckpt", weights_only=False)["state_dict"]
     expected = torch.load(runs["single_dir"] / "checkpoints" / "last.ckpt", weights_only=False)["state_dict"]
     assert final.keys() == expected.keys()
+    for name, value in expected.items():
+        torch.testing.assert_close(final[name], value, rtol=0, atol=1e-5, msg=name)
+
+
+def test_a_run_stopped_on_two_ranks_resumes_on_one_process_where_one_process_would_be(runs: dict) -> None:
+    from lab.runs import Registry
+
+    root, cfg = runs["root"], runs["cfg"]
+    script, out = root / "stopped_run.py", root / "stopped" / "run"
+    script.write_text(textwrap.dedent(STOPPED_RUN))
+    proc = subprocess.run([sys.executable, str(script), str(root / "config.yaml"), str(out), str(root / "stopped")],
+                          cwd=ROOT, env=runs["env"], capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (row,) = Registry(root / "stopped" / "lab.db").rows()
+    assert (row["status"], row["steps"]) == ("stopped", 2)
+    assert torch.load(out / "checkpoints" / "last.ckpt", weights_only=False)["global_step"] == 2
+    result = run_training(cfg, out=out, results=root / "stopped", progress=False)  # one process now
+    assert (result.status, result.steps) == ("finished", STEPS)
+    resumed, single = read_metrics(out / "metrics.csv"), read_metrics(runs["single_dir"] / "metrics.csv")
+    assert [r["step"] for r in resumed] == list(range(1, STEPS + 1))
+    for a, b in zip(resumed, single):
+        assert abs(a["loss"] - b["loss"]) <= 1e-5, (a["step"], a["loss"], b["loss"])
+    final = torch.load(out / "checkpoints" / "last.ckpt", weights_only=False)["state_dict"]
+    expected = torch.load(runs["single_dir"] / "checkpoints" / "last.ckpt", weights_only=False)["state_dict"]
     for name, value in expected.items():
         torch.testing.assert_close(final[name], value, rtol=0, atol=1e-5, msg=name)
 

@@ -15,10 +15,10 @@ from kernels import FastWeightState, fast_weight_rule
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 # the interpreter does every dot in fp32; a GPU runs fp32 dots at full precision too ("ieee"). On the CPU the
-# summation order of the interpreter's dots varies from run to run, and dβ (a sum over every element of a
-# chunk) has been seen at 1.2e-5 once in several runs: 3e-5 keeps the CPU bound 30 times inside the 1e-3
-# of the GPU's
-TOL_FP32 = 3e-5 if DEVICE == "cpu" else 1e-3
+# summation order of the interpreter's dots varies from run to run (with the threads the machine gives it):
+# dβ (a sum over every element of a chunk) has been seen at 1.2e-5 and dk at 3.1e-5 (CI, under load), once
+# each in many runs: 1e-4 keeps the CPU bound 10 times inside the 1e-3 of the GPU's
+TOL_FP32 = 1e-4 if DEVICE == "cpu" else 1e-3
 NAMES = ("o", "S", "dq", "dk", "dv", "dbeta", "dlam", "dS0")
 
 
