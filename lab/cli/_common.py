@@ -2,7 +2,8 @@
 
 import shlex
 from collections.abc import Iterable
-from typing import Any, NoReturn
+from pathlib import Path
+from typing import Annotated, Any, NoReturn
 
 import typer
 
@@ -31,6 +32,17 @@ PER_GPU_HELP = ("Runs sharing each GPU at once (small models leave most of a GPU
 
 GPUS_PER_RUN_HELP = ("GPUs each run trains on, as one DDP run (the same run id and data as on one GPU; "
                      "--gpus then counts runs at once, each on this many GPUs); on a CPU, processes a run.")
+
+# The placement options every table-building command (`lab reproduce`, `lab ablate`) takes, and the ones it
+# shares with its runs: they change no number of its table (placement) or every run (--max-steps, --set).
+GpusOption = Annotated[int | None, typer.Option(
+    help="Runs at once, each on its own GPU (on a CPU: processes); default every visible GPU, 1 on a CPU.")]
+PerGpuOption = Annotated[int, typer.Option(help=PER_GPU_HELP)]
+GpusPerRunOption = Annotated[int, typer.Option(help=GPUS_PER_RUN_HELP)]
+TableOnlyOption = Annotated[bool, typer.Option(help=TABLE_ONLY_HELP)]
+MaxStepsOption = Annotated[int | None, typer.Option(help="Train each run for this many steps instead.")]
+ResultsOption = Annotated[Path | None, typer.Option(
+    help="Folder of runs/ and the registry lab.db; default $LAB_RESULTS or results/.")]
 
 
 def campaign_slots(gpus: int | None, per_gpu: int = 1, gpus_per_run: int = 1) -> int:

@@ -6,9 +6,12 @@ from typing import Annotated
 import typer
 
 from lab.cli._common import (
-    GPUS_PER_RUN_HELP,
-    PER_GPU_HELP,
-    TABLE_ONLY_HELP,
+    GpusOption,
+    GpusPerRunOption,
+    MaxStepsOption,
+    PerGpuOption,
+    ResultsOption,
+    TableOnlyOption,
     campaign_slots,
     finish_campaign,
     print_outcome,
@@ -30,17 +33,14 @@ def addition(
         help="Comma-separated rows to train, e.g. transformer,falcon-1a.3 (default: all).")] = None,
     seeds: Annotated[int | None, typer.Option(help="Seeds per row, 0..N-1 (default: 3 for paper, 1 for tiny).")]
     = None,
-    gpus: Annotated[int | None, typer.Option(
-        help="Runs at once, each on its own GPU (on a CPU: processes); default every visible GPU, 1 on a CPU.")]
-    = None,
-    per_gpu: Annotated[int, typer.Option(help=PER_GPU_HELP)] = 1,
-    gpus_per_run: Annotated[int, typer.Option(help=GPUS_PER_RUN_HELP)] = 1,
-    table_only: Annotated[bool, typer.Option(help=TABLE_ONLY_HELP)] = False,
-    max_steps: Annotated[int | None, typer.Option(help="Train each run for this many steps instead.")] = None,
+    gpus: GpusOption = None,
+    per_gpu: PerGpuOption = 1,
+    gpus_per_run: GpusPerRunOption = 1,
+    table_only: TableOnlyOption = False,
+    max_steps: MaxStepsOption = None,
     set_: Annotated[list[str] | None, typer.Option(
         "--set", help="Override one setting of every run, e.g. --set optim.lr=3e-3 (repeatable).")] = None,
-    results: Annotated[Path | None, typer.Option(
-        help="Folder of runs/ and the registry lab.db; default $LAB_RESULTS or results/.")] = None,
+    results: ResultsOption = None,
     out: Annotated[Path | None, typer.Option(
         help="Folder of the table files; default <results>/addition (tiny: <results>/addition/tiny).")] = None,
 ) -> None:
@@ -76,13 +76,11 @@ def fineweb(
     rows: Annotated[str | None, typer.Option(
         help="Comma-separated rows to train, e.g. transformer,falcon-1a.3 (default: all).")] = None,
     seeds: Annotated[int, typer.Option(help="Seeds per row, 0..N-1.")] = 1,
-    gpus: Annotated[int | None, typer.Option(
-        help="Runs at once, each on its own GPU (on a CPU: processes); default every visible GPU, 1 on a CPU.")]
-    = None,
-    per_gpu: Annotated[int, typer.Option(help=PER_GPU_HELP)] = 1,
-    gpus_per_run: Annotated[int, typer.Option(help=GPUS_PER_RUN_HELP)] = 1,
-    table_only: Annotated[bool, typer.Option(help=TABLE_ONLY_HELP)] = False,
-    max_steps: Annotated[int | None, typer.Option(help="Train each run for this many steps instead.")] = None,
+    gpus: GpusOption = None,
+    per_gpu: PerGpuOption = 1,
+    gpus_per_run: GpusPerRunOption = 1,
+    table_only: TableOnlyOption = False,
+    max_steps: MaxStepsOption = None,
     set_: Annotated[list[str] | None, typer.Option(
         "--set", help="Override one setting of every run, e.g. --set train.batch_size=240 (repeatable).")] = None,
     data: Annotated[Path | None, typer.Option(
@@ -91,8 +89,7 @@ def fineweb(
         help="Local WikiText-103 test text (plain text, one document) to score.")] = None,
     lambada: Annotated[Path | None, typer.Option(
         help="Local LAMBADA file (.jsonl with a 'text' field per record) to score.")] = None,
-    results: Annotated[Path | None, typer.Option(
-        help="Folder of runs/ and the registry lab.db; default $LAB_RESULTS or results/.")] = None,
+    results: ResultsOption = None,
     out: Annotated[Path | None, typer.Option(
         help="Folder of the table files; default <results>/fineweb (tiny: <results>/fineweb/tiny).")] = None,
 ) -> None:
