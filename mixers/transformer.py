@@ -1,4 +1,7 @@
-"""The Transformer baseline: LLaMA-style multi-head causal softmax attention with RoPE (SDPA), KV cache."""
+"""The Transformer baseline: LLaMA-style multi-head causal softmax attention with RoPE (SDPA), KV cache.
+
+`rope=False` gives the NoPE variant: no position signal but the causal mask, the length-generalisation
+baseline of Kazemnejad et al. (2023)."""
 
 from __future__ import annotations
 
@@ -9,28 +12,31 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from mixers.layers import Mixer, residual_out, rotary
-from mixers.options import check_range, head_dim_of
+from mixers.options import check_bool, check_range, head_dim_of
 
 
 @dataclass
 class TransformerOptions:
-    """head_dim: per-head width (default d_model / n_heads); rope_base: RoPE base frequency."""
+    """head_dim: per-head width (default d_model / n_heads); rope: rotate q and k by position (False: NoPE);
+    rope_base: RoPE base frequency."""
 
     head_dim: int | None = None
+    rope: bool = True
     rope_base: float = 10000.0
 
     def check(self, mixer: str) -> None:
+        check_bool(mixer, "rope", self.rope)
         check_range(mixer, "rope_base", self.rope_base, 1.0, float("inf"), low_open=True)
 
 
 class Attention(Mixer):
-    """``softmax(q kᵀ / sqrt(D) + causal mask) v`` per head, RoPE on q and k, no bias."""
+    """``softmax(q kᵀ / sqrt(D) + causal mask) v`` per head, RoPE on q and k (unless NoPE), no bias."""
 
     def __init__(self, d_model: int, n_heads: int, opts: TransformerOptions, name: str = "transformer") -> None:
         super().__init__()
         self.n_heads = n_heads
         self.head_dim = head_dim_of(name, d_model, n_heads, opts.head_dim)
-        self.rope_base = opts.rope_base
+        self.rope, self.rope_base = opts.rope, opts.rope_base
         inner = n_heads * self.head_dim
         self.q_proj = nn.Linear(d_model, inner, bias=False)
         self.k_proj = nn.Linear(d_model, inner, bias=False)
@@ -38,10 +44,11 @@ class Attention(Mixer):
         self.o_proj = residual_out(nn.Linear(inner, d_model, bias=False))
 
     def _qkv(self, x: Tensor, positions: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """Heads-first ``[B, H, L, D]`` q, k (rotated) and v."""
+        """Heads-first ``[B, H, L, D]`` q, k (rotated, with RoPE) and v."""
         B, L, _ = x.shape
         q, k, v = (p(x).view(B, L, self.n_heads, self.head_dim) for p in (self.q_proj, self.k_proj, self.v_proj))
-        q, k = rotary(q, positions, self.rope_base), rotary(k, positions, self.rope_base)
+        if self.rope:
+            q, k = rotary(q, positions, self.rope_base), rotary(k, positions, self.rope_base)
         return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
 
     def forward(self, x: Tensor) -> Tensor:

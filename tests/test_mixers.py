@@ -328,6 +328,26 @@ def test_transformer_matches_softmax_attention():
     torch.testing.assert_close(m(x), m.o_proj(o), rtol=0, atol=1e-10)
 
 
+def test_transformer_nope_has_no_position_signal():
+    """rope=False: plain causal softmax attention, so a token's output depends on what precedes it, not
+    in which order: swapping the first two tokens leaves the last output unchanged (RoPE's changes)."""
+    m = make("transformer", rope=False)
+    x = inputs()
+    H, D = HEADS, m.head_dim
+    q, k, v = (p(x).view(B, L, H, D).transpose(1, 2) for p in (m.q_proj, m.k_proj, m.v_proj))
+    scores = (q @ k.transpose(-1, -2) / math.sqrt(D)).masked_fill(torch.ones(L, L, dtype=torch.bool).triu(1),
+                                                                  float("-inf"))
+    o = (scores.softmax(-1) @ v).transpose(1, 2).reshape(B, L, -1)
+    torch.testing.assert_close(m(x), m.o_proj(o), rtol=0, atol=1e-10)
+    torch.testing.assert_close(stepped(m, x), m(x), rtol=0, atol=1e-10)
+    swapped = x[:, [1, 0, *range(2, L)]]
+    torch.testing.assert_close(m(swapped)[:, -1], m(x)[:, -1], rtol=0, atol=1e-10)
+    rope = make("transformer")
+    assert not torch.allclose(rope(swapped)[:, -1], rope(x)[:, -1])
+    with pytest.raises(ValueError, match="rope must be True or False, got 'no'"):
+        build_mixer("transformer", D_MODEL, HEADS, rope="no")
+
+
 OPS = {"falcon": "fast_weight_rule", "retnet": "linear_attention", "mamba2": "linear_attention",
        "deltanet": "gated_delta_rule"}
 
