@@ -121,6 +121,14 @@ def test_a_run_trained_at_the_commits_of_its_last_start_and_the_resumes_since(tm
     assert trained_commits({"dir": folder, "registry": registry}) == ["ccccccc", "ccccccc"]
 
 
+def test_a_commit_named_short_and_long_counts_once() -> None:
+    from lab.reproduce.addition_table import distinct_commits
+
+    assert distinct_commits(["c024cda", "b1748169b6c5", "b174816", "c024cda", "unknown"]) == \
+        ["b1748169b6c5", "c024cda", "unknown"]
+    assert distinct_commits([]) == []
+
+
 def test_table_rows_are_mean_and_sample_std_over_finished_seeds() -> None:
     jobs = plan("tiny", parse_rows("transformer,retnet"), seeds=3)
     values = [61.0, 70.0, 67.0]

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -205,12 +205,19 @@ def trained_commits(run: dict[str, Any]) -> list[str]:
     return [(c or "unknown")[:12] for c in commits]
 
 
+def distinct_commits(commits: Iterable[str]) -> list[str]:
+    """Sorted, each commit once: a hash given short on one machine ($LAB_COMMIT) and long on another counts
+    once, in its longer form."""
+    found = set(commits)
+    return sorted(c for c in found if not any(o != c and o.startswith(c) for o in found))
+
+
 def provenance_sentence(jobs: Sequence[Job], runs: list[dict[str, Any]], command: str) -> str:
     """How a table was made: the command, when and at which commit it was written, the commits its runs
     trained at (their beginnings and resumes)."""
     code = git_state()
     commit = (code["commit"] or "unknown")[:12] + (" (with uncommitted changes)" if code["dirty"] else "")
-    trained = sorted({c for r in runs for c in trained_commits(r)})
+    trained = distinct_commits(c for r in runs for c in trained_commits(r))
     devices = sorted({r["registry"]["device"] or "unknown" for r in runs})
     return (f"Remade by `{command}` from the repository root. Table written {now()} at commit {commit}; "
             f"runs trained at {', '.join(trained) or '—'} on {'; '.join(devices) or '—'}. "
