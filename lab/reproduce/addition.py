@@ -17,6 +17,7 @@ from pathlib import Path
 
 from lab.config import ConfigError, load_config
 from lab.reproduce.launch import Campaign, Job, Outcome, run_campaign
+from lab.reproduce.names import pick_preset, pick_rows
 from lab.runs import results_root, run_dir_for
 
 # Reproduce preset -> (lab preset, settings over it). `packed` is `paper` with widths 1 -> 32 over the first
@@ -78,22 +79,12 @@ ROW_BY_NAME = {r.name: r for r in ROWS}
 
 def parse_rows(text: str | None) -> list[Row]:
     """Rows named in a comma-separated list (all rows for None); ValueError naming the accepted ones."""
-    if text is None:
-        return list(ROWS)
-    names = [n.strip() for n in text.split(",") if n.strip()]
-    if not names:
-        raise ValueError(f"--rows is empty; accepted: {', '.join(ROW_NAMES)}")
-    for name in names:
-        if name not in ROW_BY_NAME:
-            raise ValueError(f"unknown row {name!r}; accepted: {', '.join(ROW_NAMES)}")
-    return [ROW_BY_NAME[n] for n in dict.fromkeys(names)]
+    return pick_rows(text, ROWS)
 
 
 def check_preset(preset: str) -> tuple[str, tuple[str, ...]]:
     """The lab preset behind a reproduce preset and the settings over it; ValueError naming the accepted ones."""
-    if preset not in PRESETS:
-        raise ValueError(f"unknown preset {preset!r}; accepted: {', '.join(PRESETS)}")
-    return PRESETS[preset]
+    return pick_preset(preset, PRESETS)
 
 
 def plan(preset: str, rows: Sequence[Row], seeds: int, max_steps: int | None = None,
