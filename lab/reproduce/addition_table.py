@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import math
 import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -98,20 +98,27 @@ def mean_std(values: list[float]) -> tuple[float | None, float | None]:
     return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else None)
 
 
+def row_groups(jobs: Sequence[Job], runs: list[dict[str, Any]],
+               rows_by_name: Mapping[str, Any]) -> Iterator[tuple[Any, list[dict[str, Any]], dict[str, Any]]]:
+    """Per row of the plan, in the plan's order: the row, its finished runs, and the columns every table.csv
+    starts with (row, model, runs, planned, params, seeds)."""
+    planned: dict[str, int] = {}
+    for job in jobs:
+        planned[job.cfg.mixer] = planned.get(job.cfg.mixer, 0) + 1
+    for name, count in planned.items():
+        row = rows_by_name[name]
+        mine = [r for r in runs if r["job"].cfg.mixer == name]
+        yield row, mine, {"row": name, "model": row.label, "runs": len(mine), "planned": count,
+                          "params": mine[0]["registry"]["n_params"] if mine else None,
+                          "seeds": " ".join(str(r["seed"]) for r in mine)}
+
+
 def summary_rows(jobs: Sequence[Job], runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """table.csv's rows: one per table row of the plan, in the plan's order."""
     from lab.reproduce.addition import ROW_BY_NAME
 
-    planned: dict[str, int] = {}
-    for job in jobs:
-        planned[job.cfg.mixer] = planned.get(job.cfg.mixer, 0) + 1
     table = []
-    for name, count in planned.items():
-        row = ROW_BY_NAME[name]
-        mine = [r for r in runs if r["job"].cfg.mixer == name]
-        record: dict[str, Any] = {"row": name, "model": row.label, "runs": len(mine), "planned": count,
-                                  "params": mine[0]["registry"]["n_params"] if mine else None,
-                                  "seeds": " ".join(str(r["seed"]) for r in mine)}
+    for row, mine, record in row_groups(jobs, runs, ROW_BY_NAME):
         for key, _ in PAPER:
             record[f"paper_{key}"] = getattr(row.paper, key) if row.paper else None
         for metric, column, _, _ in METRICS:

@@ -28,6 +28,7 @@ from lab.reproduce.addition_table import (
     markdown_table,
     mean_std,
     provenance_sentence,
+    row_groups,
 )
 from lab.reproduce.launch import Job
 from lab.runs import atomic_write_text, run_dir_for
@@ -130,17 +131,9 @@ def summary_rows(jobs: Sequence[Job], runs: list[dict[str, Any]]) -> list[dict[s
     """table.csv's rows: one per table row of the plan, in the plan's order."""
     from lab.reproduce.fineweb import ROW_BY_NAME, SOURCES
 
-    planned: dict[str, int] = {}
-    for job in jobs:
-        planned[job.cfg.mixer] = planned.get(job.cfg.mixer, 0) + 1
     table = []
-    for name, count in planned.items():
-        row = ROW_BY_NAME[name]
-        mine = [r for r in runs if r["job"].cfg.mixer == name]
-        record_: dict[str, Any] = {"row": name, "model": row.label, "runs": len(mine), "planned": count,
-                                   "params": mine[0]["registry"]["n_params"] if mine else None,
-                                   "seeds": " ".join(str(r["seed"]) for r in mine),
-                                   "run_ids": " ".join(r["job"].run_id for r in mine)}
+    for row, mine, record_ in row_groups(jobs, runs, ROW_BY_NAME):
+        record_["run_ids"] = " ".join(r["job"].run_id for r in mine)
         for source, column in SOURCES:
             record_[f"paper_{column}"] = getattr(row.paper, column) if row.paper else None
             values = [r["ppl"][source] for r in mine if source in r["ppl"]]
