@@ -15,7 +15,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from kernels.falcon.triton_regression_parts import (chunk_of, gates, is_pair, load_pairs, mm, seq_bounds)
+from kernels.falcon.triton_regression_parts import (chunk_of, first_chunk, gates, is_pair, load_pairs, mm,
+                                                    seq_bounds)
 
 
 @triton.jit
@@ -102,10 +103,7 @@ def f1_state_kernel(k_ptr, lk_ptr, W_ptr, Ut_ptr, G_ptr, S0_ptr, cu_ptr, coff_pt
     i_v, i_nh = tl.program_id(0), tl.program_id(1)
     i_n, i_h = i_nh // H, i_nh % H
     bos, T_n = seq_bounds(i_n, cu_ptr, T, IS_VARLEN)
-    if IS_VARLEN:
-        base = tl.load(coff_ptr + i_n).to(tl.int32)
-    else:
-        base = i_n * tl.cdiv(T, C)
+    base = first_chunk(i_n, coff_ptr, T, C, IS_VARLEN)
     offs_k = tl.arange(0, BK)
     offs_v = i_v * BV + tl.arange(0, BV)
     mk, mv = offs_k < Dk, offs_v < Dv

@@ -14,7 +14,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from kernels.falcon.triton_regression_parts import (chunk_of, gates, gates_grad, is_pair, load_pairs, mm,
+from kernels.falcon.triton_regression_parts import (chunk_of, first_chunk, gates, gates_grad, is_pair, load_pairs, mm,
                                                     rev_cumsum, seq_bounds)
 
 
@@ -29,10 +29,7 @@ def f1_dstate_kernel(q_ptr, k_ptr, lk_ptr, do_ptr, dul_ptr, A_ptr, eta_ptr, G_pt
     i_v, i_nh = tl.program_id(0), tl.program_id(1)
     i_n, i_h = i_nh // H, i_nh % H
     bos, T_n = seq_bounds(i_n, cu_ptr, T, IS_VARLEN)
-    if IS_VARLEN:
-        base = tl.load(coff_ptr + i_n).to(tl.int32)
-    else:
-        base = i_n * tl.cdiv(T, C)
+    base = first_chunk(i_n, coff_ptr, T, C, IS_VARLEN)
     offs_k = tl.arange(0, BK)
     offs_v = i_v * BV + tl.arange(0, BV)
     mk, mv = offs_k < Dk, offs_v < Dv

@@ -16,7 +16,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from kernels.falcon.triton_regression_parts import gates, is_pair, load_pairs, mm, seq_bounds
+from kernels.falcon.triton_regression_parts import first_chunk, gates, is_pair, load_pairs, mm, seq_bounds
 
 
 @triton.jit
@@ -88,10 +88,7 @@ def f2_fwd_kernel(q_ptr, k_ptr, v_ptr, beta_ptr, lam_ptr, lk_ptr, S0_ptr, cu_ptr
     i_v, i_nh = tl.program_id(0), tl.program_id(1)
     i_n, i_h = i_nh // H, i_nh % H
     bos, T_n = seq_bounds(i_n, cu_ptr, T, IS_VARLEN)
-    if IS_VARLEN:
-        base = tl.load(coff_ptr + i_n).to(tl.int32)
-    else:
-        base = i_n * tl.cdiv(T, C)
+    base = first_chunk(i_n, coff_ptr, T, C, IS_VARLEN)
     offs_k = tl.arange(0, BK)
     offs_v = i_v * BV + tl.arange(0, BV)
     mk, mv = offs_k < Dk, offs_v < Dv
@@ -139,10 +136,7 @@ def f2_dstate_kernel(q_ptr, k_ptr, v_ptr, beta_ptr, lam_ptr, lk_ptr, do_ptr, U_p
     i_v, i_nh = tl.program_id(0), tl.program_id(1)
     i_n, i_h = i_nh // H, i_nh % H
     bos, T_n = seq_bounds(i_n, cu_ptr, T, IS_VARLEN)
-    if IS_VARLEN:
-        base = tl.load(coff_ptr + i_n).to(tl.int32)
-    else:
-        base = i_n * tl.cdiv(T, C)
+    base = first_chunk(i_n, coff_ptr, T, C, IS_VARLEN)
     offs_k = tl.arange(0, BK)
     offs_v = i_v * BV + tl.arange(0, BV)
     mk, mv = offs_k < Dk, offs_v < Dv

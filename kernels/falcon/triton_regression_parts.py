@@ -34,6 +34,16 @@ def seq_bounds(i_n, cu_ptr, T, IS_VARLEN: tl.constexpr):
 
 
 @triton.jit
+def first_chunk(i_n, coff_ptr, T, C: tl.constexpr, IS_VARLEN: tl.constexpr):
+    """Index of sequence ``i_n``'s first chunk among the whole batch's chunks of ``C`` rows."""
+    if IS_VARLEN:
+        base = tl.load(coff_ptr + i_n).to(tl.int32)
+    else:
+        base = i_n * tl.cdiv(T, C)
+    return base
+
+
+@triton.jit
 def chunk_of(pid, cidx_ptr, NT, IS_VARLEN: tl.constexpr):
     """(sequence, chunk within it) of the ``pid``-th chunk of the whole batch."""
     if IS_VARLEN:
