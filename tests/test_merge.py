@@ -1,5 +1,6 @@
 """`lab runs merge`: runs made on another machine brought into a results folder."""
 
+import json
 import re
 from pathlib import Path
 
@@ -107,3 +108,50 @@ def test_bad_folders_are_refused_in_one_line(tmp_path: Path) -> None:
     assert text.startswith(f"lab runs merge: the copy {tmp_path / 'nowhere'} has no registry lab.db")
     code, text = invoke("runs", "merge", str(here), "--results", str(here))
     assert code == 2 and "the copy and the results folder are the same folder" in text
+
+
+def add_record(records: Path, run_id: str, status: str, steps: int) -> Path:
+    """A run record as a track keeps it in git: run.json, config.yaml, provenance.json and a log."""
+    root = records / run_id
+    root.mkdir(parents=True)
+    (root / "run.json").write_text(
+        f'{{"id": "{run_id}", "status": "{status}", "steps": {steps}, "max_steps": 2000, '
+        '"created_at": "2026-11-30T01:00:00+00:00", "updated_at": "2026-11-30T02:00:00+00:00", '
+        '"message": null, "metrics": {"loss": 0.5, "val_acc": 0.75, "best_val_acc": 80.0}}', encoding="utf-8")
+    (root / "config.yaml").write_text("task: addition\nmixer: falcon-2\npreset: addition-paper\n"
+                                      "train:\n  max_steps: 2000\n  seed: 1\n", encoding="utf-8")
+    (root / "provenance.json").write_text('{"commit": "abc123", "dirty": false, "hostname": "gpu-host", '
+                                          '"device": "NVIDIA H200 x1", "n_params": 1234}', encoding="utf-8")
+    (root / "train.log").write_text("record\n", encoding="utf-8")
+    return root
+
+
+def test_run_records_without_a_registry_are_merged_with_rows_rebuilt_from_their_files(tmp_path: Path) -> None:
+    records, here = tmp_path / "track" / "runs", tmp_path / "here"
+    add_record(records, "done", "finished", 2000)
+    add_record(records, "part", "stopped", 700)
+    add_run(here, "part", "stopped", 1500, "here")  # went further here: kept
+    code, text = invoke("runs", "merge", str(records.parent), "--results", str(here))  # the track folder works too
+    assert code == 0, text
+    assert "copied   done  falcon-2 (addition)  copy: finished 2000/2000" in text
+    assert "kept     part" in text
+    row = Registry(here / "lab.db").get("done")
+    assert row is not None
+    assert (row["status"], row["steps"], row["max_steps"], row["commit"], row["dirty"]) == (
+        "finished", 2000, 2000, "abc123", 0)
+    assert (row["device"], row["host"], row["n_params"], row["final_val_acc"]) == (
+        "NVIDIA H200 x1", "gpu-host", 1234, 0.75)
+    assert json.loads(row["metrics"])["best_val_acc"] == 80.0 and json.loads(row["config"])["train"]["seed"] == 1
+    assert row["finished_at"] == "2026-11-30T02:00:00+00:00" and row["run_dir"] == str(here / "runs" / "done")
+    assert log(here, "done") == "record" and log(here, "part") == "here"
+    # Merging the records again changes nothing.
+    code, text = invoke("runs", "merge", str(records), "--results", str(here))
+    assert code == 0 and "(2 kept)" in text
+
+
+def test_an_unreadable_run_record_is_named(tmp_path: Path) -> None:
+    records = tmp_path / "runs"
+    (add_record(records, "bad", "finished", 2000) / "run.json").write_text("{not json", encoding="utf-8")
+    code, text = invoke("runs", "merge", str(records), "--results", str(tmp_path / "here"))
+    assert code == 2 and text.startswith(f"lab runs merge: the run record {records / 'bad' / 'run.json'} cannot be read")
+    assert not (tmp_path / "here" / "runs").exists()

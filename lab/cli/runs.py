@@ -18,14 +18,15 @@ def _group() -> None:
 @app.command()
 def merge(
     source: Annotated[Path, typer.Argument(
-        help="A copy of another machine's results folder (its runs/ and lab.db).")],
+        help="A copy of another machine's results folder (its runs/ and lab.db), or a folder of run "
+             "records <id>/run.json as results/<track>/.../runs/ keeps them.")],
     results: Annotated[Path | None, typer.Option(
         help="The results folder to merge into; default $LAB_RESULTS or the checkout's results/.")] = None,
     dry_run: Annotated[bool, typer.Option(help="Say what would be done and write nothing.")] = False,
 ) -> None:
     """Take each run of SOURCE that is new here or went further there (finished, else more steps):
     its folder and its registry row; keep every run that went as far here. A line per run, then a count.
-    Then `lab reproduce ... --table-only` writes the tables from the merged runs."""
+    Run records (a track's runs/ in git) get their registry rows rebuilt from their files. Then `lab reproduce ... --table-only` writes the tables from the merged runs."""
     from lab.merge import ACTIONS, merge_results
     from lab.runs import results_root
 

@@ -16,7 +16,7 @@ W=/tmp/out_w; mkdir -p $W
 t0=$(date +%s); stamp=$(date -u +%H%M%S)
 left() { local l=$(( ${BUDGET_S:-540} - ($(date +%s) - t0) )); echo $(( l > 1 ? l : 1 )); }
 if [ "${CHECKS:-0}" = 1 ]; then
-  python -m pytest -q -x tests/test_triton_regression.py -k "gpu_sizes or packed_sequences" > $W/checks.log 2>&1
+  timeout 300 python -m pytest -q -x -p no:cacheprovider tests/test_triton_regression.py -k "gpu_sizes or packed_sequences" > $W/checks.log 2>&1
   rc=$?; echo "regression kernel GPU tests exited $rc: $(tail -n 1 $W/checks.log)"
   if [ $rc != 0 ]; then SKIP_D=1; SKIP_E=1; tail -n 30 $W/checks.log; fi
 fi
