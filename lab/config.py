@@ -36,18 +36,23 @@ PLACEMENT_KEYS = ("train.devices", "train.num_nodes", "train.strategy", "train.a
                   "train.cuda_graphs")
 # Keys added after runs were recorded: left out of the run id while at these defaults, so that
 # the ids of earlier runs do not change.
-LATER_KEYS = {"data.path": None, "data.val_windows": 16, "train.accumulate": 1}
+LATER_KEYS = {"data.path": None, "data.val_windows": 16, "train.accumulate": 1, "model.abacus": None}
 
 
 @dataclass
 class ModelConfig:
-    """Model shape: width, depth, heads, options passed to the mixer, and μP-style width scaling."""
+    """Model shape: width, depth, heads, options passed to the mixer, and μP-style width scaling.
+
+    `abacus` (addition only): None, or digit-position embeddings (each digit's significance, the Abacus
+    embeddings of McLeish et al., 2024; `mixers.model`) whose indices are shifted in training by a random
+    offset of at most `abacus` per row."""
 
     d_model: int = 64
     n_layers: int = 2
     n_heads: int = 2
     mixer_options: dict[str, Any] = field(default_factory=dict)
     mup: bool = False
+    abacus: int | None = None
 
 
 @dataclass
@@ -268,6 +273,11 @@ def validate(cfg: RunConfig) -> None:
         raise ConfigError(f"train.accumulate={t.accumulate} does not divide the {rows} rows per rank "
                           f"(train.batch_size / devices*num_nodes); accepted: "
                           f"{', '.join(map(str, _divisors(rows)))}")
+    if m.abacus is not None:
+        if m.abacus < 0:
+            raise ConfigError(f"model.abacus must be null (off) or >= 0 (the largest offset), got {m.abacus}")
+        if cfg.task != "addition":
+            raise ConfigError(f"model.abacus (digit positions) is for task addition, not {cfg.task!r}")
     _validate_data(cfg)
     _validate_mixer(cfg)
 

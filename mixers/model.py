@@ -22,6 +22,16 @@ constant and its effect shrinks with width instead). Every hidden fan-in grows i
 head width when scaling, so attention keeps its ``1/sqrt(head_dim)``. At ``d_model = mup_base_width``
 both settings give the same model.
 
+Digit positions (``LMConfig.abacus``, the Abacus embeddings of McLeish et al., 2024): for arithmetic, a second
+embedding indexed by each digit's significance is added to the token embedding. A run of digit tokens (ids in
+``digit_ids``) that follows the token ``answer_marker`` counts from its left end (an answer written least
+significant digit first: 1, 2, ...), any other run from its right end (an operand written most significant
+digit first: its last digit is 1), and a token that is no digit gets index 0, whose vector is zero (and stays so). Digits of
+one significance thus share a vector wherever they stand, and in training every row's indices are shifted by
+a random offset in ``0..abacus`` so that indices past the trained widths are trained too. An operand's
+indices depend on where its run ends, so they need the whole prompt: such a model has no ``step``
+(``can_step`` is False) and generation re-runs the prefix.
+
 Weight decay: every parameter with two or more axes (projections, the embedding, conv filters) decays;
 vectors and scalars (norm gains, per-head decay/step offsets, skip gains) never do.
 """
@@ -48,6 +58,9 @@ class LMConfig:
         (LLaMA; 2048 at d_model = 768); 0 -> blocks without an MLP (mixer only, as in Mamba's own models).
     mup: μP-style width scaling (see the module docstring); mup_base_width: the width where it is neutral.
     init_std: base init std of projections and the embedding.
+    abacus: None (no digit positions) or the largest random offset of the digit positions in training (see
+        the module docstring), with abacus_size indices (0 for non-digits) and the task's digit_ids (first,
+        last) and answer_marker.
     """
 
     vocab_size: int
@@ -63,6 +76,10 @@ class LMConfig:
     init_std: float = 0.02
     norm_eps: float = 1e-6
     tie_embeddings: bool = True
+    abacus: int | None = None
+    abacus_size: int = 0
+    digit_ids: tuple[int, int] | None = None
+    answer_marker: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "d_model", "n_layers", "n_heads", "ffn_multiple_of", "mup_base_width"):
@@ -85,6 +102,16 @@ class LMConfig:
         for name in ("mup", "tie_embeddings"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"LMConfig.{name} must be True or False, got {getattr(self, name)!r}")
+        if self.abacus is not None:
+            if isinstance(self.abacus, bool) or not isinstance(self.abacus, int) or self.abacus < 0:
+                raise ValueError(f"LMConfig.abacus must be None or an integer >= 0 (the largest offset), "
+                                 f"got {self.abacus!r}")
+            if self.digit_ids is None or self.answer_marker is None:
+                raise ValueError("LMConfig.abacus needs digit_ids (first, last) and answer_marker")
+            self.digit_ids = (int(self.digit_ids[0]), int(self.digit_ids[1]))
+            if self.abacus_size < self.abacus + 2:
+                raise ValueError(f"LMConfig.abacus_size={self.abacus_size} leaves no index past the largest "
+                                 f"offset {self.abacus}; it must be at least abacus + 2")
 
     @property
     def mlp_hidden(self) -> int:
@@ -105,6 +132,21 @@ class LMConfig:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> LMConfig:
         return cls(**data)
+
+
+def digit_significance(input_ids: Tensor, digit_ids: tuple[int, int], answer_marker: int) -> Tensor:
+    """``[B, L]`` indices: 0 for a token outside ``digit_ids`` (first, last); for a digit, its place in its
+    run of digits, counted from the left (1, 2, ...) when the run follows ``answer_marker``, else from the
+    right (the run's last digit is 1). Rows may pack several samples."""
+    first, last = digit_ids
+    digit = (input_ids >= first) & (input_ids <= last)
+    length = input_ids.shape[1]
+    pos = torch.arange(length, device=input_ids.device).expand_as(input_ids)
+    before = torch.where(digit, -1, pos).cummax(dim=1).values  # the last non-digit at or before t
+    after = torch.where(digit, length, pos).flip(1).cummin(dim=1).values.flip(1)  # the first at or after t
+    marker = input_ids.gather(1, before.clamp(min=0))
+    answer = (before >= 0) & (marker == answer_marker)
+    return torch.where(digit, torch.where(answer, pos - before, after - pos), 0)
 
 
 class Block(nn.Module):
@@ -139,6 +181,8 @@ class LanguageModel(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.digit_embed = (None if cfg.abacus is None
+                            else nn.Embedding(cfg.abacus_size, cfg.d_model, padding_idx=0))
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
         self.norm = RMSNorm(cfg.d_model, cfg.norm_eps)
         self.lm_head = None if cfg.tie_embeddings else nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
@@ -151,6 +195,9 @@ class LanguageModel(nn.Module):
         own initialisation of decays, offsets, norms and conv filters."""
         cfg = self.cfg
         nn.init.normal_(self.embed.weight, std=cfg.init_std)
+        if self.digit_embed is not None:
+            nn.init.normal_(self.digit_embed.weight, std=cfg.init_std)
+            self.digit_embed.weight[0].zero_()
         if self.lm_head is not None:
             nn.init.normal_(self.lm_head.weight, std=cfg.init_std)
         depth = 1.0 / math.sqrt(2 * cfg.n_layers)
@@ -171,10 +218,31 @@ class LanguageModel(nn.Module):
         weight = self.embed.weight if self.lm_head is None else self.lm_head.weight
         return F.linear(self.norm(h), weight) * self.logit_scale
 
+    @property
+    def can_step(self) -> bool:
+        """Whether ``step`` can generate token by token (not with digit positions, which need the prompt)."""
+        return self.digit_embed is None
+
+    def digit_positions(self, input_ids: Tensor) -> Tensor:
+        """The digit-position index of every token ``[B, L]`` (module docstring), with the random offset of
+        each row in training. Outside training a run longer than the table is an error; in training the
+        configuration keeps the widest run and offset inside it (checked once, not every step)."""
+        cfg = self.cfg
+        index = digit_significance(input_ids, cfg.digit_ids, cfg.answer_marker)
+        if self.training and cfg.abacus:
+            offset = torch.randint(0, cfg.abacus + 1, (input_ids.shape[0], 1), device=input_ids.device)
+            index = torch.where(index > 0, index + offset, index)
+        elif not torch.compiler.is_compiling() and index.numel() and int(index.max()) >= cfg.abacus_size:
+            raise ValueError(f"a run of {int(index.max())} digits is longer than the digit positions cover "
+                             f"({cfg.abacus_size - 1})")
+        return index.clamp(max=cfg.abacus_size - 1)
+
     def forward(self, input_ids: Tensor) -> Tensor:
         """Logits ``[B, L, vocab_size]`` for every position (position t sees tokens ≤ t)."""
         self._check_ids(input_ids, 2, "input_ids")
         h = self.embed(input_ids)
+        if self.digit_embed is not None:
+            h = h + self.digit_embed(self.digit_positions(input_ids))
         for block in self.blocks:
             h = block(h)
         return self._logits(h)
@@ -182,6 +250,9 @@ class LanguageModel(nn.Module):
     def init_cache(self, batch: int, device: torch.device | str | None = None,
                    dtype: torch.dtype | None = None) -> list[Any]:
         """A fresh generation cache (one entry per layer); device and dtype default to the parameters'."""
+        if not self.can_step:
+            raise ValueError("a model with digit positions (abacus) cannot generate token by token: an "
+                             "operand's positions need the whole prompt; re-run forward on the prefix")
         p = self.embed.weight
         device = p.device if device is None else device
         dtype = p.dtype if dtype is None else dtype

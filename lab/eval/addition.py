@@ -71,14 +71,14 @@ def teacher_forced(model: nn.Module, records: list[dict], device: torch.device,
 @torch.no_grad()
 def greedy(model: nn.Module, records: list[dict], device: torch.device) -> torch.Tensor:
     """Free-running greedy decoding of records of one width: correct iff the model writes the target and
-    then EOS. Uses the model's recurrent ``step`` when it has one (O(1) per token), else re-runs the
+    then EOS. Uses the model's recurrent ``step`` when it can (O(1) per token), else re-runs the
     prefix."""
     n = records[0]["n"]
     if any(r["n"] != n for r in records):
         raise ValueError("greedy() decodes records of one width at a time")
     prompts = torch.tensor([prompt_ids(r) for r in records], device=device)
     steps = n + 2  # n + 1 sum digits, then EOS
-    if hasattr(model, "step") and hasattr(model, "init_cache"):
+    if hasattr(model, "step") and hasattr(model, "init_cache") and getattr(model, "can_step", True):
         cache = model.init_cache(len(records), device)
         for t in range(prompts.shape[1]):
             logits, cache = model.step(prompts[:, t], cache)

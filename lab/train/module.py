@@ -39,8 +39,15 @@ def lm_config(cfg: RunConfig) -> Any:
     from mixers import LMConfig
 
     m = cfg.model
+    digits: dict[str, Any] = {}
+    if m.abacus is not None:
+        from tasks.addition.vocab import DIGIT_0, EQUALS
+
+        # Indices for answers of up to max(128, twice the trained width) digits at evaluation, past any offset.
+        digits = {"abacus": m.abacus, "abacus_size": m.abacus + 2 + max(128, 2 * cfg.data.widths[1]),
+                  "digit_ids": (DIGIT_0, DIGIT_0 + 9), "answer_marker": EQUALS}
     return LMConfig(vocab_size=vocab_size(cfg), d_model=m.d_model, n_layers=m.n_layers, n_heads=m.n_heads,
-                    mixer=cfg.mixer, mixer_options=dict(m.mixer_options), mup=m.mup)
+                    mixer=cfg.mixer, mixer_options=dict(m.mixer_options), mup=m.mup, **digits)
 
 
 def token_loss_sum(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -1,0 +1,115 @@
+"""Digit positions (`model.abacus`, Abacus embeddings): the significance of each digit, the model's use of it,
+generation without a recurrent step, and the configuration that turns it on."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from lab.config import ConfigError, config_hash, load_config
+from lab.eval.addition import greedy
+from lab.eval.free_running import greedy_correct
+from lab.train.module import lm_config
+from mixers import LanguageModel, LMConfig
+from mixers.model import digit_significance
+from tasks.addition import generate_records
+from tasks.addition.batches import make_batch
+from tasks.addition.vocab import DIGIT_0, EOS, EQUALS, PAD, VOCAB_SIZE, encode
+
+DIGITS = (DIGIT_0, DIGIT_0 + 9)
+
+
+def significance(*parts: list[int]) -> list[int]:
+    return digit_significance(torch.tensor([sum(parts, [])]), DIGITS, EQUALS)[0].tolist()
+
+
+def test_operands_count_from_their_last_digit_and_answers_from_their_first() -> None:
+    # 012 + 345 = 357, written 3530 reversed to four digits; then a second sample packed in the same row.
+    row = significance(encode("012+345="), encode("7530"), [EOS], encode("9+9="), encode("81"), [EOS, PAD])
+    assert row == [3, 2, 1, 0, 3, 2, 1, 0, 1, 2, 3, 4, 0, 1, 0, 1, 0, 1, 2, 0, 0]
+
+
+def test_a_digit_keeps_its_index_as_the_answer_grows() -> None:
+    """Generation re-runs the prefix: no index may change when a token is appended."""
+    full = encode("4821+0937=") + encode("85750")
+    for t in range(len(encode("4821+0937=")), len(full) + 1):
+        assert significance(full[:t]) == significance(full)[:t]
+
+
+def abacus_model(mixer: str = "transformer", offset: int = 4, seed: int = 0) -> LanguageModel:
+    torch.manual_seed(seed)
+    cfg = LMConfig(vocab_size=VOCAB_SIZE, d_model=32, n_layers=2, n_heads=2, mixer=mixer, abacus=offset,
+                   abacus_size=offset + 20, digit_ids=DIGITS, answer_marker=EQUALS)
+    return LanguageModel(cfg).double()
+
+
+@pytest.mark.parametrize("mixer", ["transformer", "falcon-1.3"])
+def test_the_digit_positions_change_the_digits_only_and_train_with_a_random_offset(mixer: str) -> None:
+    lm = abacus_model(mixer).eval()
+    ids = make_batch(seed=0, step=0, batch_size=3, digits=(1, 5), seq_len=40, pack=True).input_ids
+    plain = LanguageModel(lm.cfg.__class__(**{**lm.cfg.to_dict(), "abacus": None})).double()
+    plain.load_state_dict({k: v for k, v in lm.state_dict().items() if not k.startswith("digit_embed")})
+    # The first token of every row is a digit, so the models part from position 0; with the digit vectors
+    # zeroed they agree everywhere.
+    assert not torch.allclose(lm(ids), plain(ids))
+    with torch.no_grad():
+        lm.digit_embed.weight.zero_()
+    torch.testing.assert_close(lm(ids), plain(ids))
+    # Eval: one index per digit, so the same logits every call; training: a random offset per row.
+    lm = abacus_model(mixer)
+    lm.eval()
+    torch.testing.assert_close(lm(ids), lm(ids))
+    lm.train()
+    torch.manual_seed(1)
+    first = lm(ids)
+    assert any(not torch.allclose(first, lm(ids)) for _ in range(5))
+    index = lm.digit_positions(ids)
+    shift = index - digit_significance(ids, DIGITS, EQUALS)
+    assert ((shift >= 0) & (shift <= 4)).all() and (shift[index == 0] == 0).all()
+    assert all(len(set(row[row > 0].tolist())) == 1 for row in shift)  # one offset a row
+
+
+def test_the_vector_of_non_digits_stays_zero() -> None:
+    lm = abacus_model().train()
+    ids = make_batch(seed=0, step=0, batch_size=2, digits=(1, 4), seq_len=30, pack=True).input_ids
+    lm(ids).sum().backward()
+    assert lm.digit_embed.weight.grad[0].abs().sum() == 0 and lm.digit_embed.weight[0].abs().sum() == 0
+
+
+def test_generation_reruns_the_prefix_and_agrees_with_one_forward_pass() -> None:
+    lm = abacus_model("falcon-1.3").eval()
+    assert not lm.can_step
+    with pytest.raises(ValueError, match="cannot generate token by token"):
+        lm.init_cache(2)
+    records = list(generate_records("val", (3, 3), 4, seed=0))
+    assert torch.equal(greedy(lm, records, torch.device("cpu")), greedy_correct(lm, records, torch.device("cpu")))
+    # The tokens written one at a time are the argmax of one pass over the finished sequence.
+    seq = torch.tensor([encode(r["prompt"]) for r in records])
+    start = seq.shape[1]
+    with torch.no_grad():
+        for _ in range(5):
+            seq = torch.cat([seq, lm(seq)[:, -1].argmax(-1, keepdim=True)], 1)
+        assert torch.equal(lm(seq)[:, start - 1:-1].argmax(-1), seq[:, start:])
+
+
+def test_a_run_longer_than_the_table_is_named() -> None:
+    lm = abacus_model().eval()
+    ids = torch.tensor([encode("1" * 25 + "+" + "2" * 25 + "=")])
+    with pytest.raises(ValueError, match="a run of 25 digits is longer than the digit positions cover"):
+        lm(ids)
+
+
+def test_the_configuration() -> None:
+    cfg = load_config(preset="addition-tiny", overrides=["model.abacus=8"])
+    lm = lm_config(cfg)
+    assert (lm.abacus, lm.digit_ids, lm.answer_marker) == (8, DIGITS, EQUALS)
+    assert lm.abacus_size == 8 + 2 + 128
+    # Off by default, and then absent from the run id: runs made before the option keep their ids.
+    plain = load_config(preset="addition-tiny")
+    assert plain.model.abacus is None and lm_config(plain).abacus is None
+    assert config_hash(plain) != config_hash(cfg)
+    assert config_hash(plain) == config_hash(load_config(preset="addition-tiny", overrides=["model.abacus=null"]))
+    with pytest.raises(ConfigError, match="model.abacus must be null"):
+        load_config(preset="addition-tiny", overrides=["model.abacus=-1"])
+    with pytest.raises(ConfigError, match="is for task addition"):
+        load_config(preset="tiny", overrides=["task=random", "model.abacus=4"])
