@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Device calls planned for a next session on two H200s: digit positions (`model.abacus`, Abacus embeddings) at
+# the paper's size in the packed regime, one seed of falcon-1.3, Falcon-2 and Gated DeltaNet
+# (results/addition/packed-abacus) and of the transformer without RoPE (packed-abacus-nope), up to two runs a GPU. The offset
+# reaches 32, so training covers the indices of widths 33-48 (up to 49 + 32 = 81 with the offsets).
+# CHECKS=1 (first call): a 60-step compiled run with digit positions first, on one GPU: the random offset and
+# the cumulative maxima under torch.compile on a GPU have not run before; the campaign runs only if it passes.
+# Runs stop with a checkpoint (SIGINT) when the call's time is up and resume in the next call on the same warm
+# machine (no `carry` after the first). Run from the repository root with LAB_COMMIT (40 hex digits) and
+# BUDGET_S set; writes $OUT/out.tgz (no weights).
+set -u
+export PYTHONUNBUFFERED=1
+W=/tmp/out_x; mkdir -p $W
+t0=$(date +%s); stamp=$(date -u +%H%M%S)
+left() { local l=$(( ${BUDGET_S:-540} - ($(date +%s) - t0) )); echo $(( l > 1 ? l : 1 )); }
+ok=1
+if [ "${CHECKS:-0}" = 1 ]; then
+  CUDA_VISIBLE_DEVICES=0 timeout 240 python -m lab train --preset addition-paper --mixer falcon-1.3 --max-steps 60 \
+    --no-progress --set train.val_every=30 --set train.compile=true --set model.abacus=32 \
+    --results $W/check > $W/check.log 2>&1 || ok=0
+  echo "abacus check: exit ok=$ok at $(( $(date +%s) - t0 )) s"; tail -n 3 $W/check.log
+fi
+if [ $ok = 1 ]; then
+  # The Falcon rows and Gated DeltaNet: two on GPU 0, one on GPU 1; beside them on GPU 1 the transformer without
+  # RoPE (its own campaign and table: `rope` is a transformer option).
+  timeout --signal=INT --kill-after=50 $(left) python -m lab reproduce addition --preset packed --gpus 2 --per-gpu 2 \
+    --seeds 1 --rows falcon-1.3,falcon-2,gated-deltanet --set train.compile=true --set model.abacus=32 \
+    --out results/addition/packed-abacus > $W/console_A_$stamp.log 2>&1 &
+  CUDA_VISIBLE_DEVICES=1 timeout --signal=INT --kill-after=50 $(left) python -m lab reproduce addition --preset packed \
+    --gpus 1 --seeds 1 --rows transformer --set train.compile=true --set model.abacus=32 \
+    --set model.mixer_options.rope=false --out results/addition/packed-abacus-nope > $W/console_B_$stamp.log 2>&1
+  wait
+  echo "campaigns A and B stopped at $(( $(date +%s) - t0 )) s"
+fi
+tar czf "$OUT/out.tgz" --exclude='*.ckpt' --exclude='best.pt' --exclude='*.lock' -C $W . \
+  -C "$PWD/results" addition runs lab.db
+for f in $W/console_[AB]_$stamp.log; do [ -f "$f" ] && grep -v "^step\|Warning\|warn" "$f" | tail -n 5; done
+exit 0
