@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Device calls planned for a next session on two H200s: digit positions (`model.abacus`, Abacus embeddings) at
-# the paper's size in the packed regime, one seed of falcon-1.3, Falcon-2 and Gated DeltaNet
-# (results/addition/packed-abacus) and of the transformer without RoPE (packed-abacus-nope), up to two runs a GPU. The offset
-# reaches 32, so training covers the indices of widths 33-48 (up to 49 + 32 = 81 with the offsets).
+# the paper's size in the packed regime over the long schedule (4000 steps, the ramp over 3000: beside
+# results/addition/packed-4000), one seed of falcon-1.3, Falcon-2 and Gated DeltaNet (results/addition/
+# packed-abacus) and of the transformer without RoPE (packed-abacus-nope), up to two runs a GPU. On a CPU at
+# widths 1-8 the transformer without RoPE with digit positions answered width 9 from step 5000 of 6000
+# (results/addition/cpu_probe.md). The offset reaches 32, so training covers the indices of widths 33-48.
 # CHECKS=1 (first call): a 60-step compiled run with digit positions first, on one GPU: the random offset and
 # the cumulative maxima under torch.compile on a GPU have not run before; the campaign runs only if it passes.
 # Runs stop with a checkpoint (SIGINT) when the call's time is up and resume in the next call on the same warm
@@ -25,9 +27,11 @@ if [ $ok = 1 ]; then
   # RoPE (its own campaign and table: `rope` is a transformer option).
   timeout --signal=INT --kill-after=50 $(left) python -m lab reproduce addition --preset packed --gpus 2 --per-gpu 2 \
     --seeds 1 --rows falcon-1.3,falcon-2,gated-deltanet --set train.compile=true --set model.abacus=32 \
+    --max-steps 4000 --set data.ramp_steps=3000 \
     --out results/addition/packed-abacus > $W/console_A_$stamp.log 2>&1 &
   CUDA_VISIBLE_DEVICES=1 timeout --signal=INT --kill-after=50 $(left) python -m lab reproduce addition --preset packed \
     --gpus 1 --seeds 1 --rows transformer --set train.compile=true --set model.abacus=32 \
+    --max-steps 4000 --set data.ramp_steps=3000 \
     --set model.mixer_options.rope=false --out results/addition/packed-abacus-nope > $W/console_B_$stamp.log 2>&1
   wait
   echo "campaigns A and B stopped at $(( $(date +%s) - t0 )) s"
