@@ -3,7 +3,7 @@
 # the paper's size in the packed regime over the long schedule (4000 steps, the ramp over 3000: beside
 # results/addition/packed-4000), one seed of falcon-1.3, Falcon-2 and Gated DeltaNet (results/addition/
 # packed-abacus) and of the transformer without RoPE (packed-abacus-nope), up to two runs a GPU. On a CPU at
-# widths 1-8 the transformer without RoPE with digit positions answered width 9 from step 5000 of 6000
+# widths 1-8 the transformer without RoPE with digit positions answered width 9 (85% at step 5000 of 6000, one seed of two)
 # (results/addition/cpu_probe.md). The offset reaches 32, so training covers the indices of widths 33-48.
 # CHECKS=1 (first call): a 60-step compiled run with digit positions first, on one GPU: the random offset and
 # the cumulative maxima under torch.compile on a GPU have not run before; the campaign runs only if it passes.

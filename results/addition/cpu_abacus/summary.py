@@ -6,7 +6,8 @@ import os
 
 RUNS = (("d4ff6af32b", "falcon-1.3, packing"), ("106c61c833", "transformer (RoPE), packing"),
         ("7aaa0eb550", "transformer (NoPE), packing"), ("94e22c08a4", "transformer (NoPE), no packing"),
-        ("59a7b4a6ac", "transformer (NoPE), packing, 6000 steps"))
+        ("59a7b4a6ac", "transformer (NoPE), packing, 6000 steps"),
+        ("055406a5e8", "transformer (NoPE), packing, 6000 steps, seed 1"))
 for rid, name in RUNS:
     path = f"results/addition/cpu_abacus/{rid}/evals.csv"
     if not os.path.exists(path):
