@@ -26,8 +26,8 @@ Digit positions (``LMConfig.abacus``, the Abacus embeddings of McLeish et al., 2
 embedding indexed by each digit's significance is added to the token embedding. A run of digit tokens (ids in
 ``digit_ids``) that follows the token ``answer_marker`` counts from its left end (an answer written least
 significant digit first: 1, 2, ...), any other run from its right end (an operand written most significant
-digit first: its last digit is 1), and a token that is no digit gets index 0, whose vector is zero (and stays so). Digits of
-one significance thus share a vector wherever they stand, and in training every row's indices are shifted by
+digit first: its last digit is 1), and a token that is no digit gets index 0, whose vector is zero (and
+stays so). Digits of one significance thus share a vector wherever they stand, and in training every row's indices are shifted by
 a random offset in ``0..abacus`` so that indices past the trained widths are trained too. An operand's
 indices depend on where its run ends, so they need the whole prompt: such a model has no ``step``
 (``can_step`` is False) and generation re-runs the prefix.
@@ -225,8 +225,9 @@ class LanguageModel(nn.Module):
 
     def digit_positions(self, input_ids: Tensor) -> Tensor:
         """The digit-position index of every token ``[B, L]`` (module docstring), with the random offset of
-        each row in training. Outside training a run longer than the table is an error; in training the
-        configuration keeps the widest run and offset inside it (checked once, not every step)."""
+        each row in training. Outside training a run longer than the table is an error; in training no check
+        runs (it would sync every step): the table's size must cover the widest run plus the offset, as
+        `lab.train.module.lm_config` sizes it, and an index past it is clamped to the last."""
         cfg = self.cfg
         index = digit_significance(input_ids, cfg.digit_ids, cfg.answer_marker)
         if self.training and cfg.abacus:
