@@ -27,8 +27,9 @@ embedding indexed by each digit's significance is added to the token embedding. 
 ``digit_ids``) that follows the token ``answer_marker`` counts from its left end (an answer written least
 significant digit first: 1, 2, ...), any other run from its right end (an operand written most significant
 digit first: its last digit is 1), and a token that is no digit gets index 0, whose vector is zero (and
-stays so). Digits of one significance thus share a vector wherever they stand, and in training every row's indices are shifted by
-a random offset in ``0..abacus`` so that indices past the trained widths are trained too. An operand's
+stays so). Digits of one significance thus share a vector wherever they stand, and in training every row's
+indices are shifted by a random offset in ``0..abacus`` so that indices past the trained widths are trained
+too. An operand's
 indices depend on where its run ends, so they need the whole prompt: such a model has no ``step``
 (``can_step`` is False) and generation re-runs the prefix.
 
