@@ -29,9 +29,8 @@ significant digit first: 1, 2, ...), any other run from its right end (an operan
 digit first: its last digit is 1), and a token that is no digit gets index 0, whose vector is zero (and
 stays so). Digits of one significance thus share a vector wherever they stand, and in training every row's
 indices are shifted by a random offset in ``0..abacus`` so that indices past the trained widths are trained
-too. An operand's
-indices depend on where its run ends, so they need the whole prompt: such a model has no ``step``
-(``can_step`` is False) and generation re-runs the prefix.
+too. An operand's indices depend on where its run ends, so they need the whole prompt: such a model has no
+``step`` (``can_step`` is False) and generation re-runs the prefix.
 
 Weight decay: every parameter with two or more axes (projections, the embedding, conv filters) decays;
 vectors and scalars (norm gains, per-head decay/step offsets, skip gains) never do.
