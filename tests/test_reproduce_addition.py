@@ -87,6 +87,24 @@ def test_plan_goes_seed_by_seed_with_one_run_id_per_row_and_seed() -> None:
         plan("tiny", ROWS, 1, overrides=["optim.lrr=1"])
 
 
+def test_the_table_names_the_transformer_without_rope_and_the_digit_positions() -> None:
+    from lab.reproduce.addition import ROW_BY_NAME
+    from lab.reproduce.addition_table import row_label, settings_sentence
+
+    rows = parse_rows("transformer,falcon-1.3")
+    plain = plan("packed", rows, seeds=1)
+    assert [row_label(ROW_BY_NAME[j.cfg.mixer], j.cfg) for j in plain] == [
+        "Transformer (RoPE)", ROW_BY_NAME["falcon-1.3"].label]
+    sentence = settings_sentence(plain)
+    assert "digit positions" not in sentence and "rope=" not in sentence
+    nope = plan("packed", parse_rows("transformer"), seeds=1,
+                overrides=["model.mixer_options.rope=false", "model.abacus=32"])
+    assert row_label(ROW_BY_NAME["transformer"], nope[0].cfg) == "Transformer (NoPE)"
+    sentence = settings_sentence(nope)
+    assert "6 heads, rope=False, digit positions (Abacus embeddings) with a random offset of 0–32 in training;" \
+        in sentence
+
+
 def test_widths_answered_counts_widths_in_a_row_from_one_up_to_the_widest_trained() -> None:
     from lab.reproduce.addition_table import widths_answered
 

@@ -98,17 +98,26 @@ def mean_std(values: list[float]) -> tuple[float | None, float | None]:
     return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else None)
 
 
+def row_label(row: Any, cfg: Any) -> str:
+    """The table's name of a row as the plan trains it: the transformer without RoPE is the NoPE one."""
+    if cfg.mixer == "transformer" and cfg.model.mixer_options.get("rope", True) is False:
+        return row.label.replace("(RoPE)", "(NoPE)")
+    return row.label
+
+
 def row_groups(jobs: Sequence[Job], runs: list[dict[str, Any]],
                rows_by_name: Mapping[str, Any]) -> Iterator[tuple[Any, list[dict[str, Any]], dict[str, Any]]]:
     """Per row of the plan, in the plan's order: the row, its finished runs, and the columns every table.csv
     starts with (row, model, runs, planned, params, seeds)."""
     planned: dict[str, int] = {}
+    cfgs = {}
     for job in jobs:
         planned[job.cfg.mixer] = planned.get(job.cfg.mixer, 0) + 1
+        cfgs.setdefault(job.cfg.mixer, job.cfg)
     for name, count in planned.items():
         row = rows_by_name[name]
         mine = [r for r in runs if r["job"].cfg.mixer == name]
-        yield row, mine, {"row": name, "model": row.label, "runs": len(mine), "planned": count,
+        yield row, mine, {"row": name, "model": row_label(row, cfgs[name]), "runs": len(mine), "planned": count,
                           "params": mine[0]["registry"]["n_params"] if mine else None,
                           "seeds": " ".join(str(r["seed"]) for r in mine)}
 
@@ -240,7 +249,11 @@ def settings_sentence(jobs: Sequence[Job]) -> str:
                   else f", {d.curriculum} curriculum from width {d.start_width} over {d.ramp_steps} steps")
     rows = ("" if d.seq_len is None
             else f", rows of {d.seq_len} positions{' packed with whole samples' if d.packing else ''}")
-    return (f"Preset `{cfg.preset}`: d_model {m.d_model}, {m.n_layers} layers, {m.n_heads} heads; {t.max_steps} steps "
+    options = "".join(f", {key}={value}" for key, value in sorted(m.mixer_options.items()))
+    digits = ("" if m.abacus is None
+              else f", digit positions (Abacus embeddings) with a random offset of 0–{m.abacus} in training")
+    return (f"Preset `{cfg.preset}`: d_model {m.d_model}, {m.n_layers} layers, {m.n_heads} heads{options}{digits}; "
+            f"{t.max_steps} steps "
             f"of batch {t.batch_size}, lr {cfg.optim.lr:g} ({cfg.optim.schedule()}); train widths "
             f"{d.widths[0]}–{d.widths[1]}{curriculum}{rows}; evaluated every {t.val_every} steps on widths 1–48 with "
             f"{e.n_per_length} samples per width ({e.free_per_length} free-running, at the best and the last step); "
@@ -254,6 +267,8 @@ def render_markdown(jobs: Sequence[Job], table: list[dict[str, Any]], runs: list
     from lab.reproduce.addition import ROW_BY_NAME
 
     labels = {name: row.label for name, row in ROW_BY_NAME.items()}
+    labels.update({job.cfg.mixer: row_label(ROW_BY_NAME[job.cfg.mixer], job.cfg) for job in jobs
+                   if job.cfg.mixer in ROW_BY_NAME})
     lines = [
         "# Addition: teacher-forced length extrapolation (the paper's Table 3)",
         "",
