@@ -2,8 +2,7 @@
 # Device calls on two H200s: digit positions (`model.abacus`, Abacus embeddings) at the paper's size in the
 # packed regime over the long schedule (4000 steps, the ramp over 3000: beside results/addition/packed-4000).
 # GPU 0: one seed of falcon-1.3 and Falcon-2 (results/addition/packed-abacus), two at once; GPU 1: three seeds of
-# the transformer without RoPE (packed-abacus-nope), three at once. (call_x.sh, not run, had Gated DeltaNet in
-# place of the transformer's second and third seeds.) On a CPU at
+# the transformer without RoPE (packed-abacus-nope), three at once. On a CPU at
 # widths 1-8 the transformer without RoPE with digit positions answered width 9 (85% at step 5000 of 6000, one seed of two)
 # (results/addition/cpu_probe.md). The offset reaches 32, so training covers the indices of widths 33-48.
 # CHECKS=1 (first call): 60-step compiled runs with digit positions first, falcon-1.3 on GPU 0 and the
