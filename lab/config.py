@@ -36,7 +36,8 @@ PLACEMENT_KEYS = ("train.devices", "train.num_nodes", "train.strategy", "train.a
                   "train.cuda_graphs")
 # Keys added after runs were recorded: left out of the run id while at these defaults, so that
 # the ids of earlier runs do not change.
-LATER_KEYS = {"data.path": None, "data.val_windows": 16, "train.accumulate": 1, "model.abacus": None}
+LATER_KEYS = {"data.path": None, "data.val_windows": 16, "train.accumulate": 1, "model.abacus": None,
+              "model.isolate_samples": False, "eval.abacus_offset": 0}
 
 
 @dataclass
@@ -45,7 +46,11 @@ class ModelConfig:
 
     `abacus` (addition only): None, or digit-position embeddings (each digit's significance, the Abacus
     embeddings of McLeish et al., 2024; `mixers.model`) whose indices are shifted in training by a random
-    offset of at most `abacus` per row."""
+    offset of at most `abacus` per row (per sample with `isolate_samples`).
+
+    `isolate_samples` (addition, attention mixers): the samples packed in a row do not see each other —
+    attention stays inside each sample (a block-diagonal causal mask) — and each draws its own digit-position
+    offset; without it a sample attends to those packed before it."""
 
     d_model: int = 64
     n_layers: int = 2
@@ -53,6 +58,7 @@ class ModelConfig:
     mixer_options: dict[str, Any] = field(default_factory=dict)
     mup: bool = False
     abacus: int | None = None
+    isolate_samples: bool = False
 
 
 @dataclass
@@ -130,12 +136,15 @@ class EvalConfig:
     """Addition evaluation during training (lab.eval.callback), when `enabled`: teacher-forced accuracy
     on widths 1-48 with `n_per_length` samples per width every train.val_every steps and at the end,
     and free-running greedy accuracy with `free_per_length` per width (0: none) at the best step and
-    at the end. `seed` picks the samples; keeping it fixed compares every run on one set."""
+    at the end. `seed` picks the samples; keeping it fixed compares every run on one set. `abacus_offset`
+    (with `model.abacus`): the fixed offset of the digit positions in these evaluations, one of the offsets
+    0..model.abacus seen in training."""
 
     enabled: bool = False
     n_per_length: int = 100
     free_per_length: int = 10
     seed: int = 0
+    abacus_offset: int = 0
 
 
 @dataclass
@@ -278,6 +287,21 @@ def validate(cfg: RunConfig) -> None:
             raise ConfigError(f"model.abacus must be null (off) or >= 0 (the largest offset), got {m.abacus}")
         if cfg.task != "addition":
             raise ConfigError(f"model.abacus (digit positions) is for task addition, not {cfg.task!r}")
+    offset = cfg.eval.abacus_offset
+    if offset and (m.abacus is None or not 0 <= offset <= m.abacus):
+        raise ConfigError(f"eval.abacus_offset={offset} must lie in 0..model.abacus (the offsets seen in "
+                          f"training; model.abacus is {m.abacus})")
+    if offset < 0:
+        raise ConfigError(f"eval.abacus_offset must be >= 0, got {offset}")
+    if m.isolate_samples:
+        if cfg.task != "addition":
+            raise ConfigError(f"model.isolate_samples is for task addition (samples end with EOS), not {cfg.task!r}")
+        from mixers import MIXERS
+
+        able = [name for name, b in MIXERS.items() if getattr(b.make, "masks_samples", False)]
+        if cfg.mixer in MIXERS and cfg.mixer not in able:
+            raise ConfigError(f"model.isolate_samples needs a mixer that masks attention between samples; "
+                              f"{cfg.mixer!r} does not; accepted: {', '.join(able)}")
     _validate_data(cfg)
     _validate_mixer(cfg)
 

@@ -29,8 +29,15 @@ significant digit first: 1, 2, ...), any other run from its right end (an operan
 digit first: its last digit is 1), and a token that is no digit gets index 0, whose vector is zero (and
 stays so). Digits of one significance thus share a vector wherever they stand, and in training every row's
 indices are shifted by a random offset in ``0..abacus`` so that indices past the trained widths are trained
-too. An operand's indices depend on where its run ends, so they need the whole prompt: such a model has no
-``step`` (``can_step`` is False) and generation re-runs the prefix.
+too; outside training they are shifted by the fixed ``abacus_eval_offset`` (0 by default). An operand's
+indices depend on where its run ends, so they need the whole prompt: such a model has no ``step``
+(``can_step`` is False) and generation re-runs the prefix.
+
+Isolated samples (``LMConfig.sample_end``, the token that ends a sample): a row that packs several samples
+is read as that many sequences. Attention sees only the tokens of its own sample (a block-diagonal causal
+mask; mixers that support it say so with ``masks_samples``), and with digit positions every sample draws
+its own offset in training. Without it, a sample attends to the samples packed before it in its row, and
+a row shares one offset.
 
 Weight decay: every parameter with two or more axes (projections, the embedding, conv filters) decays;
 vectors and scalars (norm gains, per-head decay/step offsets, skip gains) never do.
@@ -60,7 +67,9 @@ class LMConfig:
     init_std: base init std of projections and the embedding.
     abacus: None (no digit positions) or the largest random offset of the digit positions in training (see
         the module docstring), with abacus_size indices (0 for non-digits) and the task's digit_ids (first,
-        last) and answer_marker.
+        last) and answer_marker; abacus_eval_offset: the fixed offset of the indices outside training.
+    sample_end: None, or the token that ends a sample: attention then stays inside each sample of a packed
+        row, and digit-position offsets are drawn per sample (module docstring).
     """
 
     vocab_size: int
@@ -80,6 +89,8 @@ class LMConfig:
     abacus_size: int = 0
     digit_ids: tuple[int, int] | None = None
     answer_marker: int | None = None
+    abacus_eval_offset: int = 0
+    sample_end: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "d_model", "n_layers", "n_heads", "ffn_multiple_of", "mup_base_width"):
@@ -112,6 +123,18 @@ class LMConfig:
             if self.abacus_size < self.abacus + 2:
                 raise ValueError(f"LMConfig.abacus_size={self.abacus_size} leaves no index past the largest "
                                  f"offset {self.abacus}; it must be at least abacus + 2")
+        offset = self.abacus_eval_offset
+        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+            raise ValueError(f"LMConfig.abacus_eval_offset must be an integer >= 0, got {offset!r}")
+        if offset and self.abacus is None:
+            raise ValueError("LMConfig.abacus_eval_offset shifts digit positions: it needs abacus")
+        if self.sample_end is not None:
+            if isinstance(self.sample_end, bool) or not isinstance(self.sample_end, int):
+                raise ValueError(f"LMConfig.sample_end must be None or a token id, got {self.sample_end!r}")
+            if not getattr(MIXERS[self.mixer].make, "masks_samples", False):
+                able = [name for name, b in MIXERS.items() if getattr(b.make, "masks_samples", False)]
+                raise ValueError(f"LMConfig.sample_end (isolated samples) needs a mixer that can mask attention "
+                                 f"between samples; {self.mixer!r} cannot; accepted: {', '.join(able)}")
 
     @property
     def mlp_hidden(self) -> int:
@@ -149,6 +172,21 @@ def digit_significance(input_ids: Tensor, digit_ids: tuple[int, int], answer_mar
     return torch.where(digit, torch.where(answer, pos - before, after - pos), 0)
 
 
+def sample_index(input_ids: Tensor, sample_end: int) -> Tensor:
+    """``[B, L]``: which sample of its row each token belongs to (0, 1, ...); the token ``sample_end`` closes
+    its sample, and the next token opens the next one."""
+    end = (input_ids == sample_end).long()
+    return end.cumsum(1) - end
+
+
+def sample_mask(samples: Tensor) -> Tensor:
+    """``[B, 1, L, L]`` boolean attention mask (True: attend) from ``sample_index``: causal, and within one
+    sample."""
+    length = samples.shape[1]
+    causal = torch.ones(length, length, dtype=torch.bool, device=samples.device).tril()
+    return ((samples[:, :, None] == samples[:, None, :]) & causal)[:, None]
+
+
 class Block(nn.Module):
     """Pre-norm residual block: ``x + mixer(norm(x))`` then ``x + mlp(norm(x))``."""
 
@@ -160,8 +198,10 @@ class Block(nn.Module):
         self.mlp_norm = RMSNorm(cfg.d_model, cfg.norm_eps) if hidden else None
         self.mlp = SwiGLU(cfg.d_model, hidden) if hidden else None
 
-    def forward(self, x: Tensor) -> Tensor:
-        x = x + self.mixer(self.mixer_norm(x))
+    def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
+        """``mask`` (isolated samples): the ``[B, 1, L, L]`` attention mask of ``sample_mask``."""
+        h = self.mixer_norm(x)
+        x = x + (self.mixer(h) if mask is None else self.mixer(h, mask=mask))
         if self.mlp is not None:
             x = x + self.mlp(self.mlp_norm(x))
         return x
@@ -220,40 +260,55 @@ class LanguageModel(nn.Module):
 
     @property
     def can_step(self) -> bool:
-        """Whether ``step`` can generate token by token (not with digit positions, which need the prompt)."""
-        return self.digit_embed is None
+        """Whether ``step`` can generate token by token: not with digit positions, which need the prompt, nor
+        with isolated samples, whose mask the cache does not keep."""
+        return self.digit_embed is None and self.cfg.sample_end is None
 
-    def digit_positions(self, input_ids: Tensor) -> Tensor:
+    def digit_positions(self, input_ids: Tensor, samples: Tensor | None = None) -> Tensor:
         """The digit-position index of every token ``[B, L]`` (module docstring), with the random offset of
-        each row in training. Outside training a run longer than the table is an error; in training no check
-        runs (it would sync every step): the table's size must cover the widest run plus the offset, as
-        `lab.train.module.lm_config` sizes it, and an index past it is clamped to the last."""
+        each row in training (of each sample, given ``samples``, the ``sample_index`` of isolated samples) and
+        ``abacus_eval_offset`` outside it. Outside training a run longer than the table is an error; in
+        training no check runs (it would sync every step): the table's size must cover the widest run plus
+        the offset, as `lab.train.module.lm_config` sizes it, and an index past it is clamped to the last."""
         cfg = self.cfg
         index = digit_significance(input_ids, cfg.digit_ids, cfg.answer_marker)
         if self.training and cfg.abacus:
-            offset = torch.randint(0, cfg.abacus + 1, (input_ids.shape[0], 1), device=input_ids.device)
+            rows = input_ids.shape[0]
+            draws = 1 if samples is None else input_ids.shape[1]
+            offset = torch.randint(0, cfg.abacus + 1, (rows, draws), device=input_ids.device)
+            if samples is not None:
+                offset = offset.gather(1, samples)
             index = torch.where(index > 0, index + offset, index)
-        elif not torch.compiler.is_compiling() and index.numel() and int(index.max()) >= cfg.abacus_size:
-            raise ValueError(f"a run of {int(index.max())} digits is longer than the digit positions cover "
-                             f"({cfg.abacus_size - 1})")
+            return index.clamp(max=cfg.abacus_size - 1)
+        if cfg.abacus_eval_offset:
+            index = torch.where(index > 0, index + cfg.abacus_eval_offset, index)
+        if not torch.compiler.is_compiling() and index.numel() and int(index.max()) >= cfg.abacus_size:
+            at = f" at offset {cfg.abacus_eval_offset}" if cfg.abacus_eval_offset else ""
+            raise ValueError(f"a run of {int(index.max()) - cfg.abacus_eval_offset} digits{at} is longer than the "
+                             f"digit positions cover ({cfg.abacus_size - 1})")
         return index.clamp(max=cfg.abacus_size - 1)
 
     def forward(self, input_ids: Tensor) -> Tensor:
         """Logits ``[B, L, vocab_size]`` for every position (position t sees tokens ≤ t)."""
         self._check_ids(input_ids, 2, "input_ids")
         h = self.embed(input_ids)
+        samples = None if self.cfg.sample_end is None else sample_index(input_ids, self.cfg.sample_end)
         if self.digit_embed is not None:
-            h = h + self.digit_embed(self.digit_positions(input_ids))
+            h = h + self.digit_embed(self.digit_positions(input_ids, samples))
+        mask = None if samples is None else sample_mask(samples)
         for block in self.blocks:
-            h = block(h)
+            h = block(h, mask)
         return self._logits(h)
 
     def init_cache(self, batch: int, device: torch.device | str | None = None,
                    dtype: torch.dtype | None = None) -> list[Any]:
         """A fresh generation cache (one entry per layer); device and dtype default to the parameters'."""
-        if not self.can_step:
+        if self.digit_embed is not None:
             raise ValueError("a model with digit positions (abacus) cannot generate token by token: an "
                              "operand's positions need the whole prompt; re-run forward on the prefix")
+        if not self.can_step:
+            raise ValueError("a model with isolated samples (sample_end) cannot generate token by token: the "
+                             "cache does not keep the samples apart; re-run forward on the prefix")
         p = self.embed.weight
         device = p.device if device is None else device
         dtype = p.dtype if dtype is None else dtype

@@ -30,7 +30,13 @@ class TransformerOptions:
 
 
 class Attention(Mixer):
-    """``softmax(q kᵀ / sqrt(D) + causal mask) v`` per head, RoPE on q and k (unless NoPE), no bias."""
+    """``softmax(q kᵀ / sqrt(D) + causal mask) v`` per head, RoPE on q and k (unless NoPE), no bias.
+
+    ``forward(x, mask)`` takes a boolean ``[B, 1, L, L]`` mask (True: attend) in place of the causal one,
+    as isolated samples give it (``mixers.model.sample_mask``); RoPE is relative, so a sample's attention
+    under that mask does not depend on where its row places it."""
+
+    masks_samples = True
 
     def __init__(self, d_model: int, n_heads: int, opts: TransformerOptions, name: str = "transformer") -> None:
         super().__init__()
@@ -51,10 +57,13 @@ class Attention(Mixer):
             q, k = rotary(q, positions, self.rope_base), rotary(k, positions, self.rope_base)
         return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
         B, L, _ = x.shape
         q, k, v = self._qkv(x, torch.arange(L, device=x.device))
-        o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        if mask is None:
+            o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         return self.o_proj(o.transpose(1, 2).reshape(B, L, -1))
 
     def init_cache(self, batch: int, device: torch.device | str, dtype: torch.dtype) -> dict:

@@ -103,6 +103,10 @@ def test_the_table_names_the_transformer_without_rope_and_the_digit_positions() 
     sentence = settings_sentence(nope)
     assert "6 heads, rope=False, digit positions (Abacus embeddings) with a random offset of 0–32 in training;" \
         in sentence
+    isolated = plan("packed", parse_rows("transformer"), seeds=1,
+                    overrides=["model.abacus=32", "model.isolate_samples=true", "eval.abacus_offset=8"])
+    assert ("digit positions (Abacus embeddings) with a random offset of 0–32 in training per sample, 8 in "
+            "evaluation, attention within each packed sample;") in settings_sentence(isolated)
 
 
 def test_widths_answered_counts_widths_in_a_row_from_one_up_to_the_widest_trained() -> None:

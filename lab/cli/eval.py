@@ -24,6 +24,9 @@ def addition(
     positions: Annotated[Path | None, typer.Option(
         help="Also write the teacher-forced accuracy of every target position of every width 1-48 to this "
              "CSV (`lab plot positions` draws it): where answers break past the trained widths.")] = None,
+    abacus_offset: Annotated[int | None, typer.Option(
+        help="Digit positions (model.abacus): evaluate at this fixed offset, one of 0..model.abacus seen in "
+             "training, instead of the run's eval.abacus_offset.")] = None,
 ) -> None:
     """Teacher-forced, per-token and free-running accuracy of a run on widths 1-48, as a row of the table."""
     import torch
@@ -42,7 +45,7 @@ def addition(
         raise typer.Exit(code=2)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:
-        loaded = load_run_model(run, which, device)
+        loaded = load_run_model(run, which, device, abacus_offset)
     except (ValueError, ConfigError) as err:
         typer.echo(f"lab eval: {err}", err=True)
         raise typer.Exit(code=2) from None
@@ -55,8 +58,10 @@ def addition(
         summary.update(free_val_acc=free["val_acc"], free_ood_mean=free["ood_mean"])
     cells = [loaded.cfg.mixer, str(loaded.step)]
     cells += ["—" if summary.get(key) is None else f"{summary[key]:.1f}" for key, _ in COLUMNS]
+    at = loaded.cfg.eval.abacus_offset
+    offset = f"; digit positions at offset {at}" if loaded.cfg.model.abacus is not None else ""
     typer.echo(f"{run} ({which} weights: {loaded.source.name}, step {loaded.step}; {per_n} samples per width, "
-               f"{free_per_n} free-running)")
+               f"{free_per_n} free-running{offset})")
     typer.echo("| " + " | ".join(["Mixer", "Step", *(title for _, title in COLUMNS)]) + " |")
     typer.echo("| " + " | ".join(["---"] * len(cells)) + " |")
     typer.echo("| " + " | ".join(cells) + " |")
@@ -66,8 +71,9 @@ def addition(
         from lab.eval.addition import position_accuracy, position_rows
         from lab.runs import atomic_write_text
 
+        extra = {} if loaded.cfg.model.abacus is None else {"abacus_offset": at}
         rows = position_rows(position_accuracy(loaded.model, n_per_length=per_n, seed=seed, device=device),
-                             run=str(run), which=which, step=loaded.step, samples=per_n)
+                             run=str(run), which=which, step=loaded.step, samples=per_n, **extra)
         atomic_write_text(positions, pd.DataFrame(rows).to_csv(index=False))
         typer.echo(f"positions: {positions}")
 

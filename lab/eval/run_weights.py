@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
 from torch import nn
 
-from lab.config import RunConfig, from_dict, read_yaml
+from lab.config import RunConfig, from_dict, read_yaml, validate
 from lab.eval.callback import best_weights_path
 from lab.runs import RunDir
 
@@ -25,9 +25,12 @@ class RunModel:
     source: Path
 
 
-def load_run_model(run_dir: str | Path, which: str = "best", device: torch.device | str = "cpu") -> RunModel:
+def load_run_model(run_dir: str | Path, which: str = "best", device: torch.device | str = "cpu",
+                   abacus_offset: int | None = None) -> RunModel:
     """The model of the run in `run_dir` with its best weights (checkpoints/best.pt, written by the
-    addition evaluation) or its last ones (checkpoints/last.ckpt). ValueError saying what is missing."""
+    addition evaluation) or its last ones (checkpoints/last.ckpt). ValueError saying what is missing.
+    `abacus_offset`: evaluate the digit positions at this offset instead of the run's `eval.abacus_offset`
+    (ConfigError unless the run has digit positions and the offset lies in 0..model.abacus)."""
     from mixers import LanguageModel
 
     from lab.train.module import lm_config
@@ -38,6 +41,9 @@ def load_run_model(run_dir: str | Path, which: str = "best", device: torch.devic
     if not run.config.exists():
         raise ValueError(f"{run.root} is not a run folder: it has no config.yaml")
     cfg = from_dict(read_yaml(run.config))
+    if abacus_offset is not None:
+        cfg = replace(cfg, eval=replace(cfg.eval, abacus_offset=abacus_offset))
+        validate(cfg)
     source = best_weights_path(run) if which == "best" else run.last_checkpoint
     if not source.exists():
         hint = " (it is written by runs that evaluate addition, eval.enabled)" if which == "best" else ""

@@ -251,7 +251,11 @@ def settings_sentence(jobs: Sequence[Job]) -> str:
             else f", rows of {d.seq_len} positions{' packed with whole samples' if d.packing else ''}")
     options = "".join(f", {key}={value}" for key, value in sorted(m.mixer_options.items()))
     digits = ("" if m.abacus is None
-              else f", digit positions (Abacus embeddings) with a random offset of 0–{m.abacus} in training")
+              else f", digit positions (Abacus embeddings) with a random offset of 0–{m.abacus} in training"
+                   f"{' per sample' if m.isolate_samples else ''}"
+                   f"{f', {e.abacus_offset} in evaluation' if e.abacus_offset else ''}")
+    if m.isolate_samples:
+        digits += ", attention within each packed sample"
     return (f"Preset `{cfg.preset}`: d_model {m.d_model}, {m.n_layers} layers, {m.n_heads} heads{options}{digits}; "
             f"{t.max_steps} steps "
             f"of batch {t.batch_size}, lr {cfg.optim.lr:g} ({cfg.optim.schedule()}); train widths "

@@ -45,7 +45,12 @@ def lm_config(cfg: RunConfig) -> Any:
 
         # Indices for answers of up to max(128, twice the trained width) digits at evaluation, past any offset.
         digits = {"abacus": m.abacus, "abacus_size": m.abacus + 2 + max(128, 2 * cfg.data.widths[1]),
-                  "digit_ids": (DIGIT_0, DIGIT_0 + 9), "answer_marker": EQUALS}
+                  "digit_ids": (DIGIT_0, DIGIT_0 + 9), "answer_marker": EQUALS,
+                  "abacus_eval_offset": cfg.eval.abacus_offset}
+    if m.isolate_samples:
+        from tasks.addition.vocab import EOS
+
+        digits["sample_end"] = EOS
     return LMConfig(vocab_size=vocab_size(cfg), d_model=m.d_model, n_layers=m.n_layers, n_heads=m.n_heads,
                     mixer=cfg.mixer, mixer_options=dict(m.mixer_options), mup=m.mup, **digits)
 

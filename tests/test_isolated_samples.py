@@ -1,0 +1,155 @@
+"""Isolated samples (`model.isolate_samples`) and the evaluation offset of digit positions
+(`eval.abacus_offset`): the samples of a packed row read as separate sequences, each with its own offset in
+training; the fixed offset outside training; the configuration and `lab eval addition --abacus-offset`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from lab.cli import app
+from lab.config import ConfigError, config_hash, load_config
+from lab.eval.addition import greedy
+from lab.eval.free_running import greedy_correct
+from lab.train import run_training
+from lab.train.module import lm_config
+from mixers import LanguageModel, LMConfig
+from mixers.model import digit_significance, sample_index, sample_mask
+from tasks.addition import generate_records
+from tasks.addition.batches import make_batch
+from tasks.addition.vocab import DIGIT_0, EOS, EQUALS, PAD, VOCAB_SIZE, encode
+
+DIGITS = (DIGIT_0, DIGIT_0 + 9)
+
+
+def model(isolate: bool = True, abacus: int | None = 4, rope: bool = True, eval_offset: int = 0,
+          seed: int = 0) -> LanguageModel:
+    torch.manual_seed(seed)
+    digits = {} if abacus is None else {"abacus": abacus, "abacus_size": abacus + 20, "digit_ids": DIGITS,
+                                        "answer_marker": EQUALS, "abacus_eval_offset": eval_offset}
+    cfg = LMConfig(vocab_size=VOCAB_SIZE, d_model=32, n_layers=2, n_heads=2, mixer="transformer",
+                   mixer_options={"rope": rope}, sample_end=EOS if isolate else None, **digits)
+    return LanguageModel(cfg).double()
+
+
+def sample(prompt: str, target: str) -> list[int]:
+    return encode(prompt) + encode(target) + [EOS]
+
+
+def test_samples_are_numbered_from_the_token_that_ends_them() -> None:
+    row = torch.tensor([sample("1+2=", "30") + sample("12+34=", "640") + [PAD, PAD]])
+    assert sample_index(row, EOS)[0].tolist() == [0] * 7 + [1] * 10 + [2, 2]
+    mask = sample_mask(sample_index(row, EOS))[0, 0]
+    assert mask.shape == (19, 19)
+    assert mask[6, :7].all() and not mask[6, 7:].any()  # the EOS closing sample 0 sees sample 0 only
+    assert mask[8, 7:9].all() and not mask[8, :7].any() and not mask[8, 9:].any()
+    assert mask[18, 17:].all() and not mask[18, :17].any()
+
+
+@pytest.mark.parametrize(("rope", "abacus"), [(True, None), (False, None), (False, 4), (True, 4)])
+def test_a_packed_sample_reads_as_if_alone(rope: bool, abacus: int | None) -> None:
+    """Under the mask a sample's logits do not depend on what its row packs before it (RoPE is relative);
+    without it they do."""
+    first, second = sample("97+58=", "551"), sample("123+456=", "9750")
+    for isolate in (True, False):
+        lm = model(isolate, abacus, rope).eval()
+        with torch.no_grad():
+            packed = lm(torch.tensor([first + second]))[0, len(first):]
+            alone = lm(torch.tensor([second]))[0]
+        assert torch.allclose(packed, alone) == isolate
+
+
+def test_each_packed_sample_draws_its_own_offset_in_training() -> None:
+    ids = make_batch(seed=0, step=0, batch_size=8, digits=(1, 5), seq_len=60, pack=True).input_ids
+    samples = sample_index(ids, EOS)
+    lm = model(abacus=16).train()
+    torch.manual_seed(3)
+    shift = lm.digit_positions(ids, samples) - digit_significance(ids, DIGITS, EQUALS)
+    digit = digit_significance(ids, DIGITS, EQUALS) > 0
+    assert (shift[~digit] == 0).all() and (shift[digit] >= 0).all() and (shift[digit] <= 16).all()
+    offsets = [{k: set(shift[r][digit[r] & (samples[r] == k)].tolist()) for k in samples[r].unique().tolist()}
+               for r in range(ids.shape[0])]
+    assert all(len(s) <= 1 for row in offsets for s in row.values())  # one offset a sample
+    per_row = [{next(iter(s)) for s in row.values() if s} for row in offsets]
+    assert any(len(s) > 1 for s in per_row)  # and samples of one row differ
+    # The model draws them itself: two forward passes in training differ, in evaluation they agree.
+    assert not torch.allclose(lm(ids), lm(ids))
+    lm.eval()
+    torch.testing.assert_close(lm(ids), lm(ids))
+
+
+def test_the_evaluation_offset_shifts_every_digit_outside_training() -> None:
+    ids = torch.tensor([sample("4821+0937=", "85750")])
+    plain, shifted = model(abacus=8).eval(), model(abacus=8, eval_offset=5).eval()
+    base = digit_significance(ids, DIGITS, EQUALS)
+    assert torch.equal(shifted.digit_positions(ids), torch.where(base > 0, base + 5, 0))
+    assert torch.equal(plain.digit_positions(ids), base)
+    with torch.no_grad():
+        assert not torch.allclose(plain(ids), shifted(ids))
+    shifted(torch.tensor([encode("1" * 19 + "+" + "2" * 19 + "=")]))  # index 19 + 5 of a table of 28: fine
+    with pytest.raises(ValueError, match="a run of 23 digits at offset 5 is longer than the digit positions "
+                                         r"cover \(27\)"):
+        shifted(torch.tensor([encode("1" * 23 + "+" + "2" * 23 + "=")]))
+
+
+def test_an_isolated_model_generates_by_rerunning_the_prefix() -> None:
+    lm = model(abacus=None).eval()
+    assert not lm.can_step
+    with pytest.raises(ValueError, match="isolated samples .* cannot generate token by token"):
+        lm.init_cache(2)
+    records = list(generate_records("val", (3, 3), 4, seed=0))
+    assert torch.equal(greedy(lm, records, torch.device("cpu")), greedy_correct(lm, records, torch.device("cpu")))
+
+
+def test_lmconfig_names_what_it_rejects() -> None:
+    with pytest.raises(ValueError, match="'falcon-1.3' cannot; accepted: transformer"):
+        LMConfig(vocab_size=VOCAB_SIZE, d_model=32, n_layers=1, n_heads=2, mixer="falcon-1.3", sample_end=EOS)
+    with pytest.raises(ValueError, match="abacus_eval_offset shifts digit positions: it needs abacus"):
+        LMConfig(vocab_size=VOCAB_SIZE, d_model=32, n_layers=1, n_heads=2, abacus_eval_offset=2)
+    with pytest.raises(ValueError, match="abacus_eval_offset must be an integer >= 0"):
+        model(eval_offset=-1)
+
+
+def test_the_configuration() -> None:
+    plain = load_config(preset="addition-tiny", overrides=["model.abacus=8"])
+    cfg = load_config(preset="addition-tiny",
+                      overrides=["model.abacus=8", "model.isolate_samples=true", "eval.abacus_offset=3"])
+    lm = lm_config(cfg)
+    assert (lm.sample_end, lm.abacus_eval_offset) == (EOS, 3)
+    assert (lm_config(plain).sample_end, lm_config(plain).abacus_eval_offset) == (None, 0)
+    # Off by default, and then absent from the run id: runs made before the options keep their ids.
+    assert config_hash(plain) == config_hash(load_config(
+        preset="addition-tiny", overrides=["model.abacus=8", "model.isolate_samples=false", "eval.abacus_offset=0"]))
+    assert config_hash(plain) != config_hash(cfg)
+    for overrides, message in (
+        (["eval.abacus_offset=2"], r"eval.abacus_offset=2 must lie in 0..model.abacus .*model.abacus is None"),
+        (["model.abacus=8", "eval.abacus_offset=9"], r"eval.abacus_offset=9 must lie in 0..model.abacus"),
+        (["model.isolate_samples=true", "mixer=falcon-1.3"], "'falcon-1.3' does not; accepted: transformer"),
+        (["model.isolate_samples=true", "mixer=nonesuch"], "unknown mixer 'nonesuch'"),
+    ):
+        with pytest.raises(ConfigError, match=message):
+            load_config(preset="addition-tiny", overrides=overrides)
+    with pytest.raises(ConfigError, match="model.isolate_samples is for task addition"):
+        load_config(preset="tiny", overrides=["task=random", "model.isolate_samples=true"])
+
+
+def test_lab_eval_addition_evaluates_at_another_offset(tmp_path: Path) -> None:
+    cfg = load_config("addition-tiny", mixer="transformer", overrides=[
+        "train.max_steps=4", "train.val_every=4", "train.ckpt_every=4", "train.batch_size=4", "eval.n_per_length=1",
+        "eval.free_per_length=0", "model.abacus=6", "model.isolate_samples=true", "data.packing=true",
+        "data.seq_len=48"])
+    assert run_training(cfg, out=tmp_path / "run", results=tmp_path, progress=False).status == "finished"
+    positions = tmp_path / "positions.csv"
+    runner = CliRunner()
+    at = runner.invoke(app, ["eval", "addition", "--run", str(tmp_path / "run"), "--per-n", "1", "--free-per-n", "0",
+                             "--abacus-offset", "6", "--positions", str(positions)])
+    assert at.exit_code == 0, at.output
+    assert "digit positions at offset 6" in at.output
+    assert set(pd.read_csv(positions)["abacus_offset"]) == {6}
+    wrong = runner.invoke(app, ["eval", "addition", "--run", str(tmp_path / "run"), "--abacus-offset", "7"])
+    assert wrong.exit_code == 2 and wrong.output.count("\n") == 1
+    assert wrong.output.startswith("lab eval: eval.abacus_offset=7 must lie in 0..model.abacus")
