@@ -20,9 +20,9 @@ runs=$(grep -l "isolate_samples: true" results/runs/*/config.yaml 2>/dev/null | 
 set -- $runs
 half=$(( ($# + 1) / 2 ))
 first=$(echo $runs | tr ' ' '\n' | head -n $half); second=$(echo $runs | tr ' ' '\n' | tail -n +$(( half + 1 )))
-[ -n "$first" ] && CUDA_VISIBLE_DEVICES=0 timeout $(left) python results/device/offset_evals.py $W/offsets_0 0,8,16 $first \
+[ -n "$first" ] && PYTHONPATH=. CUDA_VISIBLE_DEVICES=0 timeout $(left) python results/device/offset_evals.py $W/offsets_0 0,8,16 $first \
   > $W/offsets_0_$stamp.log 2>&1 &
-[ -n "$second" ] && CUDA_VISIBLE_DEVICES=1 timeout $(left) python results/device/offset_evals.py $W/offsets_1 0,8,16 $second \
+[ -n "$second" ] && PYTHONPATH=. CUDA_VISIBLE_DEVICES=1 timeout $(left) python results/device/offset_evals.py $W/offsets_1 0,8,16 $second \
   > $W/offsets_1_$stamp.log 2>&1 &
 wait
 echo "offset evaluations stopped at $(( $(date +%s) - t0 )) s"
