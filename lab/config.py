@@ -48,9 +48,11 @@ class ModelConfig:
     embeddings of McLeish et al., 2024; `mixers.model`) whose indices are shifted in training by a random
     offset of at most `abacus` per row (per sample with `isolate_samples`).
 
-    `isolate_samples` (addition, attention mixers): the samples packed in a row do not see each other —
-    attention stays inside each sample (a block-diagonal causal mask) — and each draws its own digit-position
-    offset; without it a sample attends to those packed before it."""
+    `isolate_samples` (addition): the samples packed in a row do not see each other, and each draws its own
+    digit-position offset; without it a sample attends to those packed before it (a recurrent state carries
+    into it). Attention mixers keep the packed rows and mask attention to each sample (block-diagonal,
+    causal); the other mixers get the same samples one to a row (`tasks.addition.batches.make_batch`, `apart`),
+    as many rows as the packed rows held samples."""
 
     d_model: int = 64
     n_layers: int = 2
@@ -296,12 +298,12 @@ def validate(cfg: RunConfig) -> None:
     if m.isolate_samples:
         if cfg.task != "addition":
             raise ConfigError(f"model.isolate_samples is for task addition (samples end with EOS), not {cfg.task!r}")
-        from mixers import MIXERS
+        from mixers import MIXERS, masks_samples
 
-        able = [name for name, b in MIXERS.items() if getattr(b.make, "masks_samples", False)]
-        if cfg.mixer in MIXERS and cfg.mixer not in able:
-            raise ConfigError(f"model.isolate_samples needs a mixer that masks attention between samples; "
-                              f"{cfg.mixer!r} does not; accepted: {', '.join(able)}")
+        if cfg.mixer in MIXERS and not masks_samples(cfg.mixer) and t.cuda_graphs:
+            raise ConfigError(f"model.isolate_samples with {cfg.mixer!r} lays each packed sample on its own row, "
+                              f"so the batch's shape changes from step to step; train.cuda_graphs needs one shape "
+                              f"(accepted with isolated samples: train.cuda_graphs=false, or an attention mixer)")
     _validate_data(cfg)
     _validate_mixer(cfg)
 

@@ -4,6 +4,6 @@
 """
 
 from mixers.model import LanguageModel, LMConfig
-from mixers.registry import MIXERS, build_mixer, default_options
+from mixers.registry import MIXERS, build_mixer, default_options, masks_samples
 
-__all__ = ["MIXERS", "LMConfig", "LanguageModel", "build_mixer", "default_options"]
+__all__ = ["MIXERS", "LMConfig", "LanguageModel", "build_mixer", "default_options", "masks_samples"]

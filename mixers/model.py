@@ -37,7 +37,8 @@ Isolated samples (``LMConfig.sample_end``, the token that ends a sample): a row 
 is read as that many sequences. Attention sees only the tokens of its own sample (a block-diagonal causal
 mask; mixers that support it say so with ``masks_samples``), and with digit positions every sample draws
 its own offset in training. Without it, a sample attends to the samples packed before it in its row, and
-a row shares one offset.
+a row shares one offset. (Mixers without the mask get isolated samples from the data instead: one sample
+a row, `lab.train.data.train_batch`.)
 
 Weight decay: every parameter with two or more axes (projections, the embedding, conv filters) decays;
 vectors and scalars (norm gains, per-head decay/step offsets, skip gains) never do.
@@ -54,7 +55,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from mixers.layers import RMSNorm, SwiGLU
-from mixers.registry import MIXERS, build_mixer
+from mixers.registry import MIXERS, build_mixer, masks_samples
 
 
 @dataclass
@@ -131,8 +132,8 @@ class LMConfig:
         if self.sample_end is not None:
             if isinstance(self.sample_end, bool) or not isinstance(self.sample_end, int):
                 raise ValueError(f"LMConfig.sample_end must be None or a token id, got {self.sample_end!r}")
-            if not getattr(MIXERS[self.mixer].make, "masks_samples", False):
-                able = [name for name, b in MIXERS.items() if getattr(b.make, "masks_samples", False)]
+            if not masks_samples(self.mixer):
+                able = [name for name in MIXERS if masks_samples(name)]
                 raise ValueError(f"LMConfig.sample_end (isolated samples) needs a mixer that can mask attention "
                                  f"between samples; {self.mixer!r} cannot; accepted: {', '.join(able)}")
 

@@ -77,6 +77,12 @@ def _entries() -> list[MixerBuilder]:
 MIXERS: dict[str, MixerBuilder] = {b.name: b for b in _entries()}
 
 
+def masks_samples(name: str) -> bool:
+    """Whether mixer ``name`` takes an attention mask that keeps the samples of a packed row apart
+    (``forward(x, mask=...)``; ``LMConfig.sample_end``)."""
+    return name in MIXERS and bool(getattr(MIXERS[name].make, "masks_samples", False))
+
+
 def build_mixer(name: str, d_model: int, n_heads: int, **options: Any) -> Mixer:
     """Build the registered mixer ``name`` for width ``d_model`` with ``n_heads`` heads."""
     if name not in MIXERS:

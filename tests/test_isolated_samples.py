@@ -128,11 +128,15 @@ def test_the_configuration() -> None:
     for overrides, message in (
         (["eval.abacus_offset=2"], r"eval.abacus_offset=2 must lie in 0..model.abacus .*model.abacus is None"),
         (["model.abacus=8", "eval.abacus_offset=9"], r"eval.abacus_offset=9 must lie in 0..model.abacus"),
-        (["model.isolate_samples=true", "mixer=falcon-1.3"], "'falcon-1.3' does not; accepted: transformer"),
+        (["model.isolate_samples=true", "mixer=falcon-1.3", "train.cuda_graphs=true"],
+         "lays each packed sample on its own row.*train.cuda_graphs needs one shape"),
         (["model.isolate_samples=true", "mixer=nonesuch"], "unknown mixer 'nonesuch'"),
     ):
         with pytest.raises(ConfigError, match=message):
             load_config(preset="addition-tiny", overrides=overrides)
+    # A mixer without an attention mask takes its samples one to a row: the model itself masks nothing.
+    falcon = load_config(preset="addition-tiny", mixer="falcon-1.3", overrides=["model.isolate_samples=true"])
+    assert lm_config(falcon).sample_end is None
     with pytest.raises(ConfigError, match="model.isolate_samples is for task addition"):
         load_config(preset="tiny", overrides=["task=random", "model.isolate_samples=true"])
 
@@ -153,3 +157,53 @@ def test_lab_eval_addition_evaluates_at_another_offset(tmp_path: Path) -> None:
     wrong = runner.invoke(app, ["eval", "addition", "--run", str(tmp_path / "run"), "--abacus-offset", "7"])
     assert wrong.exit_code == 2 and wrong.output.count("\n") == 1
     assert wrong.output.startswith("lab eval: eval.abacus_offset=7 must lie in 0..model.abacus")
+
+
+def test_samples_apart_are_the_packed_samples_one_to_a_row() -> None:
+    packed = make_batch(seed=2, step=5, batch_size=6, digits=(1, 9), seq_len=64, pack=True)
+    apart = make_batch(seed=2, step=5, batch_size=6, digits=(1, 9), seq_len=64, pack=True, apart=True)
+    assert apart.input_ids.shape == (len(packed.spans), 3 * 9 + 3)
+    assert [s.n for s in apart.spans] == [s.n for s in packed.spans] and {s.row for s in apart.spans} == set(
+        range(len(packed.spans)))
+
+    def tokens(batch, labels=False):
+        t = batch.labels if labels else batch.input_ids
+        return [v for row in t.tolist() for v in row if v not in (PAD, EOS, -100)]
+
+    # The same prompts and targets in the same order (an input row drops its last token, which may be an
+    # EOS in either layout), and the same labelled tokens, end tokens included.
+    assert tokens(apart) == tokens(packed)
+    assert [v for v in apart.labels.flatten().tolist() if v != -100] == [
+        v for v in packed.labels.flatten().tolist() if v != -100]
+
+
+def test_a_masked_packed_batch_and_its_samples_apart_give_one_loss() -> None:
+    """The two forms of isolated samples: the transformer's mask over packed rows, and the rows apart that
+    every other mixer gets, are one objective."""
+    from lab.train.module import token_loss_sum
+
+    masked, plain = model(abacus=None).eval(), model(isolate=False, abacus=None).eval()
+    plain.load_state_dict(masked.state_dict())
+    packed = make_batch(seed=0, step=3, batch_size=4, digits=(1, 6), seq_len=48, pack=True)
+    apart = make_batch(seed=0, step=3, batch_size=4, digits=(1, 6), seq_len=48, pack=True, apart=True)
+    with torch.no_grad():
+        loss, count = token_loss_sum(masked(packed.input_ids), packed.labels)
+        loss_apart, count_apart = token_loss_sum(plain(apart.input_ids), apart.labels)
+        unmasked, _ = token_loss_sum(plain(packed.input_ids), packed.labels)
+    assert count == count_apart
+    torch.testing.assert_close(loss, loss_apart)
+    assert not torch.allclose(loss, unmasked)
+
+
+def test_a_recurrent_mixer_trains_on_its_samples_apart(tmp_path: Path) -> None:
+    from lab.train.data import train_batch
+
+    cfg = load_config("addition-tiny", mixer="falcon-1.3", overrides=[
+        "train.max_steps=2", "train.val_every=2", "train.ckpt_every=2", "train.batch_size=4", "train.accumulate=2",
+        "eval.n_per_length=1", "eval.free_per_length=0", "model.abacus=4", "model.isolate_samples=true",
+        "data.packing=true", "data.seq_len=48"])
+    ids, labels = train_batch(cfg, 0, 0, 1)
+    packed = make_batch(cfg.train.seed, 0, 4, (1, 8), 48, True)
+    assert ids.shape == (len(packed.spans), 3 * 8 + 3) and len(packed.spans) > 4  # split in two for accumulate
+    result = run_training(cfg, out=tmp_path / "run", results=tmp_path, progress=False)
+    assert result.status == "finished"

@@ -36,7 +36,7 @@ class NonFiniteError(RuntimeError):
 
 def lm_config(cfg: RunConfig) -> Any:
     """The mixers' LMConfig for this run."""
-    from mixers import LMConfig
+    from mixers import LMConfig, masks_samples
 
     m = cfg.model
     digits: dict[str, Any] = {}
@@ -47,7 +47,9 @@ def lm_config(cfg: RunConfig) -> Any:
         digits = {"abacus": m.abacus, "abacus_size": m.abacus + 2 + max(128, 2 * cfg.data.widths[1]),
                   "digit_ids": (DIGIT_0, DIGIT_0 + 9), "answer_marker": EQUALS,
                   "abacus_eval_offset": cfg.eval.abacus_offset}
-    if m.isolate_samples:
+    if m.isolate_samples and masks_samples(cfg.mixer):
+        # Attention keeps the packed rows and masks them; the other mixers get the samples one to a row
+        # (lab.train.data.train_batch).
         from tasks.addition.vocab import EOS
 
         digits["sample_end"] = EOS
@@ -151,7 +153,6 @@ class LabModule(pl.LightningModule):
     def _accumulated_step(self, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
         input_ids, labels = batch
         parts = self.cfg.train.accumulate
-        rows = input_ids.shape[0] // parts
         optimizer = self.optimizers()
         optimizer.zero_grad()
         count = (labels != IGNORE_INDEX).sum()
@@ -160,7 +161,8 @@ class LabModule(pl.LightningModule):
         # DDP all-reduces gradients only in the last backward pass; the others add up locally.
         no_sync = getattr(self.trainer.strategy, "block_backward_sync", nullcontext)
         total = torch.zeros((), device=self.device)
-        for i, (ids, lab) in enumerate(zip(input_ids.split(rows), labels.split(rows))):
+        # tensor_split: rows in `parts` near-equal parts, whatever their number (isolated samples vary it).
+        for i, (ids, lab) in enumerate(zip(input_ids.tensor_split(parts), labels.tensor_split(parts))):
             with nullcontext() if i == parts - 1 else no_sync():
                 loss = token_loss_sum(self(ids), lab)[0] * scale
                 self.manual_backward(loss)

@@ -8,7 +8,10 @@ only, paper §5.2).
 Packing puts several samples in one row, back to back, with no state reset between them: a
 recurrent mixer (fast-weight state included) carries its state from one sample into the next, and
 attention sees the earlier samples. A sample is never cut: a row ends when the next drawn width no
-longer fits, and the rest of the row is padding.
+longer fits, and the rest of the row is padding. With `apart`, the samples drawn for the packed rows are
+laid out one to a row instead (rows as long as the widest sample of the step's width range): the same
+samples and target tokens, each a sequence of its own, so that no state or attention crosses from one
+sample into the next, for any mixer.
 """
 
 from __future__ import annotations
@@ -114,6 +117,7 @@ def make_batch(
     rank: int = 0,
     bos: bool = False,
     split: str = "train",
+    apart: bool = False,
 ) -> AdditionBatch:
     """The batch of `step` on `rank`: `batch_size` rows, widths uniform over `digits` (inclusive).
 
@@ -121,7 +125,9 @@ def make_batch(
     so ranks never share rows and R ranks of B rows see exactly the rows one rank of R * B would.
     Without packing a row is one sample, padded to `seq_len` (default: the widest sample of the
     range). With packing, `seq_len` is required and a row takes samples until the next drawn width
-    does not fit. `split` names the stream (train unless streaming evaluation batches).
+    does not fit. `split` names the stream (train unless streaming evaluation batches). `apart` (with
+    packing): the same samples one to a row, rows of the widest sample of `digits`; the row count then
+    varies from step to step.
     """
     check_split(split)
     lo, hi = check_digits(digits)
@@ -152,6 +158,8 @@ def make_batch(
             records.append(sample_record(rng, n))
             used += need
         rows.append(records)
+    if pack and apart:
+        return pack_rows([[record] for records in rows for record in records], widest, bos)
     return pack_rows(rows, seq_len, bos)
 
 
