@@ -293,8 +293,6 @@ def validate(cfg: RunConfig) -> None:
     if offset and (m.abacus is None or not 0 <= offset <= m.abacus):
         raise ConfigError(f"eval.abacus_offset={offset} must lie in 0..model.abacus (the offsets seen in "
                           f"training; model.abacus is {m.abacus})")
-    if offset < 0:
-        raise ConfigError(f"eval.abacus_offset must be >= 0, got {offset}")
     if m.isolate_samples:
         if cfg.task != "addition":
             raise ConfigError(f"model.isolate_samples is for task addition (samples end with EOS), not {cfg.task!r}")
