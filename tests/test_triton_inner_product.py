@@ -189,3 +189,17 @@ def test_real_sizes_on_the_gpu(rule: str, dtype: torch.dtype, shape: tuple[int, 
     print(f"\nGPUCHECK {rule} {str(dtype)[6:]} {shape} {timing}: " +
           " ".join(f"{n}={e:.1e}" for n, e in errs.items()))
     check(out, ref, 1e-2 if dtype == torch.bfloat16 else 1e-3)
+
+
+@pytest.mark.parametrize("rule", ["falcon-1a", "falcon-1"])
+def test_batch_sliced_past_the_grid_limit(rule: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A batch whose B·H passes the launch-axis limit runs in slices: the same outputs, state and gradients as
+    one launch (the limit lowered to 2·H here so that three rows make two slices)."""
+    import kernels.falcon.fused as fused
+
+    x = inputs(rule, B=3, T=12, H=2, D=8, seed=5)
+    whole = run(x, "triton", torch.float32, rule=rule, chunk_size=16)
+    monkeypatch.setattr(fused, "MAX_GRID_ROWS", 4)
+    sliced = run(x, "triton", torch.float32, rule=rule, chunk_size=16)
+    for name, a, b in zip(NAMES, whole, sliced):
+        torch.testing.assert_close(b, a, rtol=1e-6, atol=1e-6, msg=name)

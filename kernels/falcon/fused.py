@@ -15,6 +15,7 @@ from kernels.falcon.state import FastWeightState
 TRITON_RULES = ("falcon-1", "falcon-2", "falcon-1a", "falcon-2a", "falcon-3a")
 TRITON_CHUNK_SIZES = (16, 32, 64)  # accepted by every fused rule
 TRITON_MIN_DECAY_FLOOR_PER_CHANNEL = 1e-3  # falcon-2a's 16-token blocks factor its carry around their midpoint
+MAX_GRID_ROWS = 65_535  # CUDA's limit on launch axes 1 and 2, where the kernels put B·H (or N·H)
 
 
 def auto_backend(q: Tensor, v: Tensor, cfg: RuleConfig, chunk_size: int, packed: bool = False) -> str:
@@ -41,4 +42,15 @@ def triton_forward(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, lam: Tensor, c
     else:
         raise ValueError(f"backend='triton' covers {', '.join(TRITON_RULES)}; for {cfg.rule} use "
                          f"backend='chunk'")
+    B, H = q.shape[0], q.shape[2]
+    if cu_seqlens is None and B * H > MAX_GRID_ROWS:
+        # The grids put B·H on a launch axis capped at 65,535: run the batch in slices that fit (rows are
+        # independent sequences) and join outputs and final states; autograd sees the slices' own graphs.
+        rows = max(1, MAX_GRID_ROWS // H)
+        parts = [form(*(t[i:i + rows] for t in (q, k, v, beta, lam)), cfg,
+                      FastWeightState(*(s[i:i + rows] for s in state)), fresh, chunk_size=chunk_size)
+                 for i in range(0, B, rows)]
+        outs, finals = zip(*parts)
+        final = None if finals[0] is None else FastWeightState(*(torch.cat(f, 0) for f in zip(*finals)))
+        return torch.cat(outs, 0), final
     return form(q, k, v, beta, lam, cfg, state, fresh, chunk_size=chunk_size, cu_seqlens=cu_seqlens)
