@@ -33,7 +33,7 @@ DEFAULT_RANDOM_SEQ_LEN = 128
 # and CUDA graphs run the same model and optimiser (to float rounding, as another device count does), so a
 # table may mix runs made with and without them and a run may resume under the other setting.
 PLACEMENT_KEYS = ("train.devices", "train.num_nodes", "train.strategy", "train.accelerator", "train.compile",
-                  "train.cuda_graphs")
+                  "train.cuda_graphs", "train.deterministic")
 # Keys added after runs were recorded: left out of the run id while at these defaults, so that
 # the ids of earlier runs do not change.
 LATER_KEYS = {"data.path": None, "data.val_windows": 16, "train.accumulate": 1, "model.abacus": None,
@@ -90,7 +90,10 @@ class TrainConfig:
     evaluation and generation stay eager): fewer, fused kernels for the same model, at the price of a
     compilation at the first step. `cuda_graphs` replays the training forward and backward from CUDA
     graphs captured at the start (one GPU; lab/train/graphs.py), so the host no longer issues each kernel;
-    with `compile` as well, the compiled forward is what is captured.
+    with `compile` as well, the compiled forward is what is captured. `deterministic` asks PyTorch for its
+    deterministic algorithms (warning, not failing, where an op has none: the warning names it) and a fixed
+    cuBLAS workspace, so the same config and seed give the same loss curve bit for bit on a CPU, and on one
+    GPU as far as its kernels allow.
     """
 
     max_steps: int = 2000
@@ -107,6 +110,7 @@ class TrainConfig:
     accumulate: int = 1
     compile: bool = False
     cuda_graphs: bool = False
+    deterministic: bool = False
 
 
 @dataclass

@@ -359,3 +359,18 @@ def test_a_run_on_cuda_graphs_follows_the_eager_loss_curve(mixer: str, compiled:
     # bf16-mixed on both sides; the graphed forward runs the same kernels in the same order (compiled:
     # the fused kernels of torch.compile, the same arithmetic up to rounding)
     assert [r["loss"] for r in b] == pytest.approx([r["loss"] for r in a], rel=2e-2)
+
+
+@pytest.mark.parametrize("mixer", ["transformer", "falcon-1a.3"])
+def test_deterministic_runs_repeat_their_loss_curve_bit_for_bit(mixer: str, tmp_path: Path) -> None:
+    """`train.deterministic=true`: the same config and seed, trained twice in two folders, give the same loss,
+    gradient norm and validation numbers at every logged step, exactly (not to a tolerance)."""
+    settings = ("train.max_steps=6", "train.log_every=1", "train.val_every=3", "train.ckpt_every=6",
+                "data.widths=1,3", "train.batch_size=4", f"mixer={mixer}", "train.deterministic=true")
+    for folder in ("first", "second"):
+        assert run_training(tiny(*settings), out=tmp_path / folder, results=tmp_path / folder,
+                            progress=False).status == "finished"
+    a, b = (read_metrics(tmp_path / d / "metrics.csv") for d in ("first", "second"))
+    keys = ("step", "loss", "grad_norm", "val_loss")
+    assert any(r.get("val_loss") is not None for r in a)
+    assert len(a) == 6 and [[r.get(k) for k in keys] for r in b] == [[r.get(k) for k in keys] for r in a]

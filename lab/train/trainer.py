@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable, Sequence
 
@@ -86,6 +87,9 @@ def make_trainer(
     accelerator = resolve_accelerator(cfg)
     if accelerator == "gpu":
         torch.set_float32_matmul_precision("high")
+    if t.deterministic:
+        # cuBLAS picks reduction orders by workspace unless told one; set before the first GEMM of the run
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     if progress is None:
         progress = sys.stdout.isatty()
     ours: list[Callback] = [
@@ -113,5 +117,6 @@ def make_trainer(
         enable_progress_bar=progress,
         enable_model_summary=False,
         use_distributed_sampler=False,
+        deterministic="warn" if t.deterministic else None,
         default_root_dir=run.root,
     )
