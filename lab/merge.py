@@ -7,9 +7,9 @@ more steps. So a run stopped at step 1700 here is not replaced by the same run s
 and stopped at step 800, and merging the same copy twice changes nothing the second time.
 
 The copy may also be a folder of run records without a registry, as the tracks keep them under
-`results/<track>/.../runs/<id>/` (config.yaml, provenance.json, run.json, metrics and logs, no weights):
-each record's registry row is rebuilt from those three files. So a fresh clone, whose `results/lab.db` and
-`results/runs/` are not in git, gets back the finished runs that its tables were made from, and
+`records/<track>/.../runs/<id>/` (config.yaml, provenance.json, run.json, metrics and logs, no weights):
+each record's registry row is rebuilt from those three files, and nothing in the copy is written. So a
+fresh clone, whose `results/lab.db` and `results/runs/` are not in git, gets back the finished runs that its tables were made from, and
 `lab reproduce ... --table-only` or a rerun that skips them works again.
 
 A run folder is replaced whole, through a temporary folder beside it and two renames, and its registry

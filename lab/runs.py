@@ -1,9 +1,9 @@
 """Run folders, provenance and the SQLite run registry.
 
-A run lives in `results/runs/<id>/` (id: a short hash of its configuration) and holds
-`config.yaml`, `metrics.csv`, `checkpoints/`, `provenance.json` (where, when, from which code and
-command) and `run.json` (its status: running, finished, stopped (ended early, resumable), failed
-or interrupted). The registry `results/lab.db` indexes every run in the table
+A run lives in `<results>/runs/<id>/` (`<results>`: `lab.paths.results_root()`; id: a short hash of its
+configuration) and holds `config.yaml`, `metrics.csv`, `checkpoints/`, `provenance.json` (where, when, from
+which code and command) and `run.json` (its status: running, finished, stopped (ended early, resumable), failed
+or interrupted). The registry `<results>/lab.db` indexes every run in the table
 `runs`, one row per id; `pandas.read_sql("select * from runs", sqlite3.connect(path))` reads it.
 """
 
@@ -24,7 +24,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, BinaryIO
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+from lab.paths import REPO_ROOT, results_root
 
 
 def now() -> str:
@@ -66,16 +66,6 @@ def atomic_write(path: str | Path, write: Callable[[BinaryIO], None]) -> None:
 def atomic_write_text(path: str | Path, text: str) -> None:
     """Write `text` (UTF-8) to `path` atomically (see `atomic_write`)."""
     atomic_write(path, lambda f: f.write(text.encode("utf-8")))
-
-
-def results_root() -> Path:
-    """Where runs and the registry live: $LAB_RESULTS, else the checkout's `results/` when lab runs
-    from a source checkout, else `./results`."""
-    if os.environ.get("LAB_RESULTS"):
-        return Path(os.environ["LAB_RESULTS"]).resolve()
-    if (REPO_ROOT / "pyproject.toml").exists():
-        return REPO_ROOT / "results"
-    return Path("results").resolve()
 
 
 @dataclass(frozen=True)
@@ -172,14 +162,14 @@ def _git(*args: str) -> str | None:
 
 def git_state() -> dict[str, Any]:
     """{"commit", "dirty"} of the code checkout. $LAB_COMMIT, when set, names the commit instead: a copy of
-    the tree shipped to another machine may carry no git history, or a stale one. Changes under results/
-    (tables and figures a command rewrites) do not make the code dirty."""
+    the tree shipped to another machine may carry no git history, or a stale one. Changes under records/
+    (the committed evidence, rewritten only where a user points a command at it) do not make the code dirty."""
     if os.environ.get("LAB_COMMIT"):
         return {"commit": os.environ["LAB_COMMIT"], "dirty": None}
     commit = _git("rev-parse", "HEAD")
     if commit is None:
         return {"commit": os.environ.get("LAB_COMMIT"), "dirty": None}
-    status = _git("status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)results")
+    status = _git("status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)records")
     return {"commit": commit, "dirty": bool(status)}
 
 

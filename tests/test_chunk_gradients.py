@@ -3,7 +3,7 @@
 Their pass over the chunks takes chunk n's slice of each per-chunk tensor. Taken by indexing (`t[:, :, n]`),
 each slice's backward writes a zero tensor the size of all of `t`: N chunks, N whole-tensor writes per input,
 O(N²) over a sequence (at T = 8192 one falcon-3 layer's forward and backward took 29.2 s that way and 4.6 s
-with the slices taken by `unbind`, on a CPU: `results/bench/chunk_loops_cpu/`). The elements zero-filled in
+with the slices taken by `unbind`, on a CPU: `records/bench/chunk_loops_cpu/`). The elements zero-filled in
 the backward must grow in proportion to the number of chunks (small per-chunk buffers are fine), not with
 its square.
 """

@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 from lab.config import ConfigError, config_hash, load_config
+from lab.paths import results_root
 from lab.runs import (
     Registry,
     RunBusy,
@@ -18,7 +19,6 @@ from lab.runs import (
     atomic_write_text,
     provenance,
     record_provenance,
-    results_root,
     run_dir_for,
 )
 from lab.train import run_training
@@ -65,7 +65,7 @@ def test_atomic_write_replaces_whole_or_not_at_all(tmp_path: Path, monkeypatch: 
     assert [p.name for p in target.parent.iterdir()] == ["file.txt"]
 
 
-def test_code_is_dirty_for_changed_code_not_for_rewritten_results(tmp_path: Path,
+def test_code_is_dirty_for_changed_code_not_for_rewritten_records(tmp_path: Path,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     import subprocess
 
@@ -75,16 +75,16 @@ def test_code_is_dirty_for_changed_code_not_for_rewritten_results(tmp_path: Path
         subprocess.run(["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t", *args],
                        check=True, capture_output=True)
 
-    (tmp_path / "results").mkdir()
+    (tmp_path / "records").mkdir()
     (tmp_path / "code.py").write_text("x = 1\n")
-    (tmp_path / "results" / "table.md").write_text("| a |\n")
+    (tmp_path / "records" / "table.md").write_text("| a |\n")
     git("init", "-q")
     git("add", ".")
     git("commit", "-q", "-m", "one")
     monkeypatch.setattr(lab.runs, "REPO_ROOT", tmp_path)
     monkeypatch.delenv("LAB_COMMIT", raising=False)
     assert lab.runs.git_state()["dirty"] is False
-    (tmp_path / "results" / "table.md").write_text("| b |\n")
+    (tmp_path / "records" / "table.md").write_text("| b |\n")
     assert lab.runs.git_state()["dirty"] is False
     (tmp_path / "code.py").write_text("x = 2\n")
     assert lab.runs.git_state()["dirty"] is True

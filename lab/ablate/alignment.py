@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from lab.config import load_config
+from lab.paths import results_root
 from lab.reproduce.addition import DEFAULT_SEEDS, check_preset
 from lab.reproduce.launch import Campaign, Job, Outcome, run_campaign
-from lab.runs import results_root
 
 # The mixers ablated by default: the paper's recurrent Falcon rows, then the recurrent baselines.
 DEFAULT_MIXERS = ("falcon-1a.3", "falcon-3a.3", "falcon-1.3", "deltanet", "gated-deltanet", "mamba2", "retnet")

@@ -22,7 +22,8 @@ def kernels(
     rules: Annotated[list[str] | None, typer.Option(
         "--rules", "--rule", help="falcon-1, falcon-2, falcon-1a, falcon-2a or falcon-3a (repeatable); default all.")] = None,
     dtype: Annotated[str, typer.Option(help="bf16, fp16 or fp32.")] = "bf16",
-    out: Annotated[Path, typer.Option(help="Folder for kernels.csv and kernels.md.")] = Path("results/bench"),
+    out: Annotated[Path | None, typer.Option(
+        help="Folder for kernels.csv and kernels.md; default <results>/bench.")] = None,
     rep: Annotated[int, typer.Option(help="Milliseconds of timed repetitions per row (do_bench rep).")] = 100,
     chunk_forms: Annotated[bool, typer.Option(
         "--chunk-forms", help="Also time each rule's own PyTorch chunk form (up to B·T·H = 4·4096·16).")] = False,
@@ -30,7 +31,9 @@ def kernels(
     """Forward and forward+backward time of each rule's Triton kernel beside fla, SDPA and the PyTorch chunk
     form, with the bandwidth and FLOP floors (needs a CUDA GPU)."""
     from lab.bench.kernels import RULES, SHAPES, BenchError, parse_shape, run
+    from lab.paths import results_path
 
+    out = out if out is not None else results_path("bench")
     try:
         picked = [parse_shape(s) for text in shapes for s in text.split()] if shapes else list(SHAPES)
         run(picked, tuple(rules) if rules else RULES, dtype, out, rep=rep, echo=typer.echo, chunk_forms=chunk_forms)
@@ -46,15 +49,20 @@ def train(
     preset: PresetOption = "small",
     task: TaskOption = "addition",
     max_steps: Annotated[int, typer.Option(help="Optimiser steps per mixer.")] = 300,
-    out: Annotated[Path, typer.Option(help="Folder for train.csv, train_curves.csv and train.md.")] = Path("results/bench/train"),
-    work: Annotated[Path, typer.Option(help="Folder for the runs themselves (ignored by git).")] = Path("results/runs/bench-train"),
+    out: Annotated[Path | None, typer.Option(
+        help="Folder for train.csv, train_curves.csv and train.md; default <results>/bench/train.")] = None,
+    work: Annotated[Path | None, typer.Option(
+        help="Folder for the runs themselves; default <results>/runs/bench-train.")] = None,
     set_: Annotated[list[str] | None, typer.Option("--set", help="Override a setting of every run (repeatable).")] = None,
     timeout: Annotated[float | None, typer.Option(help="Seconds one mixer may train before it is stopped.")] = None,
 ) -> None:
     """Train every mixer for a few hundred steps: tokens per second, loss, parameter count, one table."""
     from lab.bench.train import run
+    from lab.paths import results_path
 
     names = _mixer_names("lab bench train", mixers)
+    out = out if out is not None else results_path("bench", "train")
+    work = work if work is not None else results_path("runs", "bench-train")
     extra = [a for item in (set_ or []) for a in ("--set", item)]
     rows = run(names, preset=preset, task=task, max_steps=max_steps, out=out, work=work, extra=extra,
                timeout_s=timeout, echo=typer.echo)
@@ -69,14 +77,16 @@ def step(
     preset: PresetOption = "small",
     task: TaskOption = "addition",
     steps: Annotated[int, typer.Option(help="Timed steps per mixer.")] = 20,
-    out: Annotated[Path, typer.Option(help="Folder for step.csv and step.md.")] = Path("results/bench/step"),
+    out: Annotated[Path | None, typer.Option(help="Folder for step.csv and step.md; default <results>/bench/step.")] = None,
     set_: Annotated[list[str] | None, typer.Option("--set", help="Override a setting (repeatable).")] = None,
 ) -> None:
     """Where a training step's time goes without Lightning: bare-loop ms, data / forward / backward /
     optimiser ms, kernels launched and their device time."""
     from lab.bench.step import run
+    from lab.paths import results_path
 
     names = _mixer_names("lab bench step", mixers)
+    out = out if out is not None else results_path("bench", "step")
     if steps < 1:
         typer.echo(f"lab bench step: --steps must be >= 1, got {steps}", err=True)
         raise typer.Exit(code=2)

@@ -27,9 +27,10 @@ def addition(
         help="Operand widths n as LO-HI or N; default: 1-32 for train and val, 33-48 for ood.")] = None,
     n_per_length: Annotated[int, typer.Option(help="Samples per operand width n.")] = 100,
     seed: Annotated[int, typer.Option(help="Seed; the same seed gives the same data.")] = 0,
-    out: Annotated[Path | None, typer.Option(help="jsonl file to write; default data/addition/<split>.jsonl.")] = None,
+    out: Annotated[Path | None, typer.Option(help="jsonl file to write; default <results>/data/addition/<split>.jsonl.")] = None,
 ) -> None:
     """Write addition problems a+b= with the reversed sum as target, one JSON record per line."""
+    from lab.paths import results_path
     from tasks.addition import SPLITS, write_jsonl
 
     try:
@@ -38,7 +39,7 @@ def addition(
         widths = parse_digits(digits) if digits is not None else None
         if n_per_length < 1:
             raise ValueError(f"--n-per-length must be >= 1, got {n_per_length}")
-        path = out if out is not None else Path("data") / "addition" / f"{split}.jsonl"
+        path = out if out is not None else results_path("data", "addition", f"{split}.jsonl")
         count = write_jsonl(path, split, widths, n_per_length, seed)
     except ValueError as err:
         typer.echo(f"lab data addition: {err}", err=True)

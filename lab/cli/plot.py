@@ -1,4 +1,4 @@
-"""`lab plot`: figures from the tables in results/."""
+"""`lab plot`: figures from the tables `lab reproduce` and `lab ablate` write."""
 
 from collections.abc import Callable
 from pathlib import Path
@@ -20,7 +20,7 @@ def _draw(name: str, flag: str, source: Path | None, default: str | None, out: P
     """Run `draw(source, out, widths, command)` for `lab plot <name>` (`source` given by `flag`, else
     `<results>/<default>`) and print each figure; bad input is one line on stderr, exit code 2."""
     from lab.plots.addition import parse_widths
-    from lab.runs import results_root
+    from lab.paths import results_root
 
     folder = source if source is not None else results_root() / str(default)
     try:

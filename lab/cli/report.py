@@ -24,7 +24,8 @@ def runs(
     from rich.console import Console
     from rich.table import Table
 
-    from lab.runs import Registry, atomic_write_text, results_root
+    from lab.paths import results_root
+    from lab.runs import Registry, atomic_write_text
 
     db = (root if root is not None else results_root()) / "lab.db"
     if not db.exists():

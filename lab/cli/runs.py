@@ -19,7 +19,7 @@ def _group() -> None:
 def merge(
     source: Annotated[Path, typer.Argument(
         help="A copy of another machine's results folder (its runs/ and lab.db), or a folder of run "
-             "records <id>/run.json as results/<track>/.../runs/ keeps them.")],
+             "records <id>/run.json as records/<track>/.../runs/ keeps them (read only).")],
     results: Annotated[Path | None, typer.Option(
         help="The results folder to merge into; default $LAB_RESULTS or the checkout's results/.")] = None,
     dry_run: Annotated[bool, typer.Option(help="Say what would be done and write nothing.")] = False,
@@ -28,7 +28,7 @@ def merge(
     its folder and its registry row; keep every run that went as far here. A line per run, then a count.
     Run records (a track's runs/ in git) get their registry rows rebuilt from their files. Then `lab reproduce ... --table-only` writes the tables from the merged runs."""
     from lab.merge import ACTIONS, merge_results
-    from lab.runs import results_root
+    from lab.paths import results_root
 
     into = results if results is not None else results_root()
     try:

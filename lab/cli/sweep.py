@@ -20,9 +20,19 @@ def _fail(message: str, code: int = 2) -> typer.Exit:
 
 
 def _results(results: Path | None) -> Path:
-    from lab.runs import results_root
+    from lab.paths import results_root
 
     return results.resolve() if results is not None else results_root()
+
+
+def _refuse_records(study_dir: Path, storage: str | None) -> None:
+    """A study shipped in records/ is evidence: read it (`lab sweep report --storage`), copy it, never append."""
+    from lab.paths import inside_records
+
+    for where in (study_dir, None if storage is None or "://" in storage else Path(storage)):
+        if where is not None and inside_records(where):
+            raise _fail(f"{where} lies in records/, which holds the committed studies and is never appended to; "
+                        f"copy the study under $LAB_RESULTS/sweeps/ (default results/sweeps/) to resume it there")
 
 
 def _storage(storage: str | None, results: Path, study: str) -> str:
@@ -70,6 +80,7 @@ def run(
         raise _fail(str(err)) from None
     name = study or (f"{path.stem}-{mixer}" if mixer else path.stem)
     root = _results(results)
+    _refuse_records(root / "sweeps" / name, storage)
     spec = SweepSpec(study=name, space=str(path.resolve()), storage=_storage(storage, root, name), results=str(root),
                      trials=trials, objective=objective, sampler=sampler, pruner=pruner, preset=preset, mixer=mixer,
                      sets=list(set_ or ()), heartbeat=heartbeat, prune_after=prune_after)

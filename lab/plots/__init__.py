@@ -1,1 +1,1 @@
-"""Figures from the tables in `results/` (`lab plot`): PNG files drawn with matplotlib's Agg canvas."""
+"""Figures from the tables the commands write (`lab plot`): PNG files drawn with matplotlib's Agg canvas."""

@@ -2,7 +2,7 @@
 
 Every row is a registry mixer trained with one preset for each seed: `paper` (the paper's stated
 setting, lab preset `addition-paper`), `packed` (the same with the curriculum over widths and rows packed
-with samples: the regime in which the models learn most of the task, `results/addition/packed.md`),
+with samples: the regime in which the models learn most of the task, `records/addition/packed.md`),
 `packed-constant` (packed without the learning rate's decay) or `tiny`; a run's id is the hash of its
 configuration, so rerunning the command skips finished runs and resumes unfinished ones, and the table
 can be built a piece at a time (`--rows`, `--seeds`). After every run the table is rewritten from all
@@ -16,9 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lab.config import ConfigError, load_config
+from lab.paths import results_root
 from lab.reproduce.launch import Campaign, Job, Outcome, run_campaign
 from lab.reproduce.names import pick_preset, pick_rows
-from lab.runs import results_root, run_dir_for
+from lab.runs import run_dir_for
 
 # Reproduce preset -> (lab preset, settings over it). `packed` is `paper` with widths 1 -> 32 over the first
 # 1500 of 2000 steps and rows of 256 positions packed with whole samples (2.6 times the 99 of the widest one).

@@ -15,9 +15,9 @@ from functools import partial
 from pathlib import Path
 
 from lab.config import load_config
+from lab.paths import results_root
 from lab.reproduce.launch import Campaign, Job, Outcome, run_campaign
 from lab.reproduce.names import pick_preset, pick_rows
-from lab.runs import results_root
 
 # Reproduce preset -> (lab preset, settings over it). `tiny` keeps the 124M preset's task, optimiser
 # and data layout but shrinks the model, rows and schedule so the whole pipeline runs on a CPU.

@@ -229,14 +229,14 @@ def markdown(study: optuna.Study, names: list[str], report: Report) -> str:
 
 def _shown(path: str) -> str:
     """A path as the report shows it: relative to the repository when it lies inside it, also when the
-    trials ran in a copy of it on another machine (from its `results/` or `sweeps/` on)."""
-    from lab.runs import REPO_ROOT
+    trials ran in a copy of it on another machine (from its `results/`, `records/` or `sweeps/` on)."""
+    from lab.paths import REPO_ROOT
 
     try:
         return str(Path(path).resolve().relative_to(REPO_ROOT))
     except (ValueError, OSError):
         parts = Path(path).parts
-        for anchor in ("results", "sweeps"):
+        for anchor in ("results", "records", "sweeps"):
             if anchor in parts:
                 return str(Path(*parts[parts.index(anchor):]))
         return path

@@ -1,7 +1,7 @@
 """`train.cuda_graphs`: the training forward and backward replayed from CUDA graphs.
 
 A 10M-parameter model launches 1,100-3,100 kernels per step, and on an H200 most of a step is the host
-issuing them (`results/bench/step/step.md`: 47-85 ms of loop against 21-51 ms of kernels for the
+issuing them (`records/bench/step/step.md`: 47-85 ms of loop against 21-51 ms of kernels for the
 recurrent mixers). A CUDA graph issues a whole captured forward or backward at once. Addition batches
 have one shape for a whole run (rows of the widest width, curriculum or not), so the model's forward and
 backward are captured once, at the start of training, with `torch.cuda.make_graphed_callables`; the loss,

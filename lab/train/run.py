@@ -17,6 +17,7 @@ from lightning.pytorch.utilities import rank_zero_only
 
 from lab.config import ConfigError, RunConfig, config_hash, dump_yaml, from_dict, read_yaml, to_dict
 from lab.eval.callback import evaluation_callbacks
+from lab.paths import results_root
 from lab.runs import (
     Registry,
     RunDir,
@@ -25,7 +26,6 @@ from lab.runs import (
     now,
     provenance,
     record_provenance,
-    results_root,
     run_dir_for,
 )
 from lab.train.callbacks import StopOnInterrupt, read_metrics
