@@ -25,7 +25,7 @@ MATMUL_PRECISION = {torch.float32: "tf32x3", torch.bfloat16: "bf16", torch.float
 # (8, 2048, 12, 64) the worst relative RMS error over outputs and gradients was 4.05e-3 at "tf32x3",
 # 4.06e-3 at "tf32" and 4.09e-3 at "bf16", while falcon-1's forward took 1.21 / 0.55 / 0.37 ms and its
 # forward+backward 2.99 / 1.68 / 1.32 ms (records/bench/gpu_check_regression.md;
-# `python -m kernels.falcon.gpu_check_regression` re-times and re-checks the three).
+# `lab bench gpu-check` re-times and re-checks the three).
 SOLVE_PRECISION = {torch.float32: "tf32x3", torch.bfloat16: "bf16", torch.float16: "tf32x3"}
 # kernel name -> block sizes / warps replacing ``launch_config``'s (for tuning sweeps)
 LAUNCH_OVERRIDES: dict[str, dict] = {}

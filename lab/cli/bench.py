@@ -94,6 +94,42 @@ def step(
     typer.echo(f"wrote {out / 'step.csv'} and {out / 'step.md'}")
 
 
+@app.command("gpu-check")
+def gpu_check(
+    out: Annotated[Path | None, typer.Option(
+        help="Folder for regression_gpu_check.log (appended to); default <results>/bench/gpu_check.")] = None,
+    commit: Annotated[str | None, typer.Option(help="Commit to record; default the checkout's ($LAB_COMMIT).")] = None,
+    quick: Annotated[bool, typer.Option(
+        "--quick", help="The first shape only; no profile, launch sweep or fla (the solve sweep still runs).")] = False,
+    no_sweeps: Annotated[bool, typer.Option("--no-sweeps", help="Skip the launch and solve-precision sweeps.")] = False,
+    no_fla: Annotated[bool, typer.Option("--no-fla", help="Skip fla's timings (lab bench kernels has them).")] = False,
+    skip_check: Annotated[bool, typer.Option("--skip-check", help="Time only; no check against float64.")] = False,
+    smoke: Annotated[bool, typer.Option(
+        "--smoke", help="Tiny shapes, to try the command without a GPU (under Triton's interpreter).")] = False,
+) -> None:
+    """falcon-1/falcon-2's fused kernels against the float64 chunk form at real sizes (outputs, final state,
+    every gradient; bf16 and fp32), their device time per kernel, and their launch and precision variants
+    timed (needs a CUDA GPU, or --smoke)."""
+    import os
+
+    import torch
+
+    from lab.paths import results_path
+    from lab.runs import git_state
+
+    if not torch.cuda.is_available():
+        if not smoke:
+            typer.echo("lab bench gpu-check: needs a CUDA GPU; --smoke tries it on a CPU at tiny shapes", err=True)
+            raise typer.Exit(code=2)
+        os.environ.setdefault("TRITON_INTERPRET", "1")  # read when Triton is first imported, just below
+    from lab.bench.gpu_check import run
+
+    out = out if out is not None else results_path("bench", "gpu_check")
+    run(out, commit=commit or git_state()["commit"] or "unknown", skip_check=skip_check, smoke=smoke, quick=quick,
+        no_sweeps=no_sweeps, no_fla=no_fla, echo=typer.echo)
+    typer.echo(f"rows appended to {out / 'regression_gpu_check.log'}")
+
+
 def _mixer_names(prog: str, mixers: list[str] | None) -> list[str]:
     """The mixers named (repeatable, or comma-separated), or every registered one; exit 2 on an unknown one."""
     from mixers import MIXERS

@@ -1,21 +1,22 @@
-"""Check ``backend="triton"`` for falcon-1/falcon-2 on a GPU at real sizes, then time it.
+"""`lab bench gpu-check`: ``backend="triton"`` for falcon-1/falcon-2 checked on a GPU at real sizes, then timed.
 
-    python -m kernels.falcon.gpu_check_regression --out DIR [--commit SHA]
+    lab bench gpu-check [--out DIR] [--commit SHA] [--quick] [--no-sweeps] [--no-fla] [--smoke]
 
 Correctness: outputs, final state and every gradient (q, k, v, β, λ, the initial S) against the float64
 chunk form (``backend="chunk"``, itself held to the recurrent oracle at 1e-10 by the tests), as relative RMS
 errors, in bf16 and fp32. Timing: ``triton.testing.do_bench`` medians of forward and forward+backward in
-bf16. Every row is appended to ``DIR/regression_gpu_check.log`` as soon as it is measured.
+bf16. Every row is appended to ``DIR/regression_gpu_check.log`` as soon as it is measured (default DIR:
+``<results>/bench/gpu_check``).
 """
 
 from __future__ import annotations
 
-import argparse
 import datetime
 import importlib.util
 import json
 import os
 import time
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
 
@@ -186,44 +187,39 @@ def warm(job) -> str:
     return ""
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--commit", default="unknown")
-    ap.add_argument("--skip-check", action="store_true")
-    ap.add_argument("--smoke", action="store_true", help="tiny shapes, to try the script without a GPU")
-    ap.add_argument("--quick", action="store_true",
-                    help="check the first shape only; no profile, launch sweep or fla (the solve sweep still runs)")
-    ap.add_argument("--no-sweeps", action="store_true", help="skip the launch and solve-precision sweeps")
-    ap.add_argument("--no-fla", action="store_true", help="skip fla's timings (lab bench kernels has them)")
-    args = ap.parse_args()
-    check_shapes, time_shapes = (SMOKE_SHAPES, SMOKE_SHAPES) if args.smoke else (CHECK_SHAPES, TIME_SHAPES)
-    if args.quick:
+def run(out: str | os.PathLike, *, commit: str = "unknown", skip_check: bool = False, smoke: bool = False,
+        quick: bool = False, no_sweeps: bool = False, no_fla: bool = False,
+        echo: Callable[[str], None] = print) -> list[dict]:
+    """Check, time, profile and sweep as the options say; append every row to ``out/regression_gpu_check.log``,
+    echo it and then the summary table; return the rows. ``smoke``: tiny shapes on a CPU under Triton's
+    interpreter. ``quick``: the first shape only, no profile, launch sweep or fla (the solve sweep still runs)."""
+    check_shapes, time_shapes = (SMOKE_SHAPES, SMOKE_SHAPES) if smoke else (CHECK_SHAPES, TIME_SHAPES)
+    if quick:
         check_shapes = check_shapes[:1]
     from kernels.falcon import triton_regression as tr
 
-    os.makedirs(args.out, exist_ok=True)
-    log_path = os.path.join(args.out, "regression_gpu_check.log")
+    os.makedirs(out, exist_ok=True)
+    log_path = os.path.join(out, "regression_gpu_check.log")
     rows = []
 
     def log(row: dict) -> None:
         rows.append(row)
         with open(log_path, "a") as f:
             f.write(json.dumps(row) + "\n")
-        print(json.dumps(row), flush=True)
+        echo(json.dumps(row))
 
     import triton
 
     gpu = torch.cuda.get_device_name() if DEVICE == "cuda" else "cpu (interpreter)"
     now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-    log({"gpu": gpu, "torch": torch.__version__, "triton": triton.__version__, "commit": args.commit, "date": now})
+    log({"gpu": gpu, "torch": torch.__version__, "triton": triton.__version__, "commit": commit, "date": now})
     t0 = time.time()
     sweep_shapes = (time_shapes[0], time_shapes[-1])
     jobs = [(r, d, D, H, (), {}) for r in RULES for d in ("bfloat16", "float32") for (_, _, H, D) in check_shapes]
-    sweep = [] if args.quick or args.smoke or args.no_sweeps else SWEEP
+    sweep = [] if quick or smoke or no_sweeps else SWEEP
     jobs += [(r, "bfloat16", D, H, names, variant) for r, names, variant in sweep for (_, _, H, D) in sweep_shapes]
-    jobs += [(r, "bfloat16", D, H, (), {}) for r in RULES for (_, _, H, D) in time_shapes[-1:]] if args.quick else []
-    if not args.smoke:
+    jobs += [(r, "bfloat16", D, H, (), {}) for r in RULES for (_, _, H, D) in time_shapes[-1:]] if quick else []
+    if not smoke:
         with ProcessPoolExecutor(max_workers=8, mp_context=get_context("spawn")) as pool:
             failed = [err for err in pool.map(warm, jobs) if err]
         log({"stage": "compiled", "jobs": len(jobs), "s": round(time.time() - t0, 1), "failed": failed})
@@ -247,14 +243,14 @@ def main() -> None:
     for shape in check_shapes:
         for rule in RULES:
             for dtype in (torch.bfloat16, torch.float32):
-                if not args.skip_check:
+                if not skip_check:
                     guarded({"check": rule, "shape": shape, "dtype": str(dtype), "prec": tr.MATMUL_PRECISION[dtype]},
                             lambda: errs_row(rule, shape, dtype))
     for shape in time_shapes:
         for rule in RULES:
             guarded({"time": rule, "shape": shape, "dtype": "bf16", "prec": tr.MATMUL_PRECISION[torch.bfloat16]},
                     lambda: time_row(rule, shape))
-    if not args.smoke and not args.quick:
+    if not smoke and not quick:
         with_fla = importlib.util.find_spec("fla") is not None
         for shape in (time_shapes[0], time_shapes[-1]):
             for rule in RULES + (("fla delta",) if with_fla else ()):
@@ -266,11 +262,11 @@ def main() -> None:
                      "variant": {name: variant for name in names}}, lambda: time_row(rule, shape))
         tr.LAUNCH_OVERRIDES.clear()
     default_solve = tr.SOLVE_PRECISION[torch.bfloat16]
-    for solve in () if args.no_sweeps else SOLVE_SWEEP:
+    for solve in () if no_sweeps else SOLVE_SWEEP:
         tr.SOLVE_PRECISION[torch.bfloat16] = solve
         variant = {"solve": solve}
         for rule in RULES:
-            if not args.skip_check:
+            if not skip_check:
                 guarded({"check": rule, "shape": check_shapes[0], "dtype": str(torch.bfloat16),
                          "prec": tr.MATMUL_PRECISION[torch.bfloat16], "variant": variant},
                         lambda: errs_row(rule, check_shapes[0], torch.bfloat16))
@@ -279,25 +275,30 @@ def main() -> None:
                          "variant": variant}, lambda: time_row(rule, shape))
         tr.SOLVE_PRECISION[torch.bfloat16] = default_solve
     log({"stage": "swept", "s": round(time.time() - t0, 1)})
-    for shape in time_shapes if not (args.smoke or args.quick or args.no_fla) else ():
+    for shape in time_shapes if not (smoke or quick or no_fla) else ():
         guarded({"fla": shape}, lambda: {k: round(v, 3) for k, v in bench_fla(shape).items()})
-    print("\n| what | rule | shape | dtype | prec | result |\n|---|---|---|---|---|---|")
+    echo("\n| what | rule | shape | dtype | prec | result |\n|---|---|---|---|---|---|")
     for r in rows:
-        if "error" in r:
-            print(f"| error | {r} |")
-        elif "check" in r:
-            worst = max(v for k, v in r.items() if k in ("o", "S", "dq", "dk", "dv", "dbeta", "dlam", "dS0"))
-            variant = "".join(f" {k}={v}" for k, v in r.get("variant", {}).items())
-            print(f"| check | {r['check']} | {r['shape']} | {r['dtype']} | {r['prec']} | worst rel RMS "
-                  f"{worst:.2e}{' NaN!' if r['nan'] else ''}{variant} |")
-        elif "fla" in r:
-            print(f"| time | fla delta / gated | {r['fla']} | bf16 | - | chunk_delta_rule fwd {r['delta_fwd_ms']:.3f}, "
-                  f"fwd+bwd {r['delta_fwd_bwd_ms']:.3f}; chunk_gated_delta_rule fwd {r['gated_fwd_ms']:.3f} ms |")
-        elif "time" in r:
-            variant = "".join(f" {k}={v}" for k, v in r.get("variant", {}).items())
-            print(f"| time | {r['time']} | {r['shape']} | {r['dtype']} | {r['prec']} | fwd {r['fwd_ms']:.3f} ms, "
-                  f"fwd+bwd {r['fwd_bwd_ms']:.3f} ms{variant} |")
+        line = _summary_line(r)
+        if line:
+            echo(line)
+    return rows
 
 
-if __name__ == "__main__":
-    main()
+def _summary_line(r: dict) -> str | None:
+    """One row of the summary table, or None for the rows that only mark a stage."""
+    if "error" in r:
+        return f"| error | {r} |"
+    if "check" in r:
+        worst = max(v for k, v in r.items() if k in ("o", "S", "dq", "dk", "dv", "dbeta", "dlam", "dS0"))
+        variant = "".join(f" {k}={v}" for k, v in r.get("variant", {}).items())
+        return (f"| check | {r['check']} | {r['shape']} | {r['dtype']} | {r['prec']} | worst rel RMS "
+                f"{worst:.2e}{' NaN!' if r['nan'] else ''}{variant} |")
+    if "fla" in r:
+        return (f"| time | fla delta / gated | {r['fla']} | bf16 | - | chunk_delta_rule fwd {r['delta_fwd_ms']:.3f}, "
+                f"fwd+bwd {r['delta_fwd_bwd_ms']:.3f}; chunk_gated_delta_rule fwd {r['gated_fwd_ms']:.3f} ms |")
+    if "time" in r:
+        variant = "".join(f" {k}={v}" for k, v in r.get("variant", {}).items())
+        return (f"| time | {r['time']} | {r['shape']} | {r['dtype']} | {r['prec']} | fwd {r['fwd_ms']:.3f} ms, "
+                f"fwd+bwd {r['fwd_bwd_ms']:.3f} ms{variant} |")
+    return None
