@@ -9,6 +9,7 @@ report.md with the reason instead.
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import shlex
 import warnings
@@ -119,6 +120,8 @@ def _figures(study: optuna.Study, names: list[str], report: Report) -> None:
     params = list(importances) or sorted({p for t in complete for p in t.params})
     if len(params) < 2:
         report.skipped["contour"] = "needs two parameters present in complete trials"
+    elif importlib.util.find_spec("scipy") is None:
+        report.skipped["contour"] = "needs scipy, which optuna's contour plot interpolates with (pip install scipy)"
     else:
         _save(report, "contour", lambda: vm.plot_contour(study, params=params[:CONTOUR_PARAMS], target=target,
                                                          target_name=names[0]))
