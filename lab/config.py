@@ -26,14 +26,16 @@ CURRICULA = ("linear",)
 PRECISIONS = ("auto", "32-true", "bf16-mixed", "16-mixed", "64-true")
 STRATEGIES = ("auto", "ddp", "ddp_find_unused_parameters_true")
 ACCELERATORS = ("auto", "cpu", "gpu")
+# Lightning loggers beside the run's own metrics.csv: its CSV log always, and TensorBoard or W&B when asked.
+LOGGERS = ("csv", "tensorboard", "wandb")
 # Random-token runs with no data.seq_len train on rows of this many positions.
 DEFAULT_RANDOM_SEQ_LEN = 128
-# Keys that change where or how a run executes but not what it computes: the data of a step is a pure
+# Keys that change where or how a run executes or logs but not what it computes: the data of a step is a pure
 # function of (seed, step, global row), so a run may resume on another number of devices; torch.compile
 # and CUDA graphs run the same model and optimiser (to float rounding, as another device count does), so a
 # table may mix runs made with and without them and a run may resume under the other setting.
 PLACEMENT_KEYS = ("train.devices", "train.num_nodes", "train.strategy", "train.accelerator", "train.compile",
-                  "train.cuda_graphs", "train.deterministic")
+                  "train.cuda_graphs", "train.deterministic", "train.logger")
 # Keys added after runs were recorded: left out of the run id while at these defaults, so that
 # the ids of earlier runs do not change.
 LATER_KEYS = {"data.path": None, "data.val_windows": 16, "train.accumulate": 1, "model.abacus": None,
@@ -93,7 +95,9 @@ class TrainConfig:
     with `compile` as well, the compiled forward is what is captured. `deterministic` asks PyTorch for its
     deterministic algorithms (warning, not failing, where an op has none: the warning names it) and a fixed
     cuBLAS workspace, so the same config and seed give the same loss curve bit for bit on a CPU, and on one
-    GPU as far as its kernels allow.
+    GPU as far as its kernels allow. `logger`: the Lightning loggers fed the
+    rows of metrics.csv, under `<run>/logs/`: "csv" (Lightning's CSV log alone, always kept), "tensorboard"
+    (and a TensorBoard log; needs the package tensorboard) or "wandb" (and Weights & Biases; needs wandb).
     """
 
     max_steps: int = 2000
@@ -111,6 +115,7 @@ class TrainConfig:
     compile: bool = False
     cuda_graphs: bool = False
     deterministic: bool = False
+    logger: str = "csv"
 
 
 @dataclass
@@ -255,6 +260,7 @@ def validate(cfg: RunConfig) -> None:
     _choice("train.precision", cfg.train.precision, PRECISIONS)
     _choice("train.strategy", cfg.train.strategy, STRATEGIES)
     _choice("train.accelerator", cfg.train.accelerator, ACCELERATORS)
+    _choice("train.logger", cfg.train.logger, LOGGERS)
     m, o, t, d = cfg.model, cfg.optim, cfg.train, cfg.data
     for key, value in (("model.d_model", m.d_model), ("model.n_layers", m.n_layers),
                        ("model.n_heads", m.n_heads), ("train.max_steps", t.max_steps),

@@ -48,7 +48,7 @@ def read_metrics(path: str | Path) -> list[dict[str, Any]]:
 
 class MetricsLogger(Callback):
     """Writes `metrics.csv`: one row every `log_every` steps (step, loss, lr, grad_norm, tokens/s, ...)
-    plus the validation metrics at each validation.
+    plus the validation metrics at each validation, and hands each row to the trainer's loggers.
 
     `loss` is the step's mean over every labelled token of the global batch, `lr` the base rate the
     step used, `grad_norm` the global norm before clipping, `tokens` the positions trained on so far
@@ -99,6 +99,7 @@ class MetricsLogger(Callback):
                 "elapsed_s": self._elapsed0 + now - self._t0, "eval_s": self._eval0 + evaluating,
             })
             pl_module.log("tok/s", rate, prog_bar=True, logger=False, rank_zero_only=True)
+            self.to_loggers(trainer, self.rows[-1])
         if step % self.flush_every == 0 or time.perf_counter() - self._t_flush > self.flush_seconds:
             self.flush(trainer)
 
@@ -115,7 +116,17 @@ class MetricsLogger(Callback):
         if not self.rows or self.rows[-1]["step"] != step:
             self.rows.append({"step": step})
         self.rows[-1].update(pl_module.val_metrics)
+        self.to_loggers(trainer, {"step": step, **pl_module.val_metrics})
         self.flush(trainer)
+
+    @staticmethod
+    def to_loggers(trainer: pl.Trainer, row: dict[str, Any]) -> None:
+        """Hand a row to the trainer's Lightning loggers (the CSV log, TensorBoard, W&B), rank zero only."""
+        if not trainer.is_global_zero:
+            return
+        metrics = {k: float(v) for k, v in row.items() if k != "step"}
+        for logger in trainer.loggers:
+            logger.log_metrics(metrics, step=row["step"])
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self.flush(trainer)

@@ -31,7 +31,7 @@ from lab.runs import (
 from lab.train.callbacks import StopOnInterrupt, read_metrics
 from lab.train.data import LabData
 from lab.train.module import LabModule, NonFiniteError
-from lab.train.trainer import has_validation, make_trainer, resolve_accelerator, resolve_precision
+from lab.train.trainer import check_logger, has_validation, make_trainer, resolve_accelerator, resolve_precision
 
 
 @dataclass
@@ -60,7 +60,8 @@ def final_metrics(rows: Sequence[dict[str, Any]]) -> dict[str, float]:
 
 
 def check_placement(cfg: RunConfig) -> None:
-    """ConfigError when a device option cannot hold where the run goes (before anything is written)."""
+    """ConfigError when a device or logger option cannot hold where the run goes (before anything is written)."""
+    check_logger(cfg)
     t = cfg.train
     if t.cuda_graphs:
         if t.devices * t.num_nodes > 1:

@@ -9,11 +9,12 @@ from collections.abc import Callable, Sequence
 import lightning.pytorch as pl
 import torch
 from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.loggers import Logger
 from lightning.pytorch.strategies import DDPStrategy, Strategy
 from torch.nn import Module
 from torch.nn.parallel import DistributedDataParallel
 
-from lab.config import RunConfig
+from lab.config import ConfigError, RunConfig, config_hash
 from lab.runs import RunDir
 from lab.train.callbacks import LinePrinter, MetricsLogger, StepCheckpoint, StepProgressBar
 from lab.train.checkpoint_io import AtomicCheckpointIO
@@ -64,6 +65,45 @@ def make_strategy(cfg: RunConfig) -> str | Strategy:
     return name
 
 
+# The package each logger of train.logger needs beyond Lightning, and how to install it.
+LOGGER_PACKAGES = {"tensorboard": "tensorboard", "wandb": "wandb"}
+
+
+def check_logger(cfg: RunConfig) -> None:
+    """ConfigError naming the package when train.logger needs one that is not installed."""
+    import importlib.util
+
+    package = LOGGER_PACKAGES.get(cfg.train.logger)
+    if package is not None and importlib.util.find_spec(package) is None:
+        raise ConfigError(f"train.logger={cfg.train.logger} needs the package {package}, which is not installed: "
+                          f"pip install {package} (or pip install -e '.[{package}]'); or train.logger=csv")
+
+
+def make_loggers(cfg: RunConfig, run: RunDir) -> list[Logger]:
+    """The Lightning loggers of a run, under `<run>/logs/`: Lightning's CSV log (`csv/version_<n>/`, one
+    version a session, so a resumed run keeps the earlier ones), and TensorBoard's (`tensorboard/`, one log
+    across resumes) or W&B's (the run id as its id and name, resumed with the run; project $WANDB_PROJECT,
+    else falcon-lab) when train.logger asks. MetricsLogger feeds them the rows of metrics.csv."""
+    from lightning.pytorch.loggers import CSVLogger
+
+    check_logger(cfg)
+    logs = run.root / "logs"
+    loggers: list[Logger] = [CSVLogger(logs, name="csv")]
+    if cfg.train.logger == "tensorboard":
+        from lightning.pytorch.loggers import TensorBoardLogger
+
+        loggers.append(TensorBoardLogger(logs, name="tensorboard", version="", default_hp_metric=False))
+    elif cfg.train.logger == "wandb":
+        import os
+
+        from lightning.pytorch.loggers import WandbLogger
+
+        run_id = config_hash(cfg)
+        loggers.append(WandbLogger(name=run_id, id=run_id, resume="allow", save_dir=str(logs),
+                                   project=os.environ.get("WANDB_PROJECT", "falcon-lab")))
+    return loggers
+
+
 def has_validation(cfg: RunConfig) -> bool:
     """Whether the task has a validation set (random tokens have nothing to validate)."""
     return cfg.task in ("addition", "fineweb")
@@ -77,7 +117,8 @@ def make_trainer(
     on_checkpoint: Callable[[int], None] | None = None,
 ) -> pl.Trainer:
     """A Trainer that runs `train.max_steps` optimiser steps, validates every `train.val_every`,
-    writes `run.metrics` and checkpoints `run.last_checkpoint` every `train.ckpt_every` (atomically).
+    writes `run.metrics` (and the loggers of `make_loggers`) and checkpoints `run.last_checkpoint` every
+    `train.ckpt_every` (atomically).
 
     `progress`: a rich progress bar (True), one printed line per validation interval (False), or
     the bar only when stdout is a terminal (None). `on_checkpoint(step)` runs on rank zero after
@@ -112,7 +153,8 @@ def make_trainer(
         limit_val_batches=None if validate else 0,
         num_sanity_val_steps=0,
         callbacks=[*ours, *callbacks],
-        logger=False,
+        logger=make_loggers(cfg, run),
+        log_every_n_steps=t.log_every,
         enable_checkpointing=False,
         enable_progress_bar=progress,
         enable_model_summary=False,
