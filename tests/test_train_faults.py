@@ -75,24 +75,27 @@ def test_a_stopped_run_resumes_onto_the_uninterrupted_curve(reference: Path, tmp
 
 
 class InterruptAt(Callback):
-    """Sends this process SIGINT at `step`, as `timeout --signal=INT` or Ctrl-C would."""
+    """Sends this process `signum` at `step`, as `timeout`, Ctrl-C (SIGINT) or a scheduler (SIGTERM) would."""
 
-    def __init__(self, step: int) -> None:
-        self.step = step
+    def __init__(self, step: int, signum: int = signal.SIGINT) -> None:
+        self.step, self.signum = step, signum
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         if trainer.global_step == self.step:
-            os.kill(os.getpid(), signal.SIGINT)
+            os.kill(os.getpid(), self.signum)
 
 
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_an_interrupted_run_stops_at_that_step_with_a_checkpoint_and_resumes_onto_the_same_curve(
-        reference: Path, tmp_path: Path) -> None:
+        reference: Path, tmp_path: Path, signum: int) -> None:
     cfg = tiny()  # checkpoints every 4 steps: step 6 has none of its own
-    before = signal.getsignal(signal.SIGINT)
-    first = run_training(cfg, out=tmp_path / "run", results=tmp_path, progress=False, callbacks=[InterruptAt(6)],
-                         stop_on_interrupt=True)
-    assert signal.getsignal(signal.SIGINT) is before  # the handler lives only as long as the run
-    assert first.status == "stopped" and first.steps == 6
+    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    first = run_training(cfg, out=tmp_path / "run", results=tmp_path, progress=False,
+                         callbacks=[InterruptAt(6, signum)], stop_on_interrupt=True)
+    # the handlers live only as long as the run
+    assert {s: signal.getsignal(s) for s in before} == before
+    assert first.status == "stopped" and first.steps == 6 and first.signum == signum
+    assert Registry(tmp_path / "lab.db").get(first.run_id)["status"] == "stopped"
     assert RunDir(tmp_path / "run").read_state()["steps"] == 6
     assert torch.load(tmp_path / "run" / "checkpoints" / "last.ckpt", weights_only=False)["global_step"] == 6
     second = run_training(cfg, out=tmp_path / "run", results=tmp_path, progress=False)

@@ -68,3 +68,6 @@ def train(
     how = f"resumed at step {result.resumed_from}, " if result.resumed_from else ""
     metrics = "  ".join(f"{k} {result.metrics[k]:.4g}" for k in ("loss", "val_loss", "val_acc") if k in result.metrics)
     say(f"run {result.run_id} {result.status} ({how}{result.steps} steps)  {metrics}  Folder: {result.run_dir}")
+    if result.signum is not None:
+        # Stopped by a signal, resumable: not a success for whatever waits on this command.
+        raise typer.Exit(code=128 + result.signum)

@@ -34,6 +34,7 @@ from lab.runs import Registry, run_dir_for
 CODE_ROOT = Path(__file__).resolve().parents[2]
 # How long an interrupted child may take to finish its step and write its checkpoint.
 STOP_WAIT_S = 60
+STOP_CODES = (128 + signal.SIGINT, 128 + signal.SIGTERM)
 
 
 @dataclass(frozen=True)
@@ -168,7 +169,10 @@ def run_jobs(jobs: Sequence[Job], results: Path, slots: int = 1, argv: Sequence[
             done(Outcome(job, "skipped", metrics=metrics))
     if slots == 1 and gpus_per_run == 1:
         for job in todo:
-            done(_run_here(job, results, registry, argv))
+            outcome = _run_here(job, results, registry, argv)
+            done(outcome)
+            if outcome.status == "stopped":  # by SIGINT or SIGTERM, at a checkpoint: no new run starts
+                raise KeyboardInterrupt(f"{outcome.job.label}: stopped by a signal")
     else:  # a DDP run starts its other ranks by running its own command again: a `lab train` of its own
         _run_in_processes(todo, results, registry, slots, done, per_gpu, gpus_per_run)
     return outcomes
@@ -237,7 +241,7 @@ def _run_here(job: Job, results: Path, registry: Registry, argv: Sequence[str] |
     start = time.perf_counter()
     with log.open("a", encoding="utf-8") as f, contextlib.redirect_stdout(f), contextlib.redirect_stderr(f):
         try:
-            result = run_training(job.cfg, results=results, progress=False, argv=argv)
+            result = run_training(job.cfg, results=results, progress=False, argv=argv, stop_on_interrupt=True)
         except Exception as err:  # one run's failure must not stop the others
             print(f"{type(err).__name__}: {err}", file=f)
             return Outcome(job, "failed", time.perf_counter() - start, _first_line(str(err)))
@@ -264,7 +268,7 @@ def _run_in_processes(jobs: Sequence[Job], results: Path, registry: Registry, sl
     pending = deque(jobs)
     free = list(range(slots))
     running: dict[int, tuple[Job, subprocess.Popen, float, Any]] = {}
-    with _stops_on_sigint(), tempfile.TemporaryDirectory(prefix="lab-reproduce-") as configs:
+    with _stops_on_signals() as got, tempfile.TemporaryDirectory(prefix="lab-reproduce-") as configs:
         try:
             while pending or running:
                 while pending and free:
@@ -288,11 +292,11 @@ def _run_in_processes(jobs: Sequence[Job], results: Path, registry: Registry, sl
                     free.append(slot)
                     done(_process_outcome(job, proc.returncode, time.perf_counter() - start, results, registry))
         finally:
-            # Interrupted: each child ends its run after the current step with a checkpoint there
-            # (`lab train` stops on SIGINT), so the next call resumes it exactly.
+            # Interrupted: each child is passed the signal and ends its run after the current step with a
+            # checkpoint there (`lab train` stops so on SIGINT and SIGTERM), so the next call resumes it exactly.
             for job, proc, _, f in running.values():
                 if proc.poll() is None:
-                    proc.send_signal(signal.SIGINT)
+                    proc.send_signal(got.get("signum", signal.SIGINT))
             for job, proc, _, f in running.values():
                 try:
                     proc.wait(timeout=STOP_WAIT_S)
@@ -302,26 +306,35 @@ def _run_in_processes(jobs: Sequence[Job], results: Path, registry: Registry, sl
 
 
 @contextlib.contextmanager
-def _stops_on_sigint() -> Iterator[None]:
-    """SIGINT raises KeyboardInterrupt here even where it was inherited ignored (a campaign started in the
-    background by a script, as `timeout --signal=INT ... &` does), so no new run starts after it."""
+def _stops_on_signals() -> Iterator[dict[str, int]]:
+    """SIGINT and SIGTERM raise KeyboardInterrupt here, SIGINT even where it was inherited ignored (a campaign
+    started in the background by a script, as `timeout --signal=INT ... &` does), so no new run starts after
+    one; the dict yielded names the signal received ("signum"), for the children to be passed the same."""
     import threading
 
+    got: dict[str, int] = {}
     if threading.current_thread() is not threading.main_thread():
-        yield
+        yield got
         return
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+
+    def stop(signum: int, frame: object) -> None:
+        got.setdefault("signum", signum)
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    previous = {signum: signal.signal(signum, stop) for signum in (signal.SIGINT, signal.SIGTERM)}
     try:
-        yield
+        yield got
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 def _process_outcome(job: Job, code: int, seconds: float, results: Path, registry: Registry) -> Outcome:
     row = registry.get(job.run_id) or {}
     status = row.get("status")
     metrics = json.loads(row.get("metrics") or "{}")
-    if code == 0 and status in ("finished", "stopped"):
+    # `lab train` stopped by a signal exits 128 + its number, its run resumable at its last step.
+    if status in ("finished", "stopped") and (code == 0 or status == "stopped" and code in STOP_CODES):
         return Outcome(job, status, seconds, metrics=metrics)
     message = row.get("message") or _last_line(log_path(job, results)) or f"exit code {code}"
     return Outcome(job, "failed", seconds, _first_line(message))

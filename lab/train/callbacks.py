@@ -165,38 +165,58 @@ class StepCheckpoint(Callback):
 
 
 class StopOnInterrupt(Callback):
-    """Ends training at the end of the step during which the process got SIGINT, so that the run
-    saves its checkpoint and metrics at that step and resumes exactly from it (status "stopped"):
-    a time-limited job (`timeout --signal=INT`) loses none of its steps. A second SIGINT more than
-    `grace` seconds after the first aborts at once, as Ctrl-C does without this callback; one
+    """Ends training at the end of the step during which the process got SIGINT or SIGTERM, so that the
+    run saves its checkpoint and metrics at that step and resumes exactly from it (status "stopped"):
+    a time-limited job (`timeout`, a scheduler's SIGTERM) loses none of its steps. A second signal more
+    than `grace` seconds after the first aborts at once, as Ctrl-C does without this callback; one
     arriving within `grace` (a launcher passing on the signal its process group already got) does not.
 
-    The handler is installed by `installed()` around `trainer.fit`, from the main thread only. In a
-    DDP run every rank takes part in the decision each step, so all ranks stop at the same step.
+    The handlers are installed by `installed()` around `trainer.fit`, from the main thread only; Lightning's
+    own SIGTERM handler (which would end the run at once, unsaved, as a clean exit) is replaced while the
+    trainer runs. `signum` is the first signal received (None without one). In a DDP run every rank takes
+    part in the decision each step, so all ranks stop at the same step.
     """
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
     def __init__(self, grace: float = 5.0) -> None:
         self.grace = grace
         self.requested_at: float | None = None
+        self.signum: int | None = None
+        self._held = False
 
     @contextlib.contextmanager
     def installed(self) -> Iterator[StopOnInterrupt]:
-        """Holds the SIGINT handler for the duration of the block (a no-op outside the main thread)."""
+        """Holds the SIGINT and SIGTERM handlers for the duration of the block (a no-op outside the main thread)."""
         if threading.current_thread() is not threading.main_thread():
             yield self
             return
-        previous = signal.signal(signal.SIGINT, self.request)
+        previous = {signum: signal.signal(signum, self.request) for signum in self.SIGNALS}
+        self._held = True
         try:
             yield self
         finally:
-            signal.signal(signal.SIGINT, previous)
+            self._held = False
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+
+    def _take_back(self) -> None:
+        # Lightning installs its SIGTERM handler as each trainer stage starts and restores ours at its end.
+        if self._held and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, self.request)
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._take_back()
+
+    def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._take_back()
 
     def request(self, signum: int = signal.SIGINT, frame: object = None) -> None:
         """The signal handler: ask for a stop at the end of this step (or abort on a late repeat)."""
         now = time.monotonic()
         if self.requested_at is None:
-            self.requested_at = now
-            print("interrupt: stopping after this step and saving a checkpoint (again to abort)",
+            self.requested_at, self.signum = now, signum
+            print(f"{signal.Signals(signum).name}: stopping after this step and saving a checkpoint (again to abort)",
                   file=sys.stderr, flush=True)
         elif now - self.requested_at > self.grace:
             raise KeyboardInterrupt(f"signal {signum}")

@@ -37,7 +37,7 @@ from lab.train.trainer import check_logger, has_validation, make_trainer, resolv
 @dataclass
 class RunResult:
     """What `run_training` did: status is "finished", "stopped" (ended before max_steps, resumable)
-    or "skipped" (the run was already finished)."""
+    or "skipped" (the run was already finished); `signum` is the signal that stopped it, if one did."""
 
     run_id: str
     run_dir: Path
@@ -45,6 +45,7 @@ class RunResult:
     steps: int
     metrics: dict[str, float] = field(default_factory=dict)
     resumed_from: int | None = None
+    signum: int | None = None
 
 
 class RunFailed(RuntimeError):
@@ -93,8 +94,9 @@ def run_training(
     marked failed and keeps its last good checkpoint); ConfigError when the folder holds another run;
     RunBusy when another process trains in that folder.
 
-    `stop_on_interrupt`: SIGINT ends training after the current step with a checkpoint there (status
-    "stopped", resumed exactly by the next call) instead of aborting it (callbacks.StopOnInterrupt).
+    `stop_on_interrupt`: SIGINT or SIGTERM ends training after the current step with a checkpoint there
+    (status "stopped", resumed exactly by the next call, `signum` set) instead of aborting it
+    (callbacks.StopOnInterrupt).
     """
     check_placement(cfg)
     run_id = config_hash(cfg)
@@ -106,7 +108,10 @@ def run_training(
             return _run_in_folder(cfg, run, run_id, results, callbacks, progress, argv)
         stopper = StopOnInterrupt()
         with stopper.installed():
-            return _run_in_folder(cfg, run, run_id, results, [*callbacks, stopper], progress, argv)
+            result = _run_in_folder(cfg, run, run_id, results, [*callbacks, stopper], progress, argv)
+        if result.status == "stopped":
+            result.signum = stopper.signum
+        return result
 
 
 def _run_in_folder(cfg: RunConfig, run: RunDir, run_id: str, results: Path, callbacks: Sequence[Callback],
