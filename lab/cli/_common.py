@@ -61,15 +61,17 @@ def campaign_slots(gpus: int | None, per_gpu: int = 1, gpus_per_run: int = 1) ->
 
 def print_outcome(outcome: Any) -> None:
     """One line per finished, skipped or failed run of a campaign."""
+    from lab.console import say
     from lab.reproduce.launch import outcome_line
 
-    typer.echo(outcome_line(outcome))
+    say(outcome_line(outcome))
 
 
 def finish_campaign(prog: str, done: Any, table: str) -> None:
     """Say where the table is and how much of the plan has finished; exit 1 if any run failed."""
-    typer.echo(f"table: {done.out / table} ({done.finished} of {done.planned} planned runs finished)")
+    from lab.console import say
+
+    say(f"table: {done.out / table} ({done.finished} of {done.planned} planned runs finished)")
     if done.failed:
-        typer.echo(f"{prog}: {len(done.failed)} run(s) failed; their logs are train.log in their run folders",
-                   err=True)
+        say(f"{prog}: {len(done.failed)} run(s) failed; their logs are train.log in their run folders", err=True)
         raise typer.Exit(code=1)

@@ -53,7 +53,9 @@ def train(
 
     _quiet_lightning()  # after importing lightning, which sets its own log levels
 
-    say = typer.echo if rank_zero_only.rank == 0 else (lambda *a, **k: None)
+    from lab.console import say as console_say
+
+    say = console_say if rank_zero_only.rank == 0 else (lambda *a, **k: None)
     try:
         result = run_training(cfg, out=out, results=results, progress=progress, stop_on_interrupt=True)
     except ConfigError as err:

@@ -17,6 +17,7 @@ from typing import Any
 import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback, RichProgressBar
 
+from lab.console import say
 from lab.eval.clock import add_eval_time
 from lab.runs import atomic_write_text
 
@@ -289,4 +290,4 @@ class LinePrinter(Callback):
         self.latest.update(trainer.progress_bar_metrics)
         parts = [f"step {trainer.global_step}/{trainer.max_steps}"]
         parts += [f"{k} {v:.4g}" for k, v in self.latest.items() if isinstance(v, float) and math.isfinite(v)]
-        print("  ".join(parts), file=sys.stdout, flush=True)
+        say("  ".join(parts))
