@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from lab.typed import ConfigError, build, hint_of, merge, parse_text, set_dotted
+from lab.typed import ConfigError, build, check_value, hint_of, merge, parse_text, set_dotted, yaml_problem
 
 PRESETS_DIR = Path(__file__).resolve().parent / "presets"
 TASKS = ("addition", "random", "fineweb")
@@ -216,7 +216,7 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
     except OSError as err:
         raise ConfigError(f"cannot read config file {path}: {err.strerror}") from None
     except yaml.YAMLError as err:
-        raise ConfigError(f"config file {path} is not valid YAML: {str(err).splitlines()[0]}") from None
+        raise ConfigError(f"config file {path} is not valid YAML: {yaml_problem(err)}") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -247,7 +247,11 @@ def load_config(
         key, sep, text = item.partition("=")
         if not sep or not key.strip():
             raise ConfigError(f"override {item!r} must look like key=value, e.g. optim.lr=3e-3")
-        set_dotted(data, key.strip(), parse_text(text.strip(), hint_of(RunConfig, key.strip())))
+        key = key.strip()
+        hint = hint_of(RunConfig, key)
+        value = parse_text(text.strip(), hint)
+        check_value(value, hint, key)
+        set_dotted(data, key, value)
     for key, value in flags.items():
         if value is not None:
             set_dotted(data, key.replace("__", "."), value)

@@ -39,6 +39,22 @@ def set_dotted(data: dict[str, Any], dotted: str, value: Any) -> None:
     node[last] = value
 
 
+def yaml_problem(err: yaml.YAMLError) -> str:
+    """What is wrong in a YAML text, with the line and column (from 1) where the parser found it."""
+    mark = getattr(err, "problem_mark", None) or getattr(err, "context_mark", None)
+    problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+    context = getattr(err, "context", None)
+    what = f"{problem} ({context})" if context else problem
+    return f"line {mark.line + 1}, column {mark.column + 1}: {what}" if mark is not None else what
+
+
+def check_value(value: Any, hint: Any, key: str) -> None:
+    """ConfigError naming `key`, its type and `value` when `value` is not of type `hint` (as a `--set` value,
+    checked where it is given: a later layer setting the same key must not hide it)."""
+    if not dataclasses.is_dataclass(hint):
+        _coerce(value, hint, key)
+
+
 def hint_of(root: type, dotted: str) -> Any:
     """The declared type of dotted key in dataclass `root`, or Any inside free-form mappings; ConfigError
     if unknown."""

@@ -28,6 +28,8 @@ from typing import Any
 
 import yaml
 
+from lab.typed import yaml_problem
+
 TYPES = ("float", "int", "categorical")
 TOP_FIELDS = ("preset", "mixer", "fixed", "params")
 FIELDS = {
@@ -162,7 +164,7 @@ def load_space(path: str | Path) -> Space:
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as err:
-        raise SpaceError(f"{path}: not valid YAML: {str(err).splitlines()[0]}") from None
+        raise SpaceError(f"{path}: not valid YAML: {yaml_problem(err)}") from None
     if not isinstance(data, dict):
         raise SpaceError(f"{path}: a space file holds a mapping with keys {', '.join(TOP_FIELDS)}")
     unknown = [k for k in data if k not in TOP_FIELDS]
