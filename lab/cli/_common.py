@@ -18,6 +18,30 @@ def remake_command(words: Iterable[str], options: Iterable[tuple[str, object | N
     return shlex.join(parts)
 
 
+def unwritable(path: Path) -> str | None:
+    """Why no folder can be made and written at `path` (None when one can), found without creating anything:
+    the nearest part of it that exists must be a folder this process may write in."""
+    import os
+
+    probe = path.absolute()
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if not probe.is_dir():
+        return f"{probe} is a file, not a folder"
+    if not os.access(probe, os.W_OK | os.X_OK):
+        return f"{probe} is not writable"
+    return None
+
+
+def writable_out(value: Path | None) -> Path | None:
+    """Typer callback of an `--out` folder option: one that cannot be written is a usage error (exit code 2)
+    before any work starts."""
+    why = None if value is None else unwritable(value)
+    if why is not None:
+        raise typer.BadParameter(f"cannot write to {value}: {why}")
+    return value
+
+
 def refuse(prog: str, err: Exception) -> NoReturn:
     """Bad input: one line on stderr naming the problem, exit code 2."""
     typer.echo(f"{prog}: {err}", err=True)
@@ -42,7 +66,7 @@ GpusPerRunOption = Annotated[int, typer.Option(help=GPUS_PER_RUN_HELP)]
 TableOnlyOption = Annotated[bool, typer.Option(help=TABLE_ONLY_HELP)]
 MaxStepsOption = Annotated[int | None, typer.Option(help="Train each run for this many steps instead.")]
 ResultsOption = Annotated[Path | None, typer.Option(
-    help="Folder of runs/ and the registry lab.db; default $LAB_RESULTS or results/.")]
+    help="Folder of runs/ and the registry lab.db; default $LAB_RESULTS or results/.", callback=writable_out)]
 
 
 def campaign_slots(gpus: int | None, per_gpu: int = 1, gpus_per_run: int = 1) -> int:

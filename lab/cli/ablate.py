@@ -17,6 +17,7 @@ from lab.cli._common import (
     print_outcome,
     refuse,
     remake_command,
+    writable_out,
 )
 
 app = typer.Typer(help="Run ablations: the 2x2 RAW/RBW x shifted/same-time alignment grid.")
@@ -42,7 +43,7 @@ def alignment(
         "--set", help="Override one setting of every run, e.g. --set optim.lr=3e-3 (repeatable).")] = None,
     results: ResultsOption = None,
     out: Annotated[Path | None, typer.Option(
-        help="Folder of the table files; default <results>/ablation (tiny: <results>/ablation/tiny).")] = None,
+        callback=writable_out, help="Folder of the table files; default <results>/ablation (tiny: <results>/ablation/tiny).")] = None,
 ) -> None:
     """Train each mixer in the four cells RAW/shifted, RAW/same-time, RBW/shifted, RBW/same-time on addition.
 

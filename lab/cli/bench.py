@@ -5,6 +5,8 @@ from typing import Annotated
 
 import typer
 
+from lab.cli._common import writable_out
+
 
 app = typer.Typer(help="Benchmark kernels and training throughput.")
 
@@ -23,7 +25,8 @@ def kernels(
         "--rules", "--rule", help="falcon-1, falcon-2, falcon-1a, falcon-2a or falcon-3a (repeatable); default all.")] = None,
     dtype: Annotated[str, typer.Option(help="bf16, fp16 or fp32.")] = "bf16",
     out: Annotated[Path | None, typer.Option(
-        help="Folder for kernels.csv and kernels.md; default <results>/bench.")] = None,
+        help="Folder for kernels.csv and kernels.md; default <results>/bench.",
+        callback=writable_out)] = None,
     rep: Annotated[int, typer.Option(help="Milliseconds of timed repetitions per row (do_bench rep).")] = 100,
     chunk_forms: Annotated[bool, typer.Option(
         "--chunk-forms", help="Also time each rule's own PyTorch chunk form (up to B·T·H = 4·4096·16).")] = False,
@@ -50,7 +53,8 @@ def train(
     task: TaskOption = "addition",
     max_steps: Annotated[int, typer.Option(help="Optimiser steps per mixer.")] = 300,
     out: Annotated[Path | None, typer.Option(
-        help="Folder for train.csv, train_curves.csv and train.md; default <results>/bench/train.")] = None,
+        help="Folder for train.csv, train_curves.csv and train.md; default <results>/bench/train.",
+        callback=writable_out)] = None,
     work: Annotated[Path | None, typer.Option(
         help="Folder for the runs themselves; default <results>/runs/bench-train.")] = None,
     set_: Annotated[list[str] | None, typer.Option("--set", help="Override a setting of every run (repeatable).")] = None,
@@ -77,7 +81,8 @@ def step(
     preset: PresetOption = "small",
     task: TaskOption = "addition",
     steps: Annotated[int, typer.Option(help="Timed steps per mixer.")] = 20,
-    out: Annotated[Path | None, typer.Option(help="Folder for step.csv and step.md; default <results>/bench/step.")] = None,
+    out: Annotated[Path | None, typer.Option(help="Folder for step.csv and step.md; default <results>/bench/step.",
+                                             callback=writable_out)] = None,
     set_: Annotated[list[str] | None, typer.Option("--set", help="Override a setting (repeatable).")] = None,
 ) -> None:
     """Where a training step's time goes without Lightning: bare-loop ms, data / forward / backward /

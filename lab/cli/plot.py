@@ -6,11 +6,12 @@ from typing import Annotated
 
 import typer
 
-from lab.cli._common import remake_command
+from lab.cli._common import remake_command, writable_out
 
 app = typer.Typer(help="Render figures (PNG) from the tables `lab reproduce` and `lab ablate` write.")
 
-Out = Annotated[Path | None, typer.Option(help="Folder for the PNG files; default the table's folder.")]
+Out = Annotated[Path | None, typer.Option(help="Folder for the PNG files; default the table's folder.",
+                                         callback=writable_out)]
 TrainWidths = Annotated[str, typer.Option(
     help="Operand widths the runs trained on, shaded as LO-HI (the paper preset: 1-32, tiny: 1-8).")]
 

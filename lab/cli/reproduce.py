@@ -17,6 +17,7 @@ from lab.cli._common import (
     print_outcome,
     refuse,
     remake_command,
+    writable_out,
 )
 
 app = typer.Typer(help="Reproduce the paper's tables: data, training, evaluation and the table, in one command.")
@@ -42,7 +43,7 @@ def addition(
         "--set", help="Override one setting of every run, e.g. --set optim.lr=3e-3 (repeatable).")] = None,
     results: ResultsOption = None,
     out: Annotated[Path | None, typer.Option(
-        help="Folder of the table files; default <results>/addition (tiny: <results>/addition/tiny).")] = None,
+        callback=writable_out, help="Folder of the table files; default <results>/addition (tiny: <results>/addition/tiny).")] = None,
 ) -> None:
     """The addition extrapolation table (best step, val acc, mean 33-48, Acc@33, Acc@48) beside the paper's.
 
@@ -91,7 +92,7 @@ def fineweb(
         help="Local LAMBADA file (.jsonl with a 'text' field per record) to score.")] = None,
     results: ResultsOption = None,
     out: Annotated[Path | None, typer.Option(
-        help="Folder of the table files; default <results>/fineweb (tiny: <results>/fineweb/tiny).")] = None,
+        callback=writable_out, help="Folder of the table files; default <results>/fineweb (tiny: <results>/fineweb/tiny).")] = None,
 ) -> None:
     """The FineWeb-Edu perplexity table (Wiki, LAMBADA, FineWeb-Edu) beside the paper's.
 

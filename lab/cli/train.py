@@ -5,6 +5,8 @@ from typing import Annotated
 
 import typer
 
+from lab.cli._common import writable_out
+
 app = typer.Typer(help="Train one mixer on one task with Lightning, on one or many GPUs.")
 
 
@@ -28,9 +30,11 @@ def train(
     set_: Annotated[list[str] | None, typer.Option(
         "--set", help="Override one setting, e.g. --set optim.lr=3e-3 (repeatable).")] = None,
     max_steps: Annotated[int | None, typer.Option(help="Stop after this many optimiser steps.")] = None,
-    out: Annotated[Path | None, typer.Option(help="Run folder; default <results>/runs/<run-id>.")] = None,
+    out: Annotated[Path | None, typer.Option(help="Run folder; default <results>/runs/<run-id>.",
+                                             callback=writable_out)] = None,
     results: Annotated[Path | None, typer.Option(
-        help="Results folder holding runs/ and the registry lab.db; default $LAB_RESULTS or results/.")] = None,
+        help="Results folder holding runs/ and the registry lab.db; default $LAB_RESULTS or results/.",
+        callback=writable_out)] = None,
     devices: Annotated[int | None, typer.Option(help="Number of devices (GPUs, or CPU processes).")] = None,
     seed: Annotated[int | None, typer.Option(help="Seed for initialisation and data order.")] = None,
     progress: Annotated[bool | None, typer.Option(
