@@ -16,8 +16,9 @@ COLUMNS = (("val_acc", "Val. acc."), ("ood_mean", "Mean 33–48"), ("acc@33", "A
 @app.command()
 def addition(
     run: Annotated[Path, typer.Option("--run", help="Run folder to evaluate.")],
-    which: Annotated[str, typer.Option(help="best (the best step's weights) or last (the last checkpoint).")]
-    = "best",
+    which: Annotated[str | None, typer.Option(
+        help="best (the best step's weights) or last (the last checkpoint); default best, or the last weights, "
+             "with a note, for a run that has no best ones.")] = None,
     per_n: Annotated[int, typer.Option(help="Teacher-forced samples per operand width n (1-48).")] = 100,
     free_per_n: Annotated[int, typer.Option(help="Free-running (greedy) samples per width; 0 skips them.")] = 10,
     seed: Annotated[int, typer.Option(help="Seed of the evaluation samples (runs evaluate with 0).")] = 0,
@@ -37,7 +38,7 @@ def addition(
     from lab.eval.run_weights import WHICH, load_run_model
     from tasks.addition import summarise
 
-    if which not in WHICH:
+    if which is not None and which not in WHICH:
         typer.echo(f"lab eval: --which {which!r} is not accepted; accepted: {', '.join(WHICH)}", err=True)
         raise typer.Exit(code=2)
     if per_n < 1 or free_per_n < 0:
@@ -45,10 +46,15 @@ def addition(
         raise typer.Exit(code=2)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:
-        loaded = load_run_model(run, which, device, abacus_offset)
+        loaded = load_run_model(run, which or "best", device, abacus_offset, fall_back=which is None)
     except (ValueError, ConfigError) as err:
         typer.echo(f"lab eval: {err}", err=True)
         raise typer.Exit(code=2) from None
+    if which is None and loaded.which == "last":
+        typer.echo(f"lab eval: note: run {run} has no best weights (they are written by runs that evaluate "
+                   f"addition, eval.enabled); evaluating its last ones, {loaded.source.name} at step {loaded.step}",
+                   err=True)
+    which = loaded.which
     if loaded.cfg.task != "addition":
         typer.echo(f"lab eval: run {run} trained task {loaded.cfg.task!r}; accepted: addition", err=True)
         raise typer.Exit(code=2)

@@ -17,18 +17,20 @@ WHICH = ("best", "last")
 
 @dataclass
 class RunModel:
-    """A run's LanguageModel with the weights of `step`, read from `source`."""
+    """A run's LanguageModel with the weights of `step`, read from `source`: its `which` ("best" or "last")."""
 
     cfg: RunConfig
     model: nn.Module
     step: int
     source: Path
+    which: str = "best"
 
 
 def load_run_model(run_dir: str | Path, which: str = "best", device: torch.device | str = "cpu",
-                   abacus_offset: int | None = None) -> RunModel:
+                   abacus_offset: int | None = None, fall_back: bool = False) -> RunModel:
     """The model of the run in `run_dir` with its best weights (checkpoints/best.pt, written by the
     addition evaluation) or its last ones (checkpoints/last.ckpt). ValueError saying what is missing.
+    `fall_back`: a run without best weights gives its last ones (the result's `which` says so).
     `abacus_offset`: evaluate the digit positions at this offset instead of the run's `eval.abacus_offset`
     (ConfigError unless the run has digit positions and the offset lies in 0..model.abacus)."""
     from mixers import LanguageModel
@@ -45,6 +47,8 @@ def load_run_model(run_dir: str | Path, which: str = "best", device: torch.devic
         cfg = replace(cfg, eval=replace(cfg.eval, abacus_offset=abacus_offset))
         validate(cfg)
     source = best_weights_path(run) if which == "best" else run.last_checkpoint
+    if which == "best" and fall_back and not source.exists() and run.last_checkpoint.exists():
+        which, source = "last", run.last_checkpoint
     if not source.exists():
         hint = " (it is written by runs that evaluate addition, eval.enabled)" if which == "best" else ""
         raise ValueError(f"run {run.root} has no {source.relative_to(run.root)}{hint}")
@@ -56,4 +60,4 @@ def load_run_model(run_dir: str | Path, which: str = "best", device: torch.devic
         step = int(saved["global_step"])
     model = LanguageModel(lm_config(cfg))
     model.load_state_dict(state)
-    return RunModel(cfg, model.to(device).eval(), step, source)
+    return RunModel(cfg, model.to(device).eval(), step, source, which)
