@@ -43,7 +43,8 @@ def alignment(
         "--set", help="Override one setting of every run, e.g. --set optim.lr=3e-3 (repeatable).")] = None,
     results: ResultsOption = None,
     out: Annotated[Path | None, typer.Option(
-        callback=writable_out, help="Folder of the table files; default <results>/ablation (tiny: <results>/ablation/tiny).")] = None,
+        help="Folder of the table files; default <results>/ablation (tiny: <results>/ablation/tiny).",
+        callback=writable_out)] = None,
 ) -> None:
     """Train each mixer in the four cells RAW/shifted, RAW/same-time, RBW/shifted, RBW/same-time on addition.
 

@@ -43,7 +43,8 @@ def addition(
         "--set", help="Override one setting of every run, e.g. --set optim.lr=3e-3 (repeatable).")] = None,
     results: ResultsOption = None,
     out: Annotated[Path | None, typer.Option(
-        callback=writable_out, help="Folder of the table files; default <results>/addition (tiny: <results>/addition/tiny).")] = None,
+        help="Folder of the table files; default <results>/addition (tiny: <results>/addition/tiny).",
+        callback=writable_out)] = None,
 ) -> None:
     """The addition extrapolation table (best step, val acc, mean 33-48, Acc@33, Acc@48) beside the paper's.
 
@@ -92,7 +93,8 @@ def fineweb(
         help="Local LAMBADA file (.jsonl with a 'text' field per record) to score.")] = None,
     results: ResultsOption = None,
     out: Annotated[Path | None, typer.Option(
-        callback=writable_out, help="Folder of the table files; default <results>/fineweb (tiny: <results>/fineweb/tiny).")] = None,
+        help="Folder of the table files; default <results>/fineweb (tiny: <results>/fineweb/tiny).",
+        callback=writable_out)] = None,
 ) -> None:
     """The FineWeb-Edu perplexity table (Wiki, LAMBADA, FineWeb-Edu) beside the paper's.
 
