@@ -1,7 +1,7 @@
 """What every `lab` command group shares."""
 
 import shlex
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
@@ -40,6 +40,19 @@ def writable_out(value: Path | None) -> Path | None:
     if why is not None:
         raise typer.BadParameter(f"cannot write to {value}: {why}")
     return value
+
+
+def campaign_preset(track: str) -> Callable[[str], str]:
+    """Typer callback of a campaign's --preset option: a preset's name (or older spelling) becomes the key
+    the campaign code uses; an unknown one is a usage error naming the accepted names (exit code 2)."""
+    from lab.reproduce.names import campaign_preset as key_of
+
+    def pick(value: str) -> str:
+        try:
+            return key_of(track, value)
+        except ValueError as err:
+            raise typer.BadParameter(str(err)) from None
+    return pick
 
 
 def refuse(prog: str, err: Exception) -> NoReturn:

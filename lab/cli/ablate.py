@@ -12,6 +12,7 @@ from lab.cli._common import (
     PerGpuOption,
     ResultsOption,
     TableOnlyOption,
+    campaign_preset,
     campaign_slots,
     finish_campaign,
     print_outcome,
@@ -19,6 +20,8 @@ from lab.cli._common import (
     remake_command,
     writable_out,
 )
+
+from lab.reproduce.names import preset_help
 
 app = typer.Typer(help="Run ablations: the 2x2 RAW/RBW x shifted/same-time alignment grid.")
 
@@ -28,9 +31,9 @@ def alignment(
     mixers: Annotated[str | None, typer.Option(
         help="Comma-separated recurrent mixers (default: falcon-1a.3, falcon-3a.3, falcon-1.3, deltanet, "
              "gated-deltanet, mamba2, retnet).")] = None,
-    preset: Annotated[str, typer.Option(
-        help="paper or packed (the addition table's settings: 2000 steps, batch 256, without or with the "
-             "curriculum and packing) or tiny (minutes on a CPU).")]
+    preset: Annotated[str, typer.Option(callback=campaign_preset("addition"), help=preset_help("addition", {
+        "paper": "the addition table's settings: 2000 steps, batch 256", "packed": "the same with the curriculum "
+        "and packing", "packed-constant": "packed with no learning-rate decay", "tiny": "minutes on a CPU"}))]
     = "paper",
     seeds: Annotated[int | None, typer.Option(help="Seeds per cell, 0..N-1 (default: 3 for paper, 1 for tiny).")]
     = None,

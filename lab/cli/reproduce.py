@@ -12,6 +12,7 @@ from lab.cli._common import (
     PerGpuOption,
     ResultsOption,
     TableOnlyOption,
+    campaign_preset,
     campaign_slots,
     finish_campaign,
     print_outcome,
@@ -20,15 +21,17 @@ from lab.cli._common import (
     writable_out,
 )
 
+from lab.reproduce.names import preset_help
+
 app = typer.Typer(help="Reproduce the paper's tables: data, training, evaluation and the table, in one command.")
 
 
 @app.command()
 def addition(
-    preset: Annotated[str, typer.Option(
-        help="paper (the paper's settings: 2000 steps, batch 256, ~10M parameters), packed (the same with a "
-             "curriculum over widths and rows packed with samples: where the models learn), packed-constant "
-             "(packed with no learning-rate decay) or tiny (a CPU).")]
+    preset: Annotated[str, typer.Option(callback=campaign_preset("addition"), help=preset_help("addition", {
+        "paper": "the paper's settings: 2000 steps, batch 256, ~10M parameters", "packed": "the same with a "
+        "curriculum over widths and rows packed with samples: where the models learn", "packed-constant":
+        "packed with no learning-rate decay", "tiny": "a CPU"}))]
     = "paper",
     rows: Annotated[str | None, typer.Option(
         help="Comma-separated rows to train, e.g. transformer,falcon-1a.3 (default: all).")] = None,
@@ -72,8 +75,8 @@ def addition(
 
 @app.command()
 def fineweb(
-    preset: Annotated[str, typer.Option(
-        help="fineweb-124m (the paper's: ~124M parameters, 100k steps of 480x1024 tokens) or tiny (a CPU).")]
+    preset: Annotated[str, typer.Option(callback=campaign_preset("fineweb"), help=preset_help("fineweb", {
+        "fineweb-124m": "the paper's: ~124M parameters, 100k steps of 480x1024 tokens", "tiny": "a CPU"}))]
     = "fineweb-124m",
     rows: Annotated[str | None, typer.Option(
         help="Comma-separated rows to train, e.g. transformer,falcon-1a.3 (default: all).")] = None,

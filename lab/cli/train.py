@@ -6,6 +6,7 @@ from typing import Annotated
 import typer
 
 from lab.cli._common import writable_out
+from lab.reproduce.names import preset_names
 
 app = typer.Typer(help="Train one mixer on one task with Lightning, on one or many GPUs.")
 
@@ -25,7 +26,9 @@ def _quiet_lightning() -> None:
 def train(
     task: Annotated[str | None, typer.Option(help="Task: addition, fineweb or random (default: the preset's).")] = None,
     mixer: Annotated[str | None, typer.Option(help="Mixer name from the registry, e.g. transformer.")] = None,
-    preset: Annotated[str | None, typer.Option(help="Size and schedule preset: a name in lab/presets (tiny, small, addition-tiny, addition-paper).")] = None,
+    preset: Annotated[str | None, typer.Option(help=f"Size and schedule preset: {', '.join(preset_names())} (the "
+                                               f"files in lab/presets and the presets of lab reproduce and lab "
+                                               f"ablate).")] = None,
     config: Annotated[Path | None, typer.Option(help="YAML file overriding the preset's settings.")] = None,
     set_: Annotated[list[str] | None, typer.Option(
         "--set", help="Override one setting, e.g. --set optim.lr=3e-3 (repeatable).")] = None,
@@ -42,10 +45,12 @@ def train(
 ) -> None:
     """Train a model and record the run; a finished run is skipped, an unfinished one resumes."""
     from lab.config import ConfigError, load_config
+    from lab.reproduce.names import train_preset
 
     try:
-        cfg = load_config(preset, config, set_ or (), task=task, mixer=mixer, train__max_steps=max_steps,
-                          train__devices=devices, train__seed=seed)
+        preset, settings = train_preset(preset) if preset is not None else (None, ())
+        cfg = load_config(preset, config, [*settings, *(set_ or ())], task=task, mixer=mixer,
+                          train__max_steps=max_steps, train__devices=devices, train__seed=seed)
     except ConfigError as err:
         typer.echo(f"lab train: {err}", err=True)
         raise typer.Exit(code=2) from None

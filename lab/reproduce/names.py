@@ -35,3 +35,73 @@ def pick_preset(preset: str, presets: Mapping[str, V]) -> V:
     if preset not in presets:
         raise ValueError(f"unknown preset {preset!r}; accepted: {', '.join(presets)}")
     return presets[preset]
+
+
+# One set of preset names for `lab train`, `lab reproduce` and `lab ablate`. A campaign preset (a key of a
+# track's PRESETS: a lab preset and settings over it) is called everywhere by its lab preset's name when it
+# adds no settings (`paper`: addition-paper) and by its track and key when it does (`packed`:
+# addition-packed); the keys themselves stay accepted by the campaigns as older spellings.
+TRACKS = ("addition", "fineweb")
+
+
+def track_presets(track: str) -> Mapping[str, tuple[str, tuple[str, ...]]]:
+    """The campaign presets of a track: key -> (lab preset, settings over it)."""
+    if track == "addition":
+        from lab.reproduce.addition import PRESETS
+    elif track == "fineweb":
+        from lab.reproduce.fineweb import PRESETS
+    else:
+        raise ValueError(f"unknown track {track!r}; accepted: {', '.join(TRACKS)}")
+    return PRESETS
+
+
+def campaign_names(track: str) -> dict[str, str]:
+    """The name of each campaign preset of `track`, mapped to its key."""
+    out = {}
+    for key, (base, settings) in track_presets(track).items():
+        name = base if not settings else key if key.startswith(f"{track}-") else f"{track}-{key}"
+        out[name] = key
+    return out
+
+
+def campaign_preset(track: str, name: str) -> str:
+    """The key of the campaign preset of `track` called `name` (its name or its key); ValueError naming the
+    accepted names."""
+    names = campaign_names(track)
+    if name in names:
+        return names[name]
+    if name in names.values():
+        return name
+    raise ValueError(f"unknown preset {name!r}; accepted: {', '.join(names)} "
+                     f"(older spellings: {', '.join(names.values())})")
+
+
+def preset_names() -> list[str]:
+    """Every preset name `lab train` takes: the files in lab/presets and the campaign presets' names."""
+    from lab.config import presets
+
+    return sorted({*presets(), *(n for track in TRACKS for n in campaign_names(track))})
+
+
+def train_preset(name: str) -> tuple[str, tuple[str, ...]]:
+    """The lab preset file and the settings over it that preset `name` stands for in `lab train`: a file in
+    lab/presets, a campaign preset's name, or a campaign's older spelling that is not a file's name
+    (`tiny` is the file). ConfigError naming the accepted names."""
+    from lab.config import ConfigError, presets
+
+    if name in presets():
+        return name, ()
+    for track in TRACKS:
+        names = campaign_names(track)
+        key = names.get(name, name if name in names.values() else None)
+        if key is not None:
+            return track_presets(track)[key]
+    raise ConfigError(f"unknown preset {name!r}; accepted: {', '.join(preset_names())}")
+
+
+def preset_help(track: str, what: dict[str, str]) -> str:
+    """Help of a campaign's --preset option: each name with what `what` says of its key."""
+    names = campaign_names(track)
+    listed = ", ".join(f"{n} ({what[k]})" if k in what else n for n, k in names.items())
+    return (f"{listed}; the names lab train takes (the older {', '.join(names.values())} are accepted "
+            f"too).")
