@@ -139,7 +139,7 @@ def test_table_rows_hold_mean_std_and_the_difference_from_the_default_cell() -> 
     (["--mixers", "transformer"], ("lab ablate: mixer 'transformer' has no timing or alignment to ablate; "
                                    "the ablation takes the recurrent mixers: ")),
     (["--mixers", "falcon-1a.3,nope"], "lab ablate: unknown mixer 'nope'; the ablation takes"),
-    (["--preset", "huge"], "lab ablate: unknown preset 'huge'; accepted: tiny, paper"),
+    (["--preset", "huge"], "lab ablate: unknown preset 'huge'; accepted: addition-tiny, addition-paper"),
     (["--seeds", "0"], "lab ablate: --seeds must be >= 1, got 0"),
     (["--set", "model.mixer_options.alignment=same_time"], "lab ablate: --set may not change"),
 ])

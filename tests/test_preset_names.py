@@ -62,7 +62,7 @@ def test_each_command_lists_its_names_in_help_and_refuses_others() -> None:
         _, text = invoke(*command, "--help")
         assert all(name in text for name in campaign_names("addition")), text
         code, text = invoke(*command, "--preset", "fineweb-tiny")
-        assert code == 2 and "unknown preset 'fineweb-tiny'; accepted: addition-" in text, text
+        assert code == 2 and f"lab {command[0]}: unknown preset 'fineweb-tiny'; accepted: addition-" in text, text
     _, text = invoke("reproduce", "fineweb", "--help")
     assert "fineweb-124m" in text and "fineweb-tiny" in text
     code, text = invoke("train", "--preset", "nope", "--max-steps", "1")

@@ -293,7 +293,7 @@ def test_two_runs_at_once_as_processes(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("args", "message"), [
     (["--rows", "transformer,nope"], "lab reproduce: unknown row 'nope'; accepted: transformer, retnet, "),
-    (["--preset", "huge"], "lab reproduce: unknown preset 'huge'; accepted: tiny, paper"),
+    (["--preset", "huge"], "lab reproduce: unknown preset 'huge'; accepted: addition-tiny, addition-paper"),
     (["--seeds", "0"], "lab reproduce: --seeds must be >= 1, got 0"),
     (["--gpus", "0"], "lab reproduce: --gpus must be >= 1, got 0"),
     (["--per-gpu", "0"], "lab reproduce: --per-gpu must be >= 1, got 0"),

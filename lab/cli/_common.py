@@ -33,25 +33,32 @@ def unwritable(path: Path) -> str | None:
     return None
 
 
-def writable_out(value: Path | None) -> Path | None:
-    """Typer callback of an `--out` folder option: one that cannot be written is a usage error (exit code 2)
-    before any work starts."""
+def _prog(ctx: typer.Context) -> str:
+    """`lab <group>` of the command whose option is being read, as its error lines begin."""
+    group = ctx.parent.info_name if ctx.parent is not None and ctx.parent.parent is not None else ctx.info_name
+    return f"lab {group}"
+
+
+def writable_out(ctx: typer.Context, param: typer.CallbackParam, value: Path | None) -> Path | None:
+    """Typer callback of an output folder option (`--out`, `--results`): one that cannot be written is one
+    line on stderr and exit code 2, before any work starts."""
     why = None if value is None else unwritable(value)
     if why is not None:
-        raise typer.BadParameter(f"cannot write to {value}: {why}")
+        typer.echo(f"{_prog(ctx)}: {param.opts[0]} {value} cannot be written: {why}", err=True)
+        raise typer.Exit(code=2)
     return value
 
 
-def campaign_preset(track: str) -> Callable[[str], str]:
+def campaign_preset(track: str) -> Callable[[typer.Context, str], str]:
     """Typer callback of a campaign's --preset option: a preset's name (or older spelling) becomes the key
-    the campaign code uses; an unknown one is a usage error naming the accepted names (exit code 2)."""
+    the campaign code uses; an unknown one is one line naming the accepted names, exit code 2."""
     from lab.reproduce.names import campaign_preset as key_of
 
-    def pick(value: str) -> str:
+    def pick(ctx: typer.Context, value: str) -> str:
         try:
             return key_of(track, value)
         except ValueError as err:
-            raise typer.BadParameter(str(err)) from None
+            refuse(_prog(ctx), err)
     return pick
 
 
