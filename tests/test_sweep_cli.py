@@ -24,7 +24,7 @@ def test_cli_reports_a_bad_space_in_one_line_and_exits_2(tmp_path: Path) -> None
     (["regime"], "fixes no mixer; give --mixer NAME"),
     (["rules", "--set", "optim.lr=1e-3"], "--set optim.lr conflicts with the space"),
     (["rules", "--set", "eval.enabled=false"], "--set eval.enabled is not accepted in a sweep"),
-    (["rules", "--objective", "loss"], "--objective 'loss' is not accepted; accepted: ood_mean, val_acc, val_token_acc, multi"),
+    (["rules", "--objective", "loss"], "--objective 'loss' is not accepted; accepted: val_acc, val_token_acc, multi, ood_mean"),
     (["rules", "--sampler", "annealing"], "--sampler 'annealing' is not accepted; accepted: tpe, random"),
     (["rules", "--prune-after", "-1"], "--prune-after must be >= 0 steps, got -1"),
     (["nosuch"], "unknown space 'nosuch'; accepted: "),

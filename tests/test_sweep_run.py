@@ -85,8 +85,8 @@ def test_a_three_trial_sweep_trains_each_trial_in_its_own_run_folder(three_trial
         assert cfg.optim.lr == pytest.approx(t.params["lr"]) and cfg.mixer == "falcon-1a"
         assert cfg.model.mixer_options["qk_norm"] == t.params["qk_norm"] and cfg.eval.enabled
         assert t.user_attrs["steps"] == 6 and t.user_attrs["tokens_per_s"] > 0
-        assert t.value == t.user_attrs["metrics"]["best_ood_mean"]
-        assert sorted(t.intermediate_values) == [2, 4, 6]  # ood_mean at each evaluation, for the pruner
+        assert t.value == t.user_attrs["metrics"]["best_val_acc"]  # the default objective: widths 1-32
+        assert sorted(t.intermediate_values) == [2, 4, 6]  # val_acc at each evaluation, for the pruner
     echoed = [line for line in done.stdout.splitlines() if line.startswith("trial ")]
     assert len(echoed) == 3 and all(" complete " in line for line in echoed)
     assert "3 complete (budget 3)" in done.stdout
@@ -97,9 +97,10 @@ def test_rerunning_a_finished_sweep_runs_nothing_and_other_settings_are_refused(
     space, results = str(folder / "tiny.yaml"), str(folder / "results")
     again = sweep("run", space, "--trials", "3", "--results", results)
     assert again.exit_code == 0 and "has used its budget of 3 trials; nothing to run" in again.stdout
-    other = sweep("run", space, "--trials", "3", "--results", results, "--objective", "val_acc")
+    other = sweep("run", space, "--trials", "3", "--results", results, "--objective", "ood_mean")
     assert other.exit_code == 2
-    assert "study 'tiny' was made with --objective 'ood_mean', this command gives 'val_acc'" in other.output
+    assert "tunes on the test set" in other.output  # the held-out objective is named as such
+    assert "study 'tiny' was made with --objective 'val_acc', this command gives 'ood_mean'" in other.output
     assert len(trials_of(str(folder / "results" / "sweeps" / "tiny" / "journal.log"), "tiny")) == 3
 
 

@@ -1,9 +1,9 @@
 """One trial: draw its parameters, train its `lab train` run in `trials/<n>/`, report each evaluation
 for pruning, and return the objective.
 
-The objective is read from the run's addition evaluation (lab.eval.callback): `ood_mean` (mean accuracy
-on widths 33-48) or `val_acc` (widths 1-32) at the step with the best validation accuracy, or for
-`multi` that `ood_mean` and the run's median tokens/s. A run that stops on a non-finite loss or
+The objective is read from the run's addition evaluation (lab.eval.callback): `val_acc` (widths 1-32, the
+default) or `ood_mean` (mean accuracy on widths 33-48: tuning on the test widths, only when asked) at the
+step with the best validation accuracy, or for `multi` that `val_acc` and the run's median tokens/s. A run that stops on a non-finite loss or
 gradient is recorded as PRUNED (it ended early; its reported evaluations stand), with the cause in
 the trial's `error` attribute.
 """
