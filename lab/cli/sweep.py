@@ -7,7 +7,9 @@ from typing import Annotated
 
 import typer
 
-app = typer.Typer(help="Optuna sweeps: search spaces (sweeps/*.yaml) run as `lab train` trials, and their reports.")
+app = typer.Typer(help="Optuna sweeps: search spaces (sweeps/*.yaml) run as `lab train` trials, and their reports. "
+                        "A live view of a study: optuna-dashboard <results>/sweeps/<study>/journal.log (or the "
+                        "database URL), after pip install optuna-dashboard.")
 
 SAMPLER_HELP = "tpe (multivariate, constant liar), random, cmaes, qmc, grid, bruteforce, nsga2, nsga3 or gp."
 STORAGE_HELP = ("A journal file (default <results>/sweeps/<study>/journal.log) or a database URL, "
@@ -125,7 +127,8 @@ def report(
         help="Results folder; the report goes to <results>/sweeps/<study>/.")] = None,
 ) -> None:
     """Figures (history, importances, slice, contour), best.yaml (a `lab train --config` file), trials.csv
-    and report.md of a sweep, in <results>/sweeps/<study>/."""
+    and report.md of a sweep, in <results>/sweeps/<study>/. For a live, interactive view of the same study:
+    optuna-dashboard with the journal file or database URL (pip install optuna-dashboard)."""
     root = _results(results)
     where = _storage(storage, root, study)
     if "://" not in where and not Path(where).exists():
