@@ -42,15 +42,49 @@ def triton_forward(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, lam: Tensor, c
     else:
         raise ValueError(f"backend='triton' covers {', '.join(TRITON_RULES)}; for {cfg.rule} use "
                          f"backend='chunk'")
-    B, H = q.shape[0], q.shape[2]
-    if cu_seqlens is None and B * H > MAX_GRID_ROWS:
-        # The grids put B·H on a launch axis capped at 65,535: run the batch in slices that fit (rows are
-        # independent sequences) and join outputs and final states; autograd sees the slices' own graphs.
-        rows = max(1, MAX_GRID_ROWS // H)
-        parts = [form(*(t[i:i + rows] for t in (q, k, v, beta, lam)), cfg,
-                      FastWeightState(*(s[i:i + rows] for s in state)), fresh, chunk_size=chunk_size)
-                 for i in range(0, B, rows)]
-        outs, finals = zip(*parts)
-        final = None if finals[0] is None else FastWeightState(*(torch.cat(f, 0) for f in zip(*finals)))
-        return torch.cat(outs, 0), final
+    # The grids put B·H (N·H packed) and the chunk count (times up to 4 row blocks a chunk) on launch axes 1 and 2,
+    # which CUDA caps at 65,535: a batch or a set of packed sequences past that runs in slices that fit (rows and
+    # sequences are independent), outputs and final states joined; autograd sees each slice's own graph.
+    B, T, H = q.shape[0], q.shape[1], q.shape[2]
+    if cu_seqlens is None:
+        per_row = max(H, _SLOTS_PER_CHUNK * -(-T // chunk_size))
+        if B * per_row > MAX_GRID_ROWS:
+            rows = max(1, MAX_GRID_ROWS // per_row)
+            return _joined([form(*(t[i:i + rows] for t in (q, k, v, beta, lam)), cfg,
+                                 FastWeightState(*(s[i:i + rows] for s in state)), fresh, chunk_size=chunk_size)
+                            for i in range(0, B, rows)], dim=0)
+    else:
+        bounds = [int(b) for b in cu_seqlens.tolist()]
+        groups = _sequence_groups(bounds, H, chunk_size)
+        if len(groups) > 1:
+            parts = []
+            for i, j in groups:
+                b, e = bounds[i], bounds[j]
+                parts.append(form(*(t[:, b:e] for t in (q, k, v, beta, lam)), cfg,
+                                  FastWeightState(*(s[i:j] for s in state)), fresh, chunk_size=chunk_size,
+                                  cu_seqlens=cu_seqlens[i:j + 1] - cu_seqlens[i]))
+            return _joined(parts, dim=1)
     return form(q, k, v, beta, lam, cfg, state, fresh, chunk_size=chunk_size, cu_seqlens=cu_seqlens)
+
+
+_SLOTS_PER_CHUNK = 4  # the most launch rows one chunk takes (falcon-2a's 16-token blocks in a chunk of 64)
+
+
+def _sequence_groups(bounds: list[int], heads: int, chunk_size: int) -> list[tuple[int, int]]:
+    """Runs [i, j) of consecutive packed sequences, each within the launch-axis limits: (j − i)·H sequences
+    and its chunks' launch rows at most MAX_GRID_ROWS."""
+    groups, start, slots = [], 0, 0
+    for n, (b, e) in enumerate(zip(bounds, bounds[1:])):
+        need = _SLOTS_PER_CHUNK * -(-(e - b) // chunk_size)
+        if n > start and ((n + 1 - start) * heads > MAX_GRID_ROWS or slots + need > MAX_GRID_ROWS):
+            groups.append((start, n))
+            start, slots = n, 0
+        slots += need
+    groups.append((start, len(bounds) - 1))
+    return groups
+
+
+def _joined(parts: list[tuple[Tensor, FastWeightState]], dim: int) -> tuple[Tensor, FastWeightState]:
+    """Outputs joined along ``dim`` (0: batch rows, 1: packed time), final states along their rows."""
+    outs, finals = zip(*parts)
+    return torch.cat(outs, dim), FastWeightState(*(torch.cat(f, 0) for f in zip(*finals)))
