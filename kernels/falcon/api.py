@@ -128,7 +128,25 @@ def check_cu_seqlens(cu_seqlens: Tensor, q: Tensor) -> list[int]:
 def _packed(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, lam: Tensor, cfg: RuleConfig, backend: str,
             chunk_size: int, initial_state: FastWeightState | Tensor | None, output_final_state: bool,
             bounds: list[int]) -> tuple[Tensor, FastWeightState | None]:
-    """Packed sequences for the reference backends: one call per sequence (exact, not fast)."""
+    """Packed sequences for the reference backends: one call per sequence (exact, not fast); for outputs alone
+    from fresh states, one call over the sequences laid one to a row and padded at their ends (padding after a
+    sequence cannot reach its outputs)."""
+    if initial_state is None and not output_final_state and len(bounds) > 2:
+        lengths = torch.tensor([e - b for b, e in zip(bounds, bounds[1:])], device=q.device)
+        row = torch.repeat_interleave(torch.arange(len(lengths), device=q.device), lengths)
+        col = torch.arange(q.shape[1], device=q.device) - torch.repeat_interleave(
+            torch.tensor(bounds[:-1], device=q.device), lengths)
+
+        def rows(t: Tensor) -> Tensor:
+            out = t.new_zeros(len(lengths), int(lengths.max()), *t.shape[2:])
+            out[row, col] = t[0]
+            return out
+
+        o, _ = fast_weight_rule(*(rows(t) for t in (q, k, v, beta, lam)), rule=cfg.rule, window=cfg.window,
+                                eps=cfg.eps, decay_floor=cfg.decay_floor,
+                                scale_coupled_ridge=cfg.scale_coupled_ridge, alignment=cfg.alignment,
+                                timing=cfg.timing, normalize=cfg.normalize, backend=backend, chunk_size=chunk_size)
+        return o[row, col][None], None
     outs, finals = [], []
     for n, (b, e) in enumerate(zip(bounds, bounds[1:])):
         init = None
