@@ -313,9 +313,10 @@ def validate(cfg: RunConfig) -> None:
         from mixers import MIXERS, masks_samples
 
         if cfg.mixer in MIXERS and not masks_samples(cfg.mixer) and t.cuda_graphs:
-            raise ConfigError(f"model.isolate_samples with {cfg.mixer!r} lays each packed sample on its own row, "
-                              f"so the batch's shape changes from step to step; train.cuda_graphs needs one shape "
-                              f"(accepted with isolated samples: train.cuda_graphs=false, or an attention mixer)")
+            raise ConfigError(f"model.isolate_samples with {cfg.mixer!r} changes the work of a step with its samples "
+                              f"(their bounds read on the host, or each sample laid on its own row); "
+                              f"train.cuda_graphs replays one fixed step (accepted with isolated samples: "
+                              f"train.cuda_graphs=false, or an attention mixer)")
     _validate_data(cfg)
     _validate_mixer(cfg)
 

@@ -102,7 +102,13 @@ class FalconOptions:
 
 
 class FalconMixer(Mixer):
-    """Multi-head fast-weight layer running ``rule`` (one of ``kernels.RULES``); see the module docstring."""
+    """Multi-head fast-weight layer running ``rule`` (one of ``kernels.RULES``); see the module docstring.
+
+    ``forward(x, samples)`` with ``samples [B, L]`` (isolated samples: the sample of its row each token belongs
+    to) restarts the fast weights and the short convolutions at every sample: the rows' samples go to the rule
+    as packed sequences (``cu_seqlens``), so packing keeps its efficiency."""
+
+    resets_at_samples = True
 
     def __init__(self, d_model: int, n_heads: int, opts: FalconOptions, rule: str, name: str) -> None:
         super().__init__()
@@ -178,22 +184,31 @@ class FalconMixer(Mixer):
             o = o * F.silu(self.g_proj(h)).unflatten(-1, (self.n_heads, self.head_dim))
         return self.o_proj(o.flatten(-2))
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor, samples: Tensor | None = None) -> Tensor:
         q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
         if self.convs is not None:
-            q, k, v = (conv(t) for conv, t in zip(self.convs, (q, k, v)))
+            q, k, v = (conv(t, samples) for conv, t in zip(self.convs, (q, k, v)))
         q, k, v = self._featurise(q, k, v)
         gain, lam = self._gates(x)
-        return self._output(self._rule(q, k, v, gain, lam), x)
+        return self._output(self._rule(q, k, v, gain, lam, samples), x)
 
     @torch.compiler.disable
-    def _rule(self, q: Tensor, k: Tensor, v: Tensor, gain: Tensor, lam: Tensor) -> Tensor:
+    def _rule(self, q: Tensor, k: Tensor, v: Tensor, gain: Tensor, lam: Tensor,
+              samples: Tensor | None = None) -> Tensor:
         # Under torch.compile (train.compile) the rule stays outside the graph: its host code picks and
         # launches Triton kernels; the projections, norms, convolutions and gates around it compile.
+        cu_seqlens = None
+        if samples is not None:  # every sample of every row one packed sequence of a batch of one
+            B, L = samples.shape
+            first = torch.ones_like(samples, dtype=torch.bool)
+            first[:, 1:] = samples[:, 1:] != samples[:, :-1]
+            starts = first.flatten().nonzero().flatten()
+            cu_seqlens = torch.cat([starts, starts.new_full((1,), B * L)])
+            q, k, v, gain, lam = (t.flatten(0, 1)[None] for t in (q, k, v, gain, lam))
         with full_precision(q):
-            o, _ = fast_weight_rule(q, k, v, gain, lam, backend=self.opts.backend,
-                                    chunk_size=self.chunk_size, **self._rule_options())
-        return o
+            o, _ = fast_weight_rule(q, k, v, gain, lam, backend=self.opts.backend, chunk_size=self.chunk_size,
+                                    cu_seqlens=cu_seqlens, **self._rule_options())
+        return o if samples is None else o[0].unflatten(0, samples.shape)
 
     def init_cache(self, batch: int, device: torch.device | str, dtype: torch.dtype) -> dict:
         """The conv windows (if any) and the fast-weight state (None: a fresh sequence)."""

@@ -60,9 +60,20 @@ class ShortConv(nn.Module):
         self.size = size
         self.conv = nn.Conv1d(channels, channels, size, groups=channels, padding=size - 1, bias=bias)
 
-    def forward(self, x: Tensor) -> Tensor:
-        y = self.conv(x.transpose(1, 2))[..., : x.shape[1]]  # left padding only: causal
-        return F.silu(y.transpose(1, 2))
+    def forward(self, x: Tensor, samples: Tensor | None = None) -> Tensor:
+        """``samples`` ``[B, L]`` (isolated samples: the sample of its row each token belongs to): the window
+        of a token holds only tokens of its own sample, as if each sample began a sequence."""
+        if samples is None:
+            y = self.conv(x.transpose(1, 2))[..., : x.shape[1]]  # left padding only: causal
+            return F.silu(y.transpose(1, 2))
+        w = self.conv.weight[:, 0].to(x.dtype)  # [C, size]; tap size - 1 - j weighs the token j back
+        y = x * w[:, -1]
+        for j in range(1, min(self.size, x.shape[1])):
+            same = (samples[:, j:] == samples[:, :-j])[..., None]
+            y = y + F.pad((x[:, :-j] * same) * w[:, -1 - j], (0, 0, j, 0))
+        if self.conv.bias is not None:
+            y = y + self.conv.bias.to(x.dtype)
+        return F.silu(y)
 
     def init_cache(self, batch: int, device: torch.device | str, dtype: torch.dtype) -> Tensor:
         return torch.zeros(batch, self.conv.in_channels, self.size - 1, device=device, dtype=dtype)

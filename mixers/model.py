@@ -35,10 +35,11 @@ indices depend on where its run ends, so they need the whole prompt: such a mode
 
 Isolated samples (``LMConfig.sample_end``, the token that ends a sample): a row that packs several samples
 is read as that many sequences. Attention sees only the tokens of its own sample (a block-diagonal causal
-mask; mixers that support it say so with ``masks_samples``), and with digit positions every sample draws
-its own offset in training. Without it, a sample attends to the samples packed before it in its row, and
-a row shares one offset. (Mixers without the mask get isolated samples from the data instead: one sample
-a row, `lab.train.data.train_batch`.)
+mask; mixers that support it say so with ``masks_samples``), the Falcon mixers restart their fast weights
+and convolutions at every sample (``resets_at_samples``: the samples go to the rule as packed sequences),
+and with digit positions every sample draws its own offset in training. Without it, a sample attends to
+the samples packed before it in its row, and a row shares one offset. (The other mixers get isolated
+samples from the data instead: one sample a row, `lab.train.data.train_batch`.)
 
 Weight decay: every parameter with two or more axes (projections, the embedding, conv filters) decays;
 vectors and scalars (norm gains, per-head decay/step offsets, skip gains) never do.
@@ -55,7 +56,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from mixers.layers import RMSNorm, SwiGLU
-from mixers.registry import MIXERS, build_mixer, masks_samples
+from mixers.registry import MIXERS, build_mixer, keeps_samples_apart, masks_samples
 
 
 @dataclass
@@ -132,10 +133,11 @@ class LMConfig:
         if self.sample_end is not None:
             if isinstance(self.sample_end, bool) or not isinstance(self.sample_end, int):
                 raise ValueError(f"LMConfig.sample_end must be None or a token id, got {self.sample_end!r}")
-            if not masks_samples(self.mixer):
-                able = [name for name in MIXERS if masks_samples(name)]
-                raise ValueError(f"LMConfig.sample_end (isolated samples) needs a mixer that can mask attention "
-                                 f"between samples; {self.mixer!r} cannot; accepted: {', '.join(able)}")
+            if not keeps_samples_apart(self.mixer):
+                able = [name for name in MIXERS if keeps_samples_apart(name)]
+                raise ValueError(f"LMConfig.sample_end (isolated samples) needs a mixer that keeps the samples "
+                                 f"of a row apart (an attention mask, or a state restarted at each sample); "
+                                 f"{self.mixer!r} cannot; accepted: {', '.join(able)}")
 
     @property
     def mlp_hidden(self) -> int:
@@ -199,10 +201,17 @@ class Block(nn.Module):
         self.mlp_norm = RMSNorm(cfg.d_model, cfg.norm_eps) if hidden else None
         self.mlp = SwiGLU(cfg.d_model, hidden) if hidden else None
 
-    def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
-        """``mask`` (isolated samples): the ``[B, 1, L, L]`` attention mask of ``sample_mask``."""
+    def forward(self, x: Tensor, mask: Tensor | None = None, samples: Tensor | None = None) -> Tensor:
+        """Isolated samples: ``mask``, the ``[B, 1, L, L]`` attention mask of ``sample_mask`` for a mixer that
+        masks; ``samples``, the ``[B, L]`` ``sample_index`` for one that restarts at each sample."""
         h = self.mixer_norm(x)
-        x = x + (self.mixer(h) if mask is None else self.mixer(h, mask=mask))
+        if mask is not None:
+            h = self.mixer(h, mask=mask)
+        elif samples is not None:
+            h = self.mixer(h, samples=samples)
+        else:
+            h = self.mixer(h)
+        x = x + h
         if self.mlp is not None:
             x = x + self.mlp(self.mlp_norm(x))
         return x
@@ -296,9 +305,13 @@ class LanguageModel(nn.Module):
         samples = None if self.cfg.sample_end is None else sample_index(input_ids, self.cfg.sample_end)
         if self.digit_embed is not None:
             h = h + self.digit_embed(self.digit_positions(input_ids, samples))
-        mask = None if samples is None else sample_mask(samples)
+        mask, restarts = None, None
+        if samples is not None and masks_samples(self.cfg.mixer):
+            mask = sample_mask(samples)
+        elif samples is not None:
+            restarts = samples
         for block in self.blocks:
-            h = block(h, mask)
+            h = block(h, mask, restarts)
         return self._logits(h)
 
     def init_cache(self, batch: int, device: torch.device | str | None = None,

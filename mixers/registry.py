@@ -44,6 +44,7 @@ class MixerBuilder:
 def _falcon(rule: str) -> Callable[[int, int, FalconOptions, str], Mixer]:
     def make(d_model: int, n_heads: int, opts: FalconOptions, name: str) -> Mixer:
         return FalconMixer(d_model, n_heads, opts, rule, name)
+    make.resets_at_samples = FalconMixer.resets_at_samples  # type: ignore[attr-defined]
     return make
 
 
@@ -81,6 +82,17 @@ def masks_samples(name: str) -> bool:
     """Whether mixer ``name`` takes an attention mask that keeps the samples of a packed row apart
     (``forward(x, mask=...)``; ``LMConfig.sample_end``)."""
     return name in MIXERS and bool(getattr(MIXERS[name].make, "masks_samples", False))
+
+
+def resets_at_samples(name: str) -> bool:
+    """Whether mixer ``name`` restarts its state and short convolutions at every sample of a packed row
+    (``forward(x, samples=...)`` with the ``sample_index`` of each token; ``LMConfig.sample_end``)."""
+    return name in MIXERS and bool(getattr(MIXERS[name].make, "resets_at_samples", False))
+
+
+def keeps_samples_apart(name: str) -> bool:
+    """Whether mixer ``name`` keeps the samples of a packed row apart itself, by a mask or by restarting."""
+    return masks_samples(name) or resets_at_samples(name)
 
 
 def build_mixer(name: str, d_model: int, n_heads: int, **options: Any) -> Mixer:

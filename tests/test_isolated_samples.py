@@ -106,8 +106,8 @@ def test_an_isolated_model_generates_by_rerunning_the_prefix() -> None:
 
 
 def test_lmconfig_names_what_it_rejects() -> None:
-    with pytest.raises(ValueError, match="'falcon-1.3' cannot; accepted: transformer"):
-        LMConfig(vocab_size=VOCAB_SIZE, d_model=32, n_layers=1, n_heads=2, mixer="falcon-1.3", sample_end=EOS)
+    with pytest.raises(ValueError, match="'deltanet' cannot; accepted: transformer, .*falcon-1.3"):
+        LMConfig(vocab_size=VOCAB_SIZE, d_model=32, n_layers=1, n_heads=2, mixer="deltanet", sample_end=EOS)
     with pytest.raises(ValueError, match="abacus_eval_offset shifts digit positions: it needs abacus"):
         LMConfig(vocab_size=VOCAB_SIZE, d_model=32, n_layers=1, n_heads=2, abacus_eval_offset=2)
     with pytest.raises(ValueError, match="abacus_eval_offset must be an integer >= 0"):
@@ -129,14 +129,17 @@ def test_the_configuration() -> None:
         (["eval.abacus_offset=2"], r"eval.abacus_offset=2 must lie in 0..model.abacus .*model.abacus is None"),
         (["model.abacus=8", "eval.abacus_offset=9"], r"eval.abacus_offset=9 must lie in 0..model.abacus"),
         (["model.isolate_samples=true", "mixer=falcon-1.3", "train.cuda_graphs=true"],
-         "lays each packed sample on its own row.*train.cuda_graphs needs one shape"),
+         "changes the work of a step with its samples.*train.cuda_graphs replays one fixed step"),
         (["model.isolate_samples=true", "mixer=nonesuch"], "unknown mixer 'nonesuch'"),
     ):
         with pytest.raises(ConfigError, match=message):
             load_config(preset="addition-tiny", overrides=overrides)
-    # A mixer without an attention mask takes its samples one to a row: the model itself masks nothing.
+    # A Falcon mixer restarts at each packed sample (the model reads the samples); a mixer that does neither takes
+    # its samples one to a row, and the model itself keeps nothing apart.
     falcon = load_config(preset="addition-tiny", mixer="falcon-1.3", overrides=["model.isolate_samples=true"])
-    assert lm_config(falcon).sample_end is None
+    assert lm_config(falcon).sample_end == EOS
+    delta = load_config(preset="addition-tiny", mixer="deltanet", overrides=["model.isolate_samples=true"])
+    assert lm_config(delta).sample_end is None
     with pytest.raises(ConfigError, match="model.isolate_samples is for task addition"):
         load_config(preset="tiny", overrides=["task=random", "model.isolate_samples=true"])
 
@@ -198,7 +201,7 @@ def test_a_masked_packed_batch_and_its_samples_apart_give_one_loss() -> None:
 def test_a_recurrent_mixer_trains_on_its_samples_apart(tmp_path: Path) -> None:
     from lab.train.data import train_batch
 
-    cfg = load_config("addition-tiny", mixer="falcon-1.3", overrides=[
+    cfg = load_config("addition-tiny", mixer="deltanet", overrides=[
         "train.max_steps=2", "train.val_every=2", "train.ckpt_every=2", "train.batch_size=4", "train.accumulate=2",
         "eval.n_per_length=1", "eval.free_per_length=0", "model.abacus=4", "model.isolate_samples=true",
         "data.packing=true", "data.seq_len=48"])
@@ -207,3 +210,34 @@ def test_a_recurrent_mixer_trains_on_its_samples_apart(tmp_path: Path) -> None:
     assert ids.shape == (len(packed.spans), 3 * 8 + 3) and len(packed.spans) > 4  # split in two for accumulate
     result = run_training(cfg, out=tmp_path / "run", results=tmp_path, progress=False)
     assert result.status == "finished"
+
+
+@pytest.mark.parametrize("mixer", ["falcon-1.3", "falcon-1a.3", "falcon-2", "falcon-3a.3"])
+def test_a_falcon_mixer_restarting_at_each_packed_sample_gives_the_loss_of_its_samples_apart(mixer: str) -> None:
+    """The Falcon mixers keep the packed rows and restart their fast weights and convolutions at every sample
+    (the rule's packed sequences): one objective with the samples laid one to a row, gradients included; and a
+    sample's logits do not depend on what its row packs before it."""
+    from lab.train.module import token_loss_sum
+
+    torch.manual_seed(0)
+    cfg = dict(vocab_size=VOCAB_SIZE, d_model=32, n_layers=2, n_heads=2, mixer=mixer)
+    restarting, plain = LanguageModel(LMConfig(**cfg, sample_end=EOS)).double(), LanguageModel(LMConfig(**cfg)).double()
+    plain.load_state_dict(restarting.state_dict())
+    packed = make_batch(seed=0, step=3, batch_size=4, digits=(1, 6), seq_len=48, pack=True)
+    apart = make_batch(seed=0, step=3, batch_size=4, digits=(1, 6), seq_len=48, pack=True, apart=True)
+    loss, count = token_loss_sum(restarting(packed.input_ids), packed.labels)
+    loss_apart, count_apart = token_loss_sum(plain(apart.input_ids), apart.labels)
+    assert count == count_apart
+    torch.testing.assert_close(loss, loss_apart)
+    loss.backward()
+    loss_apart.backward()
+    for (name, a), b in zip(restarting.named_parameters(), plain.parameters()):
+        torch.testing.assert_close(a.grad, b.grad, msg=name)
+    with torch.no_grad():
+        unrestarted, _ = token_loss_sum(plain(packed.input_ids), packed.labels)
+    assert not torch.allclose(loss.detach(), unrestarted)
+    first, second = sample("97+58=", "551"), sample("123+456=", "9750")
+    with torch.no_grad():
+        alone = restarting(torch.tensor([second]))[0]
+        after = restarting(torch.tensor([first + second]))[0, len(first):]
+    torch.testing.assert_close(after, alone)

@@ -107,11 +107,14 @@ def test_the_table_names_the_transformer_without_rope_and_the_digit_positions() 
                     overrides=["model.abacus=32", "model.isolate_samples=true", "eval.abacus_offset=8"])
     assert ("digit positions (Abacus embeddings) with a random offset of 0–32 in training per sample, 8 in "
             "evaluation, attention within each packed sample;") in settings_sentence(isolated)
-    both = plan("packed", parse_rows("transformer,falcon-1.3"), seeds=1, overrides=["model.isolate_samples=true"])
-    assert "packed samples kept apart (attention masked to each; the other mixers one sample a row)" in \
-        settings_sentence(both)
+    both = plan("packed", parse_rows("transformer,falcon-1.3,deltanet"), seeds=1,
+                overrides=["model.isolate_samples=true"])
+    assert ("packed samples kept apart (attention within each packed sample; each packed sample on a row of its "
+            "own; the state restarted at each packed sample, by mixer)") in settings_sentence(both)
     falcon = plan("packed", parse_rows("falcon-1.3"), seeds=1, overrides=["model.isolate_samples=true"])
-    assert "each packed sample on a row of its own;" in settings_sentence(falcon)
+    assert "the state restarted at each packed sample;" in settings_sentence(falcon)
+    delta = plan("packed", parse_rows("deltanet"), seeds=1, overrides=["model.isolate_samples=true"])
+    assert "each packed sample on a row of its own;" in settings_sentence(delta)
 
 
 def test_widths_answered_counts_widths_in_a_row_from_one_up_to_the_widest_trained() -> None:

@@ -255,13 +255,13 @@ def settings_sentence(jobs: Sequence[Job]) -> str:
                    f"{' per sample' if m.isolate_samples else ''}"
                    f"{f', {e.abacus_offset} in evaluation' if e.abacus_offset else ''}")
     if m.isolate_samples:
-        from mixers import masks_samples
+        from mixers import masks_samples, resets_at_samples
 
-        masked = {masks_samples(j.cfg.mixer) for j in jobs}
-        digits += {frozenset({True}): ", attention within each packed sample",
-                   frozenset({False}): ", each packed sample on a row of its own"}.get(
-            frozenset(masked), ", packed samples kept apart (attention masked to each; the other mixers one "
-                               "sample a row)")
+        ways = {"attention within each packed sample" if masks_samples(j.cfg.mixer)
+                else "the state restarted at each packed sample" if resets_at_samples(j.cfg.mixer)
+                else "each packed sample on a row of its own" for j in jobs}
+        digits += (f", {ways.pop()}" if len(ways) == 1
+                   else f", packed samples kept apart ({'; '.join(sorted(ways))}, by mixer)")
     return (f"Preset `{cfg.preset}`: d_model {m.d_model}, {m.n_layers} layers, {m.n_heads} heads{options}{digits}; "
             f"{t.max_steps} steps "
             f"of batch {t.batch_size}, lr {cfg.optim.lr:g} ({cfg.optim.schedule()}); train widths "

@@ -61,9 +61,9 @@ def train_batch(cfg: RunConfig, step: int, rank: int, world_size: int) -> Batch:
         d = cfg.data
         # seq_len stays that of the widest width, so every step's batch has the same shape; but isolated
         # samples for a mixer without an attention mask come one to a row, as many rows as samples.
-        from mixers import masks_samples
+        from mixers import keeps_samples_apart
 
-        apart = cfg.model.isolate_samples and not masks_samples(cfg.mixer)
+        apart = cfg.model.isolate_samples and not keeps_samples_apart(cfg.mixer)
         batch = make_batch(cfg.train.seed, step, local, train_widths(cfg, step), seq_len(cfg), d.packing,
                            rank=rank, apart=apart)
         return batch.input_ids, batch.labels
