@@ -52,9 +52,9 @@ class ModelConfig:
 
     `isolate_samples` (addition): the samples packed in a row do not see each other, and each draws its own
     digit-position offset; without it a sample attends to those packed before it (a recurrent state carries
-    into it). Attention mixers keep the packed rows and mask attention to each sample (block-diagonal,
-    causal); the other mixers get the same samples one to a row (`tasks.addition.batches.make_batch`, `apart`),
-    as many rows as the packed rows held samples."""
+    into it). The packed rows stay: attention mixers mask attention to each sample (block-diagonal, causal),
+    the Falcon mixers restart their fast weights and convolutions at each sample (packed sequences for the
+    rule), any other mixer mixes each sample laid on a row of its own (`mixers.model.samples_apart`)."""
 
     d_model: int = 64
     n_layers: int = 2

@@ -4,8 +4,7 @@
 """
 
 from mixers.model import LanguageModel, LMConfig
-from mixers.registry import (MIXERS, build_mixer, default_options, keeps_samples_apart, masks_samples,
-                             resets_at_samples)
+from mixers.registry import MIXERS, build_mixer, default_options, masks_samples, resets_at_samples
 
-__all__ = ["MIXERS", "LMConfig", "LanguageModel", "build_mixer", "default_options", "keeps_samples_apart",
-           "masks_samples", "resets_at_samples"]
+__all__ = ["MIXERS", "LMConfig", "LanguageModel", "build_mixer", "default_options", "masks_samples",
+           "resets_at_samples"]

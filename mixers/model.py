@@ -37,9 +37,9 @@ Isolated samples (``LMConfig.sample_end``, the token that ends a sample): a row 
 is read as that many sequences. Attention sees only the tokens of its own sample (a block-diagonal causal
 mask; mixers that support it say so with ``masks_samples``), the Falcon mixers restart their fast weights
 and convolutions at every sample (``resets_at_samples``: the samples go to the rule as packed sequences),
-and with digit positions every sample draws its own offset in training. Without it, a sample attends to
-the samples packed before it in its row, and a row shares one offset. (The other mixers get isolated
-samples from the data instead: one sample a row, `lab.train.data.train_batch`.)
+any other mixer mixes each sample laid on a row of its own (``samples_apart``), and with digit positions
+every sample draws its own offset in training. Without it, a sample sees the samples packed before it in
+its row, and a row shares one offset.
 
 Weight decay: every parameter with two or more axes (projections, the embedding, conv filters) decays;
 vectors and scalars (norm gains, per-head decay/step offsets, skip gains) never do.
@@ -56,7 +56,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from mixers.layers import RMSNorm, SwiGLU
-from mixers.registry import MIXERS, build_mixer, keeps_samples_apart, masks_samples
+from mixers.registry import MIXERS, build_mixer, masks_samples, resets_at_samples
 
 
 @dataclass
@@ -133,11 +133,6 @@ class LMConfig:
         if self.sample_end is not None:
             if isinstance(self.sample_end, bool) or not isinstance(self.sample_end, int):
                 raise ValueError(f"LMConfig.sample_end must be None or a token id, got {self.sample_end!r}")
-            if not keeps_samples_apart(self.mixer):
-                able = [name for name in MIXERS if keeps_samples_apart(name)]
-                raise ValueError(f"LMConfig.sample_end (isolated samples) needs a mixer that keeps the samples "
-                                 f"of a row apart (an attention mask, or a state restarted at each sample); "
-                                 f"{self.mixer!r} cannot; accepted: {', '.join(able)}")
 
     @property
     def mlp_hidden(self) -> int:
@@ -182,6 +177,21 @@ def sample_index(input_ids: Tensor, sample_end: int) -> Tensor:
     return end.cumsum(1) - end
 
 
+def samples_apart(mix: nn.Module, x: Tensor, samples: Tensor) -> Tensor:
+    """``mix`` over each sample of the packed rows ``x [B, L, d]`` alone, as if each began a sequence: the
+    samples (``sample_index``) laid one to a row, padded at their ends (which a causal mixer's outputs cannot
+    see), mixed, and put back in their rows."""
+    first = torch.ones_like(samples, dtype=torch.bool)
+    first[:, 1:] = samples[:, 1:] != samples[:, :-1]
+    first = first.flatten()
+    which = first.cumsum(0) - 1  # the sample of every token, counted over the whole batch
+    starts = first.nonzero().flatten()
+    at = torch.arange(first.numel(), device=x.device) - starts[which]  # its place in its sample
+    rows = x.new_zeros(starts.numel(), int(at.max()) + 1, x.shape[-1])
+    rows[which, at] = x.flatten(0, 1)
+    return mix(rows)[which, at].unflatten(0, samples.shape)
+
+
 def sample_mask(samples: Tensor) -> Tensor:
     """``[B, 1, L, L]`` boolean attention mask (True: attend) from ``sample_index``: causal, and within one
     sample."""
@@ -203,12 +213,15 @@ class Block(nn.Module):
 
     def forward(self, x: Tensor, mask: Tensor | None = None, samples: Tensor | None = None) -> Tensor:
         """Isolated samples: ``mask``, the ``[B, 1, L, L]`` attention mask of ``sample_mask`` for a mixer that
-        masks; ``samples``, the ``[B, L]`` ``sample_index`` for one that restarts at each sample."""
+        masks; ``samples``, the ``[B, L]`` ``sample_index``, for any other (a mixer that restarts at each sample
+        takes it, any other mixes each sample on a row of its own)."""
         h = self.mixer_norm(x)
         if mask is not None:
             h = self.mixer(h, mask=mask)
-        elif samples is not None:
+        elif samples is not None and getattr(self.mixer, "resets_at_samples", False):
             h = self.mixer(h, samples=samples)
+        elif samples is not None:
+            h = samples_apart(self.mixer, h, samples)
         else:
             h = self.mixer(h)
         x = x + h

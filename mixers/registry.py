@@ -90,11 +90,6 @@ def resets_at_samples(name: str) -> bool:
     return name in MIXERS and bool(getattr(MIXERS[name].make, "resets_at_samples", False))
 
 
-def keeps_samples_apart(name: str) -> bool:
-    """Whether mixer ``name`` keeps the samples of a packed row apart itself, by a mask or by restarting."""
-    return masks_samples(name) or resets_at_samples(name)
-
-
 def build_mixer(name: str, d_model: int, n_heads: int, **options: Any) -> Mixer:
     """Build the registered mixer ``name`` for width ``d_model`` with ``n_heads`` heads."""
     if name not in MIXERS:

@@ -259,7 +259,7 @@ def settings_sentence(jobs: Sequence[Job]) -> str:
 
         ways = {"attention within each packed sample" if masks_samples(j.cfg.mixer)
                 else "the state restarted at each packed sample" if resets_at_samples(j.cfg.mixer)
-                else "each packed sample on a row of its own" for j in jobs}
+                else "each packed sample mixed on a row of its own" for j in jobs}
         digits += (f", {ways.pop()}" if len(ways) == 1
                    else f", packed samples kept apart ({'; '.join(sorted(ways))}, by mixer)")
     return (f"Preset `{cfg.preset}`: d_model {m.d_model}, {m.n_layers} layers, {m.n_heads} heads{options}{digits}; "

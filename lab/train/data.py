@@ -54,18 +54,13 @@ def train_widths(cfg: RunConfig, step: int) -> tuple[int, int]:
 
 def train_batch(cfg: RunConfig, step: int, rank: int, world_size: int) -> Batch:
     """(input_ids, labels) of `step` for `rank`: [batch_size / world_size, seq_len] int64 each (isolated
-    addition samples for a mixer without an attention mask: one row per sample of those rows, rows as long as
-    the step's widest sample)."""
+    addition samples keep their packed rows: the model keeps them apart, `mixers.model`)."""
     local = cfg.train.batch_size // world_size
     if cfg.task == "addition":
         d = cfg.data
-        # seq_len stays that of the widest width, so every step's batch has the same shape; but isolated
-        # samples for a mixer without an attention mask come one to a row, as many rows as samples.
-        from mixers import keeps_samples_apart
-
-        apart = cfg.model.isolate_samples and not keeps_samples_apart(cfg.mixer)
+        # seq_len stays that of the widest width, so every step's batch has the same shape
         batch = make_batch(cfg.train.seed, step, local, train_widths(cfg, step), seq_len(cfg), d.packing,
-                           rank=rank, apart=apart)
+                           rank=rank)
         return batch.input_ids, batch.labels
     if cfg.task == "fineweb":
         shards = fineweb_shards(cfg.data.path, "train", seq_len(cfg), vocab_size(cfg))

@@ -36,7 +36,7 @@ class NonFiniteError(RuntimeError):
 
 def lm_config(cfg: RunConfig) -> Any:
     """The mixers' LMConfig for this run."""
-    from mixers import LMConfig, keeps_samples_apart
+    from mixers import LMConfig
 
     m = cfg.model
     digits: dict[str, Any] = {}
@@ -47,9 +47,9 @@ def lm_config(cfg: RunConfig) -> Any:
         digits = {"abacus": m.abacus, "abacus_size": m.abacus + 2 + max(128, 2 * cfg.data.widths[1]),
                   "digit_ids": (DIGIT_0, DIGIT_0 + 9), "answer_marker": EQUALS,
                   "abacus_eval_offset": cfg.eval.abacus_offset}
-    if m.isolate_samples and keeps_samples_apart(cfg.mixer):
-        # Attention keeps the packed rows and masks them, the Falcon mixers restart at each sample; the other
-        # mixers get the samples one to a row (lab.train.data.train_batch).
+    if m.isolate_samples:
+        # The packed rows stay: attention masks them, the Falcon mixers restart at each sample, any other mixer
+        # mixes each sample on a row of its own (mixers.model).
         from tasks.addition.vocab import EOS
 
         digits["sample_end"] = EOS
