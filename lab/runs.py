@@ -17,55 +17,19 @@ import socket
 import sqlite3
 import subprocess
 import sys
-import tempfile
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 from lab.paths import REPO_ROOT, results_root
+from tasks.files import atomic_write, atomic_write_text, file_mode  # noqa: F401 (lab's writers import them here)
 
 
 def now() -> str:
     """The current time in UTC, ISO 8601, to the second."""
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
-
-
-def file_mode() -> int:
-    """The mode a plainly created file gets under the current umask (temporary files start at 0600)."""
-    mask = os.umask(0)
-    os.umask(mask)
-    return 0o666 & ~mask
-
-
-def atomic_write(path: str | Path, write: Callable[[BinaryIO], None]) -> None:
-    """Write `path` through a temporary file in the same folder, synced, then os.replace: a kill mid-write
-    leaves the previous file whole. `write` fills the open binary file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        os.fchmod(fd, file_mode())
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    # the rename itself must reach the disk too
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
-
-
-def atomic_write_text(path: str | Path, text: str) -> None:
-    """Write `text` (UTF-8) to `path` atomically (see `atomic_write`)."""
-    atomic_write(path, lambda f: f.write(text.encode("utf-8")))
 
 
 @dataclass(frozen=True)

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from tasks.addition.generate import DEFAULT_N_PER_LENGTH, generate_records, validate_record
+from tasks.files import atomic_write
 
 
 def write_jsonl(
@@ -25,20 +25,15 @@ def write_jsonl(
     """
     path = Path(path)
     records = generate_records(split, digits, n_per_length, seed)  # validates its arguments first
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     count = 0
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            for record in records:
-                f.write(json.dumps(record, separators=(",", ":")) + "\n")
-                count += 1
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+
+    def write(f: BinaryIO) -> None:
+        nonlocal count
+        for record in records:
+            f.write((json.dumps(record, separators=(",", ":")) + "\n").encode("utf-8"))
+            count += 1
+
+    atomic_write(path, write)
     return count
 
 

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from tasks.files import atomic_write_text
 from tasks.fineweb.parquet import check_schema, iter_texts, parquet_files
 from tasks.fineweb.shards import read_header, shard_name, write_shard
 from tasks.fineweb.tokenizer import file_sha256, load_tokenizer
@@ -28,16 +28,7 @@ MANIFEST = "manifest.json"
 
 def write_json(path: Path, data: dict[str, Any]) -> None:
     """Write `data` as JSON at `path`, whole or not at all."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(data, f, indent=2)
-            f.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write_text(path, json.dumps(data, indent=2) + "\n")
 
 
 def read_manifest(folder: str | os.PathLike[str]) -> dict[str, Any] | None:

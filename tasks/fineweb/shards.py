@@ -9,11 +9,11 @@ range against the vocabulary.
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
+from tasks.files import atomic_write
 MAGIC = 20240520
 VERSION = 1
 HEADER_INTS = 256
@@ -38,18 +38,7 @@ def write_shard(path: str | os.PathLike[str], tokens: np.ndarray) -> int:
         raise ValueError(f"tokens must lie in [0, 65536) to fit uint16, got [{tokens.min()}, {tokens.max()}]")
     header = np.zeros(HEADER_INTS, dtype="<i4")
     header[:3] = (MAGIC, VERSION, tokens.size)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(header.tobytes())
-            f.write(tokens.astype("<u2").tobytes())
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write(path, lambda f: (f.write(header.tobytes()), f.write(tokens.astype("<u2").tobytes())))
     return int(tokens.size)
 
 
