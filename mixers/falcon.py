@@ -210,6 +210,27 @@ class FalconMixer(Mixer):
                                     cu_seqlens=cu_seqlens, **self._rule_options())
         return o if samples is None else o[0].unflatten(0, samples.shape)
 
+    def forward_cached(self, x: Tensor, cache: dict) -> tuple[Tensor, dict]:
+        """``forward`` over ``x [B, T, d]`` continuing from ``cache`` (``init_cache`` for a fresh sequence), in
+        parallel, and the cache after its last token: a prompt's prefill, or a segment of a long sequence."""
+        q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        windows = None
+        if self.convs is not None:
+            mixed, windows = [], []
+            for conv, t, window in zip(self.convs, (q, k, v), cache["conv"]):
+                past = window.shape[2]
+                full = torch.cat([window.transpose(1, 2).to(t.dtype), t], dim=1)  # [B, size − 1 + T, C]
+                mixed.append(conv(full)[:, past:])
+                windows.append(full[:, full.shape[1] - past:].transpose(1, 2))
+            q, k, v = mixed
+        q, k, v = self._featurise(q, k, v)
+        gain, lam = self._gates(x)
+        with full_precision(q):
+            o, state = fast_weight_rule(q, k, v, gain, lam, backend=self.opts.backend, chunk_size=self.chunk_size,
+                                        initial_state=cache["state"], output_final_state=True,
+                                        **self._rule_options())
+        return self._output(o, x), {"conv": windows, "state": state}
+
     def init_cache(self, batch: int, device: torch.device | str, dtype: torch.dtype) -> dict:
         """The conv windows (if any) and the fast-weight state (None: a fresh sequence)."""
         convs = None if self.convs is None else [c.init_cache(batch, device, dtype) for c in self.convs]
