@@ -21,7 +21,9 @@ import yaml
 from lab.typed import ConfigError, build, check_value, hint_of, merge, parse_text, set_dotted, yaml_problem
 
 PRESETS_DIR = Path(__file__).resolve().parent / "presets"
-TASKS = ("addition", "random", "fineweb")
+TASKS = ("addition", "random", "fineweb", "mqar", "parity", "permutation")
+# The synthetic tasks of tasks.synthetic: a length axis, trained on data.lengths, tested on data.test_lengths.
+SEQUENCE_TASKS = ("mqar", "parity", "permutation")
 CURRICULA = ("linear",)
 PRECISIONS = ("auto", "32-true", "bf16-mixed", "16-mixed", "64-true")
 STRATEGIES = ("auto", "ddp", "ddp_find_unused_parameters_true")
@@ -39,7 +41,8 @@ PLACEMENT_KEYS = ("train.devices", "train.num_nodes", "train.strategy", "train.a
 # Keys added after runs were recorded: left out of the run id while at these defaults, so that
 # the ids of earlier runs do not change.
 LATER_KEYS = {"data.path": None, "data.val_windows": 16, "train.accumulate": 1, "model.abacus": None,
-              "model.isolate_samples": False, "eval.abacus_offset": 0}
+              "model.isolate_samples": False, "eval.abacus_offset": 0, "data.lengths": [1, 16],
+              "data.test_lengths": [17, 64], "data.group": "S5", "data.tokens_per_pair": 8}
 
 
 @dataclass
@@ -128,6 +131,11 @@ class DataConfig:
     all of `widths`); validation always covers all of `widths`. `path` is the folder of FineWeb-Edu
     token shards (`lab data fineweb`); fineweb validates on the first `val_windows` non-overlapping
     windows of its val shard, and `vocab_size` must cover the shards' tokenizer (50257 for GPT-2).
+
+    The synthetic tasks (mqar, parity, permutation; `tasks.synthetic`) train on sequences of `lengths`
+    tokens (inclusive, drawn uniformly per row) and are tested on the held-out `test_lengths`, which must
+    be longer. `group`: S5 or A5 (permutation). MQAR holds `lengths // tokens_per_pair` key-value pairs
+    over a vocabulary of `vocab_size` ids.
     """
 
     widths: tuple[int, int] = (1, 32)
@@ -140,6 +148,10 @@ class DataConfig:
     vocab_size: int = 256
     path: str | None = None
     val_windows: int = 16
+    lengths: tuple[int, int] = (1, 16)
+    test_lengths: tuple[int, int] = (17, 64)
+    group: str = "S5"
+    tokens_per_pair: int = 8
 
 
 @dataclass
@@ -344,20 +356,49 @@ def _validate_data(cfg: RunConfig) -> None:
             raise ConfigError(f"data.packing needs data.seq_len (>= {need} for widths up to {hi})")
         if d.seq_len is not None and d.seq_len < need:
             raise ConfigError(f"data.seq_len={d.seq_len} is too short for width {hi}; accepted: >= {need}")
-    elif d.packing:
+    elif cfg.task in SEQUENCE_TASKS:
+        _validate_sequence_task(cfg)
+    if cfg.task != "addition" and d.packing:
         raise ConfigError(f"data.packing applies to task 'addition' only; accepted for {cfg.task!r}: false")
-    elif d.curriculum is not None:
+    if cfg.task != "addition" and d.curriculum is not None:
         raise ConfigError(f"data.curriculum applies to task 'addition' only; accepted for {cfg.task!r}: null")
     if cfg.task == "fineweb" and not d.path:
         raise ConfigError("task 'fineweb' needs data.path, the folder of token shards made by `lab data fineweb`")
     e = cfg.eval
-    if e.enabled and cfg.task != "addition":
-        raise ConfigError(f"eval.enabled applies to task 'addition' only; accepted for {cfg.task!r}: false")
+    if e.enabled and cfg.task not in ("addition", *SEQUENCE_TASKS):
+        raise ConfigError(f"eval.enabled applies to the tasks addition, {', '.join(SEQUENCE_TASKS)}; accepted for "
+                          f"{cfg.task!r}: false")
     if e.n_per_length < 1:
         raise ConfigError(f"eval.n_per_length must be >= 1, got {e.n_per_length}")
     if e.free_per_length < 0:
         raise ConfigError(f"eval.free_per_length must be >= 0 (0: no free-running evaluation), "
                           f"got {e.free_per_length}")
+
+
+def _validate_sequence_task(cfg: RunConfig) -> None:
+    """The options of a synthetic task: its lengths, its held-out lengths beyond them, its own options."""
+    from tasks.synthetic import GROUPS, check_lengths, make_task
+
+    d = cfg.data
+    if cfg.task == "permutation" and d.group not in GROUPS:
+        raise ConfigError(f"data.group={d.group!r} is not accepted; accepted: {', '.join(GROUPS)}")
+    try:
+        task = make_task(cfg.task, vocab_size=d.vocab_size, tokens_per_pair=d.tokens_per_pair, group=d.group)
+    except ValueError as err:
+        raise ConfigError(f"data.{err}") from None
+    try:
+        lo, hi = check_lengths(d.lengths, "data.lengths", task.min_length)
+        test_lo, test_hi = check_lengths(d.test_lengths, "data.test_lengths", task.min_length)
+        for n in (hi, test_hi):
+            task.check_length(n)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+    if test_lo <= hi:
+        raise ConfigError(f"data.test_lengths {list(d.test_lengths)} must be held out: longer than every train "
+                          f"length (data.lengths {list(d.lengths)}); accepted: a range starting at {hi + 1} or above")
+    if d.seq_len is not None and d.seq_len < hi:
+        raise ConfigError(f"data.seq_len={d.seq_len} is shorter than the longest train length {hi}; accepted: "
+                          f">= {hi}, or null")
 
 
 def _validate_mixer(cfg: RunConfig) -> None:

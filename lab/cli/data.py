@@ -1,11 +1,12 @@
-"""`lab data`: generate the datasets of the two tracks."""
+"""`lab data`: generate the datasets of the two tracks, and samples of the synthetic tasks."""
 
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-app = typer.Typer(help="Generate the datasets: variable-length addition and FineWeb-Edu token shards.")
+app = typer.Typer(help="Generate the datasets: variable-length addition, FineWeb-Edu token shards, and samples of "
+                       "the synthetic tasks (mqar, parity, permutation).")
 
 
 def parse_digits(text: str) -> tuple[int, int]:
@@ -75,3 +76,105 @@ def fineweb(
         raise typer.Exit(code=1) from None
     typer.echo(f"{out}: {manifest['n_shards']} shards, {manifest['val_tokens']} val and "
                f"{manifest['train_tokens']} train tokens from {manifest['documents']} documents")
+
+
+def _sequence_data(task_name: str, split: str, lengths: str, n_per_length: int, seed: int, out: Path | None,
+                   show: int, **options: object) -> None:
+    """Write samples of a synthetic task, `n_per_length` for each length, one JSON record a line; print the
+    first `show` (without their token ids)."""
+    import json
+
+    from lab.paths import results_path
+    from tasks.synthetic import SPLITS, eval_samples, make_task, options_of
+
+    command = f"lab data {task_name}"
+    try:
+        if split not in SPLITS:
+            raise ValueError(f"--split {split!r} is not accepted; accepted: {', '.join(SPLITS)}")
+        lo, hi = parse_range("--lengths", lengths)
+        if n_per_length < 1:
+            raise ValueError(f"--n-per-length must be >= 1, got {n_per_length}")
+        try:
+            task = make_task(task_name, **options)  # type: ignore[arg-type]
+        except ValueError as err:
+            raise ValueError(f"--{str(err).replace('_', '-')}") from None
+        header = {"task": task_name, **options_of(task), "split": split, "seed": seed}
+        records = [{**header, **task.record(s)} for n in range(lo, hi + 1)
+                   for s in eval_samples(task, split, n, n_per_length, seed)]
+    except ValueError as err:
+        typer.echo(f"{command}: {err}", err=True)
+        raise typer.Exit(code=2) from None
+    for record in records[:show]:
+        typer.echo(json.dumps({k: v for k, v in record.items() if k not in ("tokens", "labels")}))
+    path = out if out is not None else results_path("data", task_name, f"{split}.jsonl")
+    from lab.runs import atomic_write_text
+
+    try:
+        atomic_write_text(path, "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in records))
+    except OSError as err:
+        typer.echo(f"{command}: cannot write {path}: {err.strerror}", err=True)
+        raise typer.Exit(code=1) from None
+    typer.echo(f"wrote {len(records)} {split} samples (seed {seed}) to {path}")
+
+
+def parse_range(option: str, text: str) -> tuple[int, int]:
+    """'LO-HI' or 'N' as an inclusive range of positive ints; ValueError naming `option` and the accepted forms."""
+    lo, sep, hi = text.partition("-")
+    try:
+        bounds = (int(lo), int(hi) if sep else int(lo))
+    except ValueError:
+        raise ValueError(f"{option} {text!r} is not a range; accepted: LO-HI (e.g. 1-16) or N") from None
+    if not 1 <= bounds[0] <= bounds[1]:
+        raise ValueError(f"{option} {text!r} must satisfy 1 <= LO <= HI")
+    return bounds
+
+
+SplitOption = Annotated[str, typer.Option(help="Which stream: train, val (train lengths) or test (held-out).")]
+LengthsOption = Annotated[str, typer.Option(help="Sequence lengths as LO-HI or N.")]
+PerLengthOption = Annotated[int, typer.Option(help="Samples per length.")]
+SeedOption = Annotated[int, typer.Option(help="Seed; the same seed gives the same data.")]
+ShowOption = Annotated[int, typer.Option(help="Print the first SHOW samples.")]
+OutOption = Annotated[Path | None, typer.Option(help="jsonl file to write; default <results>/data/<task>/<split>.jsonl.")]
+
+
+@app.command()
+def parity(
+    split: SplitOption = "val",
+    lengths: LengthsOption = "1-16",
+    n_per_length: PerLengthOption = 4,
+    seed: SeedOption = 0,
+    show: ShowOption = 3,
+    out: OutOption = None,
+) -> None:
+    """Running parity: bit strings, the XOR of the bits so far at every position."""
+    _sequence_data("parity", split, lengths, n_per_length, seed, out, show)
+
+
+@app.command()
+def permutation(
+    split: SplitOption = "val",
+    lengths: LengthsOption = "1-16",
+    n_per_length: PerLengthOption = 4,
+    seed: SeedOption = 0,
+    show: ShowOption = 3,
+    group: Annotated[str, typer.Option(help="S5, or A5 (its even permutations).")] = "S5",
+    out: OutOption = None,
+) -> None:
+    """Permutations of five elements composed left to right; the product so far at every position."""
+    _sequence_data("permutation", split, lengths, n_per_length, seed, out, show, group=group)
+
+
+@app.command()
+def mqar(
+    split: SplitOption = "val",
+    lengths: LengthsOption = "16-32",
+    n_per_length: PerLengthOption = 4,
+    seed: SeedOption = 0,
+    show: ShowOption = 3,
+    vocab_size: Annotated[int, typer.Option(help="Vocabulary: keys from the lower half, values the upper.")] = 256,
+    tokens_per_pair: Annotated[int, typer.Option(help="A sequence of T tokens holds T // this many pairs.")] = 8,
+    out: OutOption = None,
+) -> None:
+    """Multi-query associative recall (zoology): key-value pairs, then each key asked once."""
+    _sequence_data("mqar", split, lengths, n_per_length, seed, out, show, vocab_size=vocab_size,
+                   tokens_per_pair=tokens_per_pair)

@@ -38,6 +38,7 @@ FREE_SUMMARY = ("free_val_acc", "free_ood_mean")
 WIDTHS = range(1, 49)
 # Per-width columns of evals.csv and the row key holding each family of accuracies.
 PER_WIDTH = {"tf": "teacher_forced", "tok": "per_token", "free": "free_running"}
+# The columns of an addition evals.csv; write_evals adds one per further length its rows hold.
 COLUMNS = ("step", *SUMMARY, *FREE_SUMMARY, *(f"{p}@{n}" for p in PER_WIDTH for n in WIDTHS))
 
 
@@ -54,9 +55,15 @@ def pick_best(rows: Sequence[Mapping[str, Any]], key: str = "val_acc") -> Mappin
 
 def evaluation_callbacks(cfg: RunConfig, run: RunDir) -> list[Callback]:
     """The evaluation callbacks a run's configuration asks for: none unless `eval.enabled`."""
-    if not (cfg.task == "addition" and cfg.eval.enabled):
-        return []
+    from lab.config import SEQUENCE_TASKS
+
     e = cfg.eval
+    if cfg.task in SEQUENCE_TASKS and e.enabled:
+        from lab.eval.length_callback import LengthEvaluation
+
+        return [LengthEvaluation.of(cfg, run)]
+    if not (cfg.task == "addition" and e.enabled):
+        return []
     return [AdditionEvaluation(run, cfg.train.val_every, e.n_per_length, e.free_per_length, e.seed)]
 
 
@@ -77,17 +84,21 @@ def best_weights_path(run: RunDir) -> Path:
 
 def read_evals(path: str | Path) -> list[dict[str, Any]]:
     """Rows of an evals.csv: summary columns as floats and `teacher_forced`/`per_token`/`free_running`
-    dicts of width -> accuracy; empty cells are absent."""
+    dicts of width (or sequence length) -> accuracy; empty cells are absent."""
     path = Path(path)
     if not path.exists():
         return []
     rows = []
     with path.open(newline="", encoding="utf-8") as f:
-        for raw in csv.DictReader(f):
+        reader = csv.DictReader(f)
+        header = reader.fieldnames or []
+        lengths = sorted({int(c.split("@")[1]) for c in header if c.split("@")[0] in PER_WIDTH
+                          and c.split("@")[-1].isdigit()})
+        for raw in reader:
             row: dict[str, Any] = {"step": int(raw["step"])}
             row.update({k: float(raw[k]) for k in (*SUMMARY, *FREE_SUMMARY) if raw.get(k) not in ("", None)})
             for prefix, name in PER_WIDTH.items():
-                cells = {n: raw.get(f"{prefix}@{n}") for n in WIDTHS}
+                cells = {n: raw.get(f"{prefix}@{n}") for n in lengths}
                 per_n = {n: float(v) for n, v in cells.items() if v not in ("", None)}
                 if per_n:
                     row[name] = per_n
@@ -96,9 +107,12 @@ def read_evals(path: str | Path) -> list[dict[str, Any]]:
 
 
 def write_evals(path: str | Path, rows: Sequence[Mapping[str, Any]]) -> None:
-    """Write rows (as `read_evals` returns them) to an evals.csv, atomically."""
+    """Write rows (as `read_evals` returns them) to an evals.csv, atomically: a column per width 1-48 (as
+    addition has them) and per any other length the rows hold (the synthetic tasks' sequence lengths)."""
+    lengths = sorted({*WIDTHS, *(n for row in rows for name in PER_WIDTH.values() for n in row.get(name, {}))})
+    columns = ("step", *SUMMARY, *FREE_SUMMARY, *(f"{p}@{n}" for p in PER_WIDTH for n in lengths))
     out = io.StringIO()
-    writer = csv.DictWriter(out, fieldnames=COLUMNS, lineterminator="\n")
+    writer = csv.DictWriter(out, fieldnames=columns, lineterminator="\n")
     writer.writeheader()
     for row in rows:
         flat: dict[str, Any] = {k: row[k] for k in ("step", *SUMMARY, *FREE_SUMMARY) if row.get(k) is not None}

@@ -14,19 +14,29 @@ import lightning.pytorch as pl
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
-from lab.config import DEFAULT_RANDOM_SEQ_LEN, RunConfig
+from lab.config import DEFAULT_RANDOM_SEQ_LEN, SEQUENCE_TASKS, RunConfig
 from tasks.addition import VOCAB_SIZE, generate_records, make_batch, positions_needed, teacher_forced_batch
 from tasks.addition.curriculum import linear_widths
 from tasks.fineweb import ShardSet, val_windows
 from tasks.fineweb import train_batch as fineweb_batch
 from tasks.random_tokens import random_token_batch
+from tasks.synthetic import SequenceTask, eval_samples, make_task, pad_batch
+from tasks.synthetic import make_batch as sequence_batch
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 
 
 def vocab_size(cfg: RunConfig) -> int:
     """Vocabulary size the task needs."""
+    if cfg.task in SEQUENCE_TASKS:
+        return sequence_task(cfg).vocab_size
     return VOCAB_SIZE if cfg.task == "addition" else cfg.data.vocab_size
+
+
+def sequence_task(cfg: RunConfig) -> SequenceTask:
+    """The synthetic task (mqar, parity, permutation) of the run, with its data.* options."""
+    d = cfg.data
+    return make_task(cfg.task, vocab_size=d.vocab_size, tokens_per_pair=d.tokens_per_pair, group=d.group)
 
 
 def seq_len(cfg: RunConfig) -> int:
@@ -35,6 +45,8 @@ def seq_len(cfg: RunConfig) -> int:
         return cfg.data.seq_len
     if cfg.task == "addition":
         return positions_needed(cfg.data.widths[1])
+    if cfg.task in SEQUENCE_TASKS:
+        return cfg.data.lengths[1]
     return DEFAULT_RANDOM_SEQ_LEN
 
 
@@ -62,6 +74,8 @@ def train_batch(cfg: RunConfig, step: int, rank: int, world_size: int) -> Batch:
         batch = make_batch(cfg.train.seed, step, local, train_widths(cfg, step), seq_len(cfg), d.packing,
                            rank=rank)
         return batch.input_ids, batch.labels
+    if cfg.task in SEQUENCE_TASKS:
+        return sequence_batch(sequence_task(cfg), cfg.train.seed, step, local, cfg.data.lengths, seq_len(cfg), rank)
     if cfg.task == "fineweb":
         shards = fineweb_shards(cfg.data.path, "train", seq_len(cfg), vocab_size(cfg))
         return fineweb_batch(shards, cfg.train.batch_size, cfg.train.seed, step, rank, world_size)
@@ -93,11 +107,18 @@ class TrainBatches(IterableDataset):
 
 class ValBatches(IterableDataset):
     """The fixed in-distribution validation set of addition (the val split, data.val_per_length per
-    width), in batches of at most batch_size rows; every rank evaluates all of it."""
+    width) or of a synthetic task (data.val_per_length per train length), in batches of at most
+    batch_size rows; every rank evaluates all of it."""
 
     def __init__(self, cfg: RunConfig) -> None:
-        records = list(generate_records("val", cfg.data.widths, cfg.data.val_per_length, cfg.train.seed))
         size = cfg.train.batch_size
+        if cfg.task in SEQUENCE_TASKS:
+            task, (lo, hi) = sequence_task(cfg), cfg.data.lengths
+            samples = [s for n in range(lo, hi + 1)
+                       for s in eval_samples(task, "val", n, cfg.data.val_per_length, cfg.train.seed)]
+            self.batches = [pad_batch(samples[i:i + size]) for i in range(0, len(samples), size)]
+            return
+        records = list(generate_records("val", cfg.data.widths, cfg.data.val_per_length, cfg.train.seed))
         self.batches = [teacher_forced_batch(records[i:i + size]) for i in range(0, len(records), size)]
 
     def __iter__(self) -> Iterator[Batch]:
@@ -144,4 +165,6 @@ class LabData(pl.LightningDataModule):
     def val_dataloader(self) -> DataLoader | list:
         if self.cfg.task == "fineweb":
             return DataLoader(ShardValBatches(self.cfg), batch_size=None)
-        return DataLoader(ValBatches(self.cfg), batch_size=None) if self.cfg.task == "addition" else []
+        if self.cfg.task in ("addition", *SEQUENCE_TASKS):
+            return DataLoader(ValBatches(self.cfg), batch_size=None)
+        return []

@@ -106,7 +106,9 @@ def make_loggers(cfg: RunConfig, run: RunDir) -> list[Logger]:
 
 def has_validation(cfg: RunConfig) -> bool:
     """Whether the task has a validation set (random tokens have nothing to validate)."""
-    return cfg.task in ("addition", "fineweb")
+    from lab.config import SEQUENCE_TASKS
+
+    return cfg.task in ("addition", "fineweb", *SEQUENCE_TASKS)
 
 
 def make_trainer(

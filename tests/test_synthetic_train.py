@@ -1,0 +1,166 @@
+"""The synthetic tasks through the lab: config validation, batches of a run, `lab data <task>`,
+`lab train --task <task>` with its per-length evaluation in evals.csv."""
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from lab.cli import app
+from lab.config import ConfigError, config_hash, load_config
+from lab.eval.callback import read_evals
+from lab.train.data import seq_len, sequence_task, train_batch, vocab_size
+from tasks.synthetic import eval_samples, make_batch
+
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+ROOT = Path(__file__).resolve().parents[1]
+TASKS = ("mqar", "parity", "permutation")
+
+
+def invoke(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(app, list(args))
+    return result.exit_code, ANSI.sub("", result.output)
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_each_tiny_preset_loads_its_task(task: str) -> None:
+    cfg = load_config(f"{task}-tiny")
+    assert cfg.task == task and cfg.eval.enabled
+    lo, hi = cfg.data.lengths
+    # held out and longer: 4x for parity and permutation, twice the length (and pairs) for MQAR
+    assert cfg.data.test_lengths[0] > hi and cfg.data.test_lengths[1] >= (2 if task == "mqar" else 4) * hi
+    assert seq_len(cfg) == hi and vocab_size(cfg) == sequence_task(cfg).vocab_size
+
+
+@pytest.mark.parametrize(("task", "override", "expected"), [
+    ("parity", "data.test_lengths=8,64", "data.test_lengths [8, 64] must be held out: longer than every train "
+                                         "length (data.lengths [1, 16]); accepted: a range starting at 17"),
+    ("parity", "data.lengths=0,16", "data.lengths must satisfy 1 <= lo <= hi, got [0, 16]"),
+    ("parity", "data.lengths=9,4", "data.lengths must satisfy 1 <= lo <= hi, got [9, 4]"),
+    ("parity", "data.seq_len=8", "data.seq_len=8 is shorter than the longest train length 16"),
+    ("permutation", "data.group=S6", "data.group='S6' is not accepted; accepted: S5, A5"),
+    ("mqar", "data.tokens_per_pair=2", "data.tokens_per_pair=2 leaves no query slot for every key"),
+    ("mqar", "data.vocab_size=2", "data.vocab_size=2 is too small for MQAR"),
+    ("mqar", "data.lengths=4,32", "data.lengths must satisfy 8 <= lo <= hi"),
+    ("mqar", "data.test_lengths=33,400", "MQAR length 400 needs 50 distinct keys but vocab_size 64 has 31"),
+    ("parity", "data.packing=true", "data.packing applies to task 'addition' only; accepted for 'parity': false"),
+    ("parity", "data.lengths=1", "data.lengths expects tuple[int, int]"),
+])
+def test_config_mistakes_name_the_key(task: str, override: str, expected: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        load_config(f"{task}-tiny", overrides=[override])
+    assert expected in str(err.value) and "\n" not in str(err.value)
+
+
+def test_new_keys_leave_recorded_run_ids_alone_and_change_the_tasks_ids() -> None:
+    recorded = sorted((ROOT / "records" / "addition" / "packed" / "runs").glob("*/config.yaml"))[:4]
+    assert recorded
+    for path in recorded:
+        assert config_hash(load_config(config_file=path)) == path.parent.name
+    parity = load_config("parity-tiny")
+    assert config_hash(parity) != config_hash(load_config("parity-tiny", overrides=["data.test_lengths=17,128"]))
+    permutation = load_config("permutation-tiny")
+    assert config_hash(permutation) != config_hash(load_config("permutation-tiny", overrides=["data.group=A5"]))
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_a_runs_batches_are_the_tasks_sliced_by_rank(task: str) -> None:
+    cfg = load_config(f"{task}-tiny", overrides=["train.batch_size=8"])
+    ids, labels = train_batch(cfg, 4, 0, 1)
+    expected = make_batch(sequence_task(cfg), cfg.train.seed, 4, 8, cfg.data.lengths, seq_len(cfg))
+    assert torch.equal(ids, expected[0]) and torch.equal(labels, expected[1])
+    halves = [train_batch(cfg, 4, r, 2) for r in (0, 1)]
+    assert torch.equal(torch.cat([h[0] for h in halves]), ids)
+    assert torch.equal(torch.cat([h[1] for h in halves]), labels)
+    assert ids.shape == (8, cfg.data.lengths[1]) and int(ids.max()) < vocab_size(cfg)
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_lab_train_runs_each_task_and_writes_accuracy_per_length(task: str, tmp_path: Path) -> None:
+    code, out = invoke("train", "--task", task, "--preset", f"{task}-tiny", "--max-steps", "3", "--no-progress",
+                       "--set", "eval.n_per_length=2", "--set", "train.val_every=2",
+                       "--results", str(tmp_path), "--out", str(tmp_path / "run"))
+    assert code == 0, out
+    assert "finished (3 steps)" in out and "val_acc" in out
+    cfg = load_config(f"{task}-tiny")
+    rows = read_evals(tmp_path / "run" / "evals.csv")
+    assert [r["step"] for r in rows] == [2, 3]
+    lo, hi = cfg.data.lengths
+    lengths = list(range(lo, hi + 1)) + list(range(cfg.data.test_lengths[0], cfg.data.test_lengths[1] + 1))
+    for row in rows:
+        assert sorted(row["teacher_forced"]) == lengths == sorted(row["per_token"])
+        assert all(0 <= v <= 100 for v in row["teacher_forced"].values())
+        val = [row["teacher_forced"][n] for n in range(lo, hi + 1)]
+        assert row["val_acc"] == pytest.approx(sum(val) / len(val))
+        test = [row["per_token"][n] for n in range(cfg.data.test_lengths[0], cfg.data.test_lengths[1] + 1)]
+        assert row["ood_token_mean"] == pytest.approx(sum(test) / len(test))
+    assert (tmp_path / "run" / "checkpoints" / "best.pt").exists()
+    state = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert state["status"] == "finished"
+
+
+def test_evaluation_scores_a_perfect_model_fully_and_a_wrong_one_not() -> None:
+    from lab.eval.lengths import evaluate_lengths
+    from tasks.synthetic import Parity
+
+    class Oracle(torch.nn.Module):
+        """Logits that put the running parity first at every position (`wrong`: the other bit at each
+            sample's last position)."""
+
+        def __init__(self, wrong: bool) -> None:
+            super().__init__()
+            self.wrong = wrong
+            self.p = torch.nn.Parameter(torch.zeros(()))
+
+        def forward(self, ids: torch.Tensor) -> torch.Tensor:
+            parity = torch.cumsum((ids == 2).long(), -1) % 2
+            if self.wrong:
+                real = ids != 0  # rows are padded to the longest of their pass
+                last = real & ~torch.cat([real[:, 1:], torch.zeros_like(real[:, :1])], 1)
+                parity = torch.where(last, 1 - parity, parity)
+            return torch.nn.functional.one_hot(1 + parity, 3).float()
+
+    right = evaluate_lengths(Oracle(False), Parity(), train_lengths=(1, 4), test_lengths=(5, 9), n_per_length=6)
+    assert set(right.teacher_forced.values()) == {100.0} and set(right.per_token.values()) == {100.0}
+    assert right.summary() == {"val_acc": 100.0, "ood_mean": 100.0, "val_token_acc": 100.0, "ood_token_mean": 100.0}
+    wrong = evaluate_lengths(Oracle(True), Parity(), train_lengths=(1, 4), test_lengths=(5, 9), n_per_length=6)
+    assert set(wrong.teacher_forced.values()) == {0.0}  # the last position of every sample is wrong
+    assert wrong.per_token[4] == pytest.approx(75.0) and wrong.per_token[1] == 0.0
+
+
+@pytest.mark.parametrize(("task", "args"), [
+    ("parity", ["--lengths", "2-3"]),
+    ("permutation", ["--lengths", "2-3", "--group", "A5"]),
+    ("mqar", ["--lengths", "16-17", "--vocab-size", "32"]),
+])
+def test_lab_data_writes_the_samples_a_run_evaluates(task: str, args: list[str], tmp_path: Path) -> None:
+    out = tmp_path / f"{task}.jsonl"
+    code, text = invoke("data", task, *args, "--split", "test", "--n-per-length", "3", "--seed", "5",
+                        "--show", "2", "--out", str(out))
+    assert code == 0, text
+    assert f"wrote 6 test samples (seed 5) to {out}" in text
+    assert len([line for line in text.splitlines() if line.startswith("{")]) == 2
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    options = {"group": "A5"} if task == "permutation" else {"vocab_size": 32} if task == "mqar" else {}
+    from tasks.synthetic import make_task
+
+    lo, hi = map(int, args[1].split("-"))
+    expected = [s for n in range(lo, hi + 1) for s in eval_samples(make_task(task, **options), "test", n, 3, 5)]
+    assert [(r["tokens"], r["labels"]) for r in records] == [(list(s.tokens), list(s.labels)) for s in expected]
+
+
+@pytest.mark.parametrize(("args", "expected"), [
+    (["parity", "--split", "ood"], "lab data parity: --split 'ood' is not accepted; accepted: train, val, test"),
+    (["parity", "--lengths", "4-2"], "--lengths '4-2' must satisfy 1 <= LO <= HI"),
+    (["permutation", "--group", "S4"], "lab data permutation: --group='S4' is not accepted; accepted: S5, A5"),
+    (["mqar", "--lengths", "4"], "MQAR length 4 holds no pair"),
+    (["mqar", "--tokens-per-pair", "2"], "--tokens-per-pair=2 leaves no query slot"),
+])
+def test_lab_data_mistakes_exit_2_in_one_line_and_write_nothing(args: list[str], expected: str,
+                                                              tmp_path: Path) -> None:
+    code, text = invoke("data", *args, "--out", str(tmp_path / "x.jsonl"))
+    assert code == 2 and expected in text and text.count("\n") == 1
+    assert not list(tmp_path.iterdir())
