@@ -24,7 +24,8 @@ def _quiet_lightning() -> None:
 
 @app.callback(invoke_without_command=True)
 def train(
-    task: Annotated[str | None, typer.Option(help="Task: addition, fineweb or random (default: the preset's).")] = None,
+    task: Annotated[str | None, typer.Option(
+        help="Task: addition, fineweb, random, mqar, parity or permutation (default: the preset's).")] = None,
     mixer: Annotated[str | None, typer.Option(help="Mixer name from the registry, e.g. transformer.")] = None,
     preset: Annotated[str | None, typer.Option(help=f"Size and schedule preset: {', '.join(preset_names())} (the "
                                                f"files in lab/presets and the presets of lab reproduce and lab "
