@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kernels import ALIGNMENTS, TIMINGS
 from lab.config import load_config
 from lab.paths import results_root
 from lab.reproduce.addition import DEFAULT_SEEDS, check_preset
@@ -23,8 +24,6 @@ from lab.reproduce.launch import Campaign, Job, Outcome, run_campaign
 
 # The mixers ablated by default: the paper's recurrent Falcon rows, then the recurrent baselines.
 DEFAULT_MIXERS = ("falcon-1a.3", "falcon-3a.3", "falcon-1.3", "deltanet", "gated-deltanet", "mamba2", "retnet")
-TIMINGS = ("raw", "rbw")
-ALIGNMENTS = ("shifted", "same_time")
 OPTION_KEYS = ("timing", "alignment")
 
 
