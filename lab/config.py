@@ -386,6 +386,11 @@ def _validate_sequence_task(cfg: RunConfig) -> None:
         task = make_task(cfg.task, vocab_size=d.vocab_size, tokens_per_pair=d.tokens_per_pair, group=d.group)
     except ValueError as err:
         raise ConfigError(f"data.{err}") from None
+    if cfg.task == "mqar" and min(d.lengths[0], d.test_lengths[0]) < task.min_length:
+        key = "data.lengths" if d.lengths[0] < task.min_length else "data.test_lengths"
+        raise ConfigError(f"{key} {list(getattr(d, key[5:]))} starts below {task.min_length}: an MQAR sequence needs "
+                          f"data.tokens_per_pair={d.tokens_per_pair} tokens for one pair; accepted: lengths >= "
+                          f"{task.min_length} (the preset mqar-tiny trains on 16-32)")
     try:
         lo, hi = check_lengths(d.lengths, "data.lengths", task.min_length)
         test_lo, test_hi = check_lengths(d.test_lengths, "data.test_lengths", task.min_length)

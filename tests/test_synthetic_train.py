@@ -44,7 +44,9 @@ def test_each_tiny_preset_loads_its_task(task: str) -> None:
     ("permutation", "data.group=S6", "data.group='S6' is not accepted; accepted: S5, A5"),
     ("mqar", "data.tokens_per_pair=2", "data.tokens_per_pair=2 leaves no query slot for every key"),
     ("mqar", "data.vocab_size=2", "data.vocab_size=2 is too small for MQAR"),
-    ("mqar", "data.lengths=4,32", "data.lengths must satisfy 8 <= lo <= hi"),
+    ("mqar", "data.lengths=4,32", "data.lengths [4, 32] starts below 8: an MQAR sequence needs "
+                                  "data.tokens_per_pair=8 tokens for one pair; accepted: lengths >= 8"),
+    ("mqar", "data.lengths=40,30", "data.lengths must satisfy 8 <= lo <= hi, got [40, 30]"),
     ("mqar", "data.test_lengths=33,400", "MQAR length 400 needs 50 distinct keys but vocab_size 64 has 31"),
     ("parity", "data.packing=true", "data.packing applies to task 'addition' only; accepted for 'parity': false"),
     ("parity", "data.lengths=1", "data.lengths expects tuple[int, int]"),
@@ -164,3 +166,28 @@ def test_lab_data_mistakes_exit_2_in_one_line_and_write_nothing(args: list[str],
     code, text = invoke("data", *args, "--out", str(tmp_path / "x.jsonl"))
     assert code == 2 and expected in text and text.count("\n") == 1
     assert not list(tmp_path.iterdir())
+
+
+def test_lab_reproduce_a_task_writes_its_table_and_skips_finished_runs(tmp_path: Path) -> None:
+    args = ["reproduce", "parity", "--rows", "transformer", "--seeds", "1", "--max-steps", "2",
+            "--set", "eval.n_per_length=2", "--results", str(tmp_path)]
+    code, out = invoke(*args)
+    assert code == 0, out
+    assert "transformer seed 0" in out and "held-out" in out and "mean33-48" not in out
+    table = (tmp_path / "parity" / "table.md").read_text()
+    assert "lab reproduce parity --rows transformer --seeds 1 --max-steps 2" in table
+    assert re.search(r"\| transformer \| \d+K \| 1/1 \|", table)
+    import pandas as pd
+
+    per_length = pd.read_csv(tmp_path / "parity" / "per_length.csv")
+    assert sorted(per_length["length"]) == list(range(1, 65))
+    summary = pd.read_csv(tmp_path / "parity" / "table.csv")
+    assert summary.loc[0, "val_acc_mean"] == pytest.approx(per_length["teacher_forced"][:16].mean())
+    code, out = invoke(*args)
+    assert code == 0 and "finished before" in out
+
+
+def test_lab_reproduce_a_task_refuses_unknown_rows_in_one_line(tmp_path: Path) -> None:
+    code, out = invoke("reproduce", "mqar", "--rows", "lstm", "--results", str(tmp_path))
+    assert code == 2 and "lab reproduce: unknown row 'lstm'; accepted: transformer, retnet" in out
+    assert out.count("\n") == 1

@@ -122,3 +122,64 @@ def fineweb(
     except ValueError as err:
         refuse("lab reproduce", err)
     finish_campaign("lab reproduce", done, "table.md")
+
+
+SeqRowsOption = Annotated[str | None, typer.Option(
+    help="Comma-separated rows (mixers) to train, e.g. deltanet,falcon-1a.3 (default: all).")]
+SeqSeedsOption = Annotated[int, typer.Option(help="Seeds per row, 0..N-1.")]
+SeqSetOption = Annotated[list[str] | None, typer.Option(
+    "--set", help="Override one setting of every run, e.g. --set data.test_lengths=17,128 (repeatable).")]
+
+
+def _sequence_task(task: str, rows: str | None, seeds: int, gpus: int | None, table_only: bool,
+                   max_steps: int | None, set_: list[str] | None, results: Path | None, out: Path | None) -> None:
+    """The campaign of a synthetic task over the mixers, with its tiny preset (lab.reproduce.sequences)."""
+    from lab.reproduce.sequences import parse_rows, reproduce_task
+
+    try:
+        chosen = parse_rows(rows)
+        slots = campaign_slots(gpus)
+    except ValueError as err:
+        refuse("lab reproduce", err)
+    command = remake_command(["lab", "reproduce", task], [
+        ("--rows", rows), ("--seeds", seeds), ("--max-steps", max_steps), *(("--set", item) for item in set_ or []),
+        ("--results", results), ("--out", out)])
+    try:
+        done = reproduce_task(task, chosen, seeds, slots, max_steps, set_ or (), results, out, command,
+                              on_done=print_outcome, table_only=table_only)
+    except ValueError as err:
+        refuse("lab reproduce", err)
+    finish_campaign("lab reproduce", done, "table.md")
+
+
+def _out_help(task: str) -> str:
+    return f"Folder of the table files; default <results>/{task}."
+
+
+@app.command()
+def parity(rows: SeqRowsOption = None, seeds: SeqSeedsOption = 2, gpus: GpusOption = None,
+           table_only: TableOnlyOption = False, max_steps: MaxStepsOption = None, set_: SeqSetOption = None,
+           results: ResultsOption = None,
+           out: Annotated[Path | None, typer.Option(help=_out_help("parity"), callback=writable_out)] = None) -> None:
+    """Running parity over the mixers (preset parity-tiny): accuracy on the train lengths and the held-out ones."""
+    _sequence_task("parity", rows, seeds, gpus, table_only, max_steps, set_, results, out)
+
+
+@app.command()
+def mqar(rows: SeqRowsOption = None, seeds: SeqSeedsOption = 2, gpus: GpusOption = None,
+         table_only: TableOnlyOption = False, max_steps: MaxStepsOption = None, set_: SeqSetOption = None,
+         results: ResultsOption = None,
+         out: Annotated[Path | None, typer.Option(help=_out_help("mqar"), callback=writable_out)] = None) -> None:
+    """Multi-query associative recall over the mixers (preset mqar-tiny): recall on the train lengths and on
+    longer ones with more pairs."""
+    _sequence_task("mqar", rows, seeds, gpus, table_only, max_steps, set_, results, out)
+
+
+@app.command()
+def permutation(rows: SeqRowsOption = None, seeds: SeqSeedsOption = 2, gpus: GpusOption = None,
+                table_only: TableOnlyOption = False, max_steps: MaxStepsOption = None, set_: SeqSetOption = None,
+                results: ResultsOption = None,
+                out: Annotated[Path | None, typer.Option(help=_out_help("permutation"), callback=writable_out)]
+                = None) -> None:
+    """Composition of permutations of five elements over the mixers (preset permutation-tiny)."""
+    _sequence_task("permutation", rows, seeds, gpus, table_only, max_steps, set_, results, out)

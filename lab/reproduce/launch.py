@@ -68,7 +68,8 @@ def outcome_line(outcome: Outcome) -> str:
         return f"{head} failed after {outcome.seconds:.0f} s: {outcome.message}"
     took = "finished before" if outcome.status == "skipped" else f"{outcome.status} in {outcome.seconds:.0f} s"
     scores = "  ".join(f"{name} {m[key]:.1f}" for key, name in (
-        ("best_val_acc", "val"), ("best_ood_mean", "mean33-48"), ("best_acc@33", "@33"), ("best_acc@48", "@48"))
+        ("best_val_acc", "val"), ("best_ood_mean", "mean33-48" if job.cfg.task == "addition" else "held-out"),
+        ("best_acc@33", "@33"), ("best_acc@48", "@48"))
         if m.get(key) is not None)
     step = f"best step {m['best_step']:.0f}  " if m.get("best_step") is not None else ""
     return f"{head} {took}  {step}{scores}"
