@@ -41,7 +41,7 @@ def main() -> None:
                      best["val_acc"], best["val_token_acc"], best["ood_mean"], best["ood_token_mean"],
                      reach(best["teacher_forced"], lo), lo, hi, m["elapsed_s"], run.parent.name))
     print("| task | preset | mixer | seed | best step | val. acc. | val. per token | held-out acc. | held-out per "
-          "token | reach (trained) | s | run |")
+          "token | reach (trained) | wall s | run |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in sorted(rows, key=lambda r: (TASKS.index(r[0]), r[2], r[3])):
         reached = str(r[9]) if r[9] >= r[10] else "none"
