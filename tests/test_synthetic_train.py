@@ -183,6 +183,7 @@ def test_lab_reproduce_a_task_writes_its_table_and_skips_finished_runs(tmp_path:
     assert sorted(per_length["length"]) == list(range(1, 65))
     summary = pd.read_csv(tmp_path / "parity" / "table.csv")
     assert summary.loc[0, "val_acc_mean"] == pytest.approx(per_length["teacher_forced"][:16].mean())
+    assert (tmp_path / "parity" / "per_length.png").read_bytes().startswith(b"\x89PNG")
     code, out = invoke(*args)
     assert code == 0 and "finished before" in out
 

@@ -88,8 +88,9 @@ def _best(run: dict[str, Any], results: Path) -> dict[str, Any] | None:
 
 
 def write_tables(jobs: Sequence[Job], results: Path, out: Path, command: str) -> int:
-    """table.md, table.csv (mean and std over seeds per row) and per_length.csv (every length of every run
-    at its best step) in `out`, from the finished runs of `jobs`; returns how many are finished."""
+    """table.md, table.csv (mean and std over seeds per row), per_length.csv (every length of every run at
+    its best step) and its figure per_length.png in `out`, from the finished runs of `jobs`; returns how
+    many are finished."""
     runs = finished_runs(jobs, results)
     bests = {r["job"].run_id: _best(r, results) for r in runs}
     table, lines = [], []
@@ -125,6 +126,10 @@ def write_tables(jobs: Sequence[Job], results: Path, out: Path, command: str) ->
                   for n, acc in sorted(best.get("teacher_forced", {}).items())]
     columns = ["row", "seed", "run_id", "step", "length", "teacher_forced", "per_token"]
     atomic_write_text(out / "per_length.csv", pd.DataFrame(per_length, columns=columns).to_csv(index=False))
+    if per_length:
+        from lab.plots.lengths import plot_lengths
+
+        plot_lengths(out / "per_length.csv", out / "per_length.png", cfg.task, d.lengths, d.test_lengths, command)
     return len(runs)
 
 
