@@ -192,3 +192,32 @@ def test_lab_reproduce_a_task_refuses_unknown_rows_in_one_line(tmp_path: Path) -
     code, out = invoke("reproduce", "mqar", "--rows", "lstm", "--results", str(tmp_path))
     assert code == 2 and "lab reproduce: unknown row 'lstm'; accepted: transformer, retnet" in out
     assert out.count("\n") == 1
+
+
+def test_a_resumed_task_run_trains_and_evaluates_as_an_uninterrupted_one(tmp_path: Path) -> None:
+    from lightning.pytorch.callbacks import Callback
+
+    from lab.train import run_training
+    from lab.train.callbacks import read_metrics
+
+    class StopAt(Callback):
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+            if trainer.global_step == 4:
+                trainer.should_stop = True
+
+    cfg = load_config("parity-tiny", mixer="transformer", overrides=[
+        "train.max_steps=8", "train.val_every=4", "train.ckpt_every=4", "train.log_every=1", "eval.n_per_length=2",
+        "data.test_lengths=17,20"])
+    whole = run_training(cfg, out=tmp_path / "whole", results=tmp_path / "a", progress=False)
+    first = run_training(cfg, out=tmp_path / "split", results=tmp_path / "b", callbacks=[StopAt()], progress=False)
+    assert first.status == "stopped"
+    resumed = run_training(cfg, out=tmp_path / "split", results=tmp_path / "b", progress=False)
+    assert whole.status == resumed.status == "finished" and resumed.resumed_from == 4
+    losses = [(r["step"], r["loss"]) for r in read_metrics(tmp_path / "whole" / "metrics.csv")]
+    again = [(r["step"], r["loss"]) for r in read_metrics(tmp_path / "split" / "metrics.csv")]
+    assert [s for s, _ in again] == [s for s, _ in losses] == list(range(1, 9))
+    assert [v for _, v in again] == pytest.approx([v for _, v in losses], rel=1e-5)
+    a, b = read_evals(tmp_path / "whole" / "evals.csv"), read_evals(tmp_path / "split" / "evals.csv")
+    assert [r["step"] for r in a] == [r["step"] for r in b] == [4, 8]
+    for x, y in zip(a, b):
+        assert x["per_token"] == pytest.approx(y["per_token"], abs=1e-6)
