@@ -293,7 +293,7 @@ def test_time_spent_evaluating_is_counted_apart_from_the_steps(tmp_path: Path,
     import lab.eval.callback as callback_module
     from lab.train.callbacks import read_metrics
 
-    pause = 0.4
+    pause = 2.0  # long beside a tiny step even on a loaded machine: the comparisons below leave it half as margin
 
     def slow_evaluation(*args, **kwargs):
         time.sleep(pause)
