@@ -42,7 +42,8 @@ PLACEMENT_KEYS = ("train.devices", "train.num_nodes", "train.strategy", "train.a
 # the ids of earlier runs do not change.
 LATER_KEYS = {"data.path": None, "data.val_windows": 16, "train.accumulate": 1, "model.abacus": None,
               "model.isolate_samples": False, "eval.abacus_offset": 0, "data.lengths": [1, 16],
-              "data.test_lengths": [17, 64], "data.group": "S5", "data.tokens_per_pair": 8}
+              "data.test_lengths": [17, 64], "data.group": "S5", "data.tokens_per_pair": 8, "eval.widths": [1, 48],
+              "eval.held_out_from": 33}
 
 
 @dataclass
@@ -157,17 +158,21 @@ class DataConfig:
 @dataclass
 class EvalConfig:
     """Addition evaluation during training (lab.eval.callback), when `enabled`: teacher-forced accuracy
-    on widths 1-48 with `n_per_length` samples per width every train.val_every steps and at the end,
-    and free-running greedy accuracy with `free_per_length` per width (0: none) at the best step and
-    at the end. `seed` picks the samples; keeping it fixed compares every run on one set. `abacus_offset`
-    (with `model.abacus`): the fixed offset of the digit positions in these evaluations, one of the offsets
-    0..model.abacus seen in training."""
+    on `widths` (inclusive; the paper's 1-48) with `n_per_length` samples per width every train.val_every
+    steps and at the end, and free-running greedy accuracy with `free_per_length` per width (0: none) at
+    the best step and at the end. Widths from `held_out_from` on are held out: validation accuracy is the
+    mean over widths[0] .. held_out_from - 1 (the paper's 1-32), the held-out mean over held_out_from ..
+    widths[1] (33-48), each drawn from its own sample stream. `seed` picks the samples; keeping it fixed
+    compares every run on one set. `abacus_offset` (with `model.abacus`): the fixed offset of the digit
+    positions in these evaluations, one of the offsets 0..model.abacus seen in training."""
 
     enabled: bool = False
     n_per_length: int = 100
     free_per_length: int = 10
     seed: int = 0
     abacus_offset: int = 0
+    widths: tuple[int, int] = (1, 48)
+    held_out_from: int = 33
 
 
 @dataclass
@@ -315,6 +320,11 @@ def validate(cfg: RunConfig) -> None:
             raise ConfigError(f"model.abacus must be null (off) or >= 0 (the largest offset), got {m.abacus}")
         if cfg.task != "addition":
             raise ConfigError(f"model.abacus (digit positions) is for task addition, not {cfg.task!r}")
+    lo, hi = cfg.eval.widths
+    if not 1 <= lo < cfg.eval.held_out_from <= hi:
+        raise ConfigError(f"eval.widths={[lo, hi]} and eval.held_out_from={cfg.eval.held_out_from} must satisfy "
+                          f"1 <= widths[0] < held_out_from <= widths[1] (validation widths first, then at "
+                          f"least one held-out width), e.g. widths [1, 48] with held_out_from 33")
     offset = cfg.eval.abacus_offset
     if offset and (m.abacus is None or not 0 <= offset <= m.abacus):
         raise ConfigError(f"eval.abacus_offset={offset} must lie in 0..model.abacus (the offsets seen in "

@@ -78,6 +78,9 @@ def test_layers_override_in_order(tmp_path: Path) -> None:
     ("train.max_steps=0", "train.max_steps must be >= 1"),
     ("data.curriculum=cubic", "accepted: null, linear"),
     ("optim.lr", "must look like key=value"),
+    ("eval.held_out_from=49", "eval.widths=[1, 48] and eval.held_out_from=49 must satisfy 1 <= widths[0] < "
+                              "held_out_from <= widths[1]"),
+    ("eval.widths=[1,20]", "eval.widths=[1, 20] and eval.held_out_from=33 must satisfy"),
 ])
 def test_mistakes_raise_one_line_naming_what_is_accepted(override: str, expected: str) -> None:
     with pytest.raises(ConfigError) as err:
@@ -122,6 +125,11 @@ def test_run_id_follows_what_is_computed_not_where() -> None:
     assert config_hash(load_config("tiny", overrides=["train.seed=1"])) != config_hash(base)
     assert config_hash(load_config("tiny", overrides=["train.devices=2"])) == config_hash(base)
     assert config_hash(load_config("tiny", overrides=["train.compile=true"])) == config_hash(base)
+    # the evaluation's widths came later: at the paper's (1-48, held out from 33) the ids of runs made before
+    # them stay what they were
+    assert config_hash(load_config("addition-paper", task="addition", mixer="falcon-1.3")) == "49fce80a69"
+    assert config_hash(load_config("addition-paper", task="addition", mixer="falcon-1.3",
+                                   overrides=["eval.widths=[1,40]"])) != "49fce80a69"
 
 
 def test_defaults_follow_the_paper_optimiser() -> None:

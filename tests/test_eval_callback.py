@@ -15,7 +15,14 @@ from typer.testing import CliRunner
 from lab.cli import app
 from lab.config import load_config
 from lab.eval.addition import evaluate_addition, greedy
-from lab.eval.callback import COLUMNS, AdditionEvaluation, evaluation_callbacks, pick_best, read_evals
+from lab.eval.callback import (
+    COLUMNS,
+    AdditionEvaluation,
+    evals_columns,
+    evaluation_callbacks,
+    pick_best,
+    read_evals,
+)
 from lab.eval.free_running import free_running_accuracy, greedy_correct
 from lab.runs import Registry, RunDir
 from lab.train import run_training
@@ -80,6 +87,23 @@ def test_evaluations_run_on_schedule_and_write_every_width(finished: tuple[Path,
         assert e["acc@33"] == e["teacher_forced"][33] and e["acc@48"] == e["teacher_forced"][48]
 
 
+def test_a_run_evaluates_the_widths_its_configuration_names(tmp_path: Path) -> None:
+    # widths 1-6, held out from 4: evals.csv, the metrics and positions.csv hold those widths and no other
+    cfg = config("train.max_steps=5", "eval.widths=[1,6]", "eval.held_out_from=4")
+    result = run_training(cfg, out=tmp_path / "run", results=tmp_path, progress=False)
+    assert result.status == "finished"
+    path = tmp_path / "run" / "evals.csv"
+    assert path.read_text().splitlines()[0] == ",".join(evals_columns(range(1, 7), range(4, 7)))
+    (last,) = read_evals(path)
+    assert set(last["teacher_forced"]) == set(last["free_running"]) == set(range(1, 7))
+    assert last["val_acc"] == pytest.approx(sum(last["teacher_forced"][n] for n in range(1, 4)) / 3)
+    assert last["ood_mean"] == pytest.approx(sum(last["teacher_forced"][n] for n in range(4, 7)) / 3)
+    assert last["acc@4"] == last["teacher_forced"][4] and last["acc@6"] == last["teacher_forced"][6]
+    assert result.metrics["best_acc@6"] == last["acc@6"] and "best_acc@33" not in result.metrics
+    positions = (tmp_path / "run" / "positions.csv").read_text().splitlines()
+    assert {int(line.split(",")[4]) for line in positions[1:]} == set(range(1, 7))
+
+
 def test_final_metrics_are_the_best_and_the_last_evaluation(finished: tuple[Path, dict]) -> None:
     root, metrics = finished
     evals = read_evals(root / "run" / "evals.csv")
@@ -121,8 +145,8 @@ def test_lab_eval_addition_prints_the_runs_table_row(finished: tuple[Path, dict]
     assert f"best weights: best.pt, step {metrics['best_step']:.0f}" in title
     cells = dict(zip(header.strip("| ").split(" | "), row.strip("| ").split(" | ")))
     assert cells["Mixer"] == "transformer" and cells["Step"] == f"{metrics['best_step']:.0f}"
-    for title, key in (("Val. acc.", "best_val_acc"), ("Per-token mean 33–48", "best_ood_token_mean"),
-                       ("Free-running val. acc.", "best_free_val_acc")):
+    for title, key in (("Val. acc. 1–32", "best_val_acc"), ("Per-token mean 33–48", "best_ood_token_mean"),
+                       ("Free-running val. acc. 1–32", "best_free_val_acc")):
         assert cells[title] == f"{metrics[key]:.1f}"
     last = CliRunner().invoke(app, ["eval", "addition", "--run", str(root / "run"), "--which", "last", "--per-n", "2",
                                     "--free-per-n", "0"])

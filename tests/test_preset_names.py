@@ -38,7 +38,7 @@ def test_lab_train_takes_each_campaign_preset_and_makes_the_campaigns_run(track:
         (job,) = addition.plan(key, addition.parse_rows("transformer"), seeds=1)
     else:
         (job,) = fineweb.plan(key, fineweb.parse_rows("transformer"), seeds=1, data=tmp_path)
-    base, settings = train_preset(name)
+    base, settings = train_preset(name, "transformer")
     overrides = [*settings, *([f"data.path={tmp_path}"] if track == "fineweb" else [])]
     cfg = load_config(base, overrides=overrides, task=job.cfg.task, mixer="transformer")
     assert config_hash(cfg) == job.run_id
@@ -49,7 +49,7 @@ def test_every_name_is_accepted_and_an_unknown_one_lists_them() -> None:
     for name in preset_names():
         train_preset(name)
     assert train_preset("tiny") == ("tiny", ())  # a file's name wins over a campaign's older spelling
-    with pytest.raises(ConfigError, match=r"unknown preset 'paperr'; accepted: addition-packed, .*tiny"):
+    with pytest.raises(ConfigError, match=r"unknown preset 'paperr'; accepted: addition-cpu, addition-packed, .*tiny"):
         train_preset("paperr")
     with pytest.raises(ValueError, match=r"unknown preset 'small'; accepted: .*addition-paper.*older spellings"):
         campaign_preset("addition", "small")

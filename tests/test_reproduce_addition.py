@@ -10,6 +10,7 @@ import statistics
 from pathlib import Path
 
 import pytest
+import torch
 from typer.testing import CliRunner
 
 from lab.cli import app
@@ -87,6 +88,59 @@ def test_plan_goes_seed_by_seed_with_one_run_id_per_row_and_seed() -> None:
         plan("tiny", ROWS, 1, overrides=["optim.lrr=1"])
 
 
+def test_the_tiny_preset_trains_widths_1_to_6_and_holds_out_7_to_10_in_a_few_rows() -> None:
+    jobs = plan("tiny", parse_rows(None, "tiny"), seeds=2)
+    assert [(j.cfg.mixer, j.cfg.train.seed) for j in jobs] == [("transformer", 0), ("falcon-1.3", 0),
+                                                               ("transformer", 1), ("falcon-1.3", 1)]
+    for job in jobs:
+        cfg = job.cfg
+        assert cfg.preset == "addition-cpu" and cfg.data.widths == (1, 6) and cfg.eval.enabled
+        assert (cfg.eval.widths, cfg.eval.held_out_from) == ((1, 10), 7)
+    # the rows' own settings: digit positions and samples kept apart, and no RoPE for the transformer; other
+    # rows have none
+    transformer, falcon = jobs[0].cfg.model, jobs[1].cfg.model
+    assert (transformer.mixer_options, transformer.abacus, transformer.isolate_samples) == ({"rope": False}, 4, True)
+    assert (falcon.mixer_options, falcon.abacus, falcon.isolate_samples) == ({}, 4, True)
+    # the transformer's cheaper steps: more of them in the time falcon-1.3 takes beside it
+    assert (jobs[0].cfg.train.max_steps, jobs[1].cfg.train.max_steps) == (1000, 700)
+    (mamba,) = plan("tiny", parse_rows("mamba2"), seeds=1)
+    assert (mamba.cfg.model.abacus, mamba.cfg.model.isolate_samples) == (None, False)
+    # every row stays at hand, and --set comes after a row's settings
+    assert [r.name for r in parse_rows("retnet,transformer", "tiny")] == ["retnet", "transformer"]
+    assert len(parse_rows(None, "paper")) == len(ROWS)
+    (again,) = plan("tiny", parse_rows("transformer"), seeds=1, overrides=["model.abacus=8"])
+    assert again.cfg.model.abacus == 8 and again.cfg.model.isolate_samples
+
+
+def test_the_tables_name_the_widths_the_runs_were_trained_and_tested_on(tmp_path: Path) -> None:
+    from rich.console import Console
+
+    from lab.reproduce.addition_console import summary_table
+    from lab.reproduce.addition_table import render_markdown, settings_sentence
+
+    def shown(jobs: list) -> tuple[str, str]:
+        console = Console(width=250, record=True, file=open(os.devnull, "w"))
+        console.print(summary_table(jobs, tmp_path))
+        return render_markdown(jobs, summary_rows(jobs, []), [], "lab reproduce addition"), console.export_text()
+
+    wider = plan("tiny", parse_rows("falcon-1.3"), seeds=1,
+                 overrides=["data.widths=[1,8]", "eval.widths=[1,12]", "eval.held_out_from=9"])
+    markdown, printed = shown(wider)
+    assert "| Val. acc. 1–8 | Mean 9–12 | Acc@9 | Acc@12 |" in markdown
+    assert "Per-token val. acc. 1–8 | Per-token mean 9–12" in markdown
+    assert "(paper) |" not in markdown and "| Mean 33–48" not in markdown and "Acc@33" not in markdown
+    assert "evaluated every 100 steps on widths 1–12 (held out from 9)" in settings_sentence(wider)
+    assert "widths 1–8, held out 9–12" in printed and "Widths 1–8" in printed and "Per token 9–12" in printed
+    markdown, printed = shown(plan("packed", parse_rows("falcon-1.3"), seeds=1))
+    assert "| Val. acc. 1–32 (paper) | Val. acc. 1–32 | Mean 33–48 (paper) | Mean 33–48 |" in markdown
+    assert "Held out 33–48" in printed
+    # rows of their own settings: the settings sentence names them row by row
+    both = settings_sentence(plan("tiny", parse_rows("transformer,falcon-1.3"), seeds=1))
+    assert ("steps by row of batch 32" in both and "Options by row: Transformer (NoPE): 1000 steps, rope=False, "
+            "digit positions (Abacus embeddings) with a random offset of 0–4 in training per sample, attention "
+            "within each packed sample; Falcon-1.3 (QK-RMSNorm, ctxη-ctxλ): 700 steps, digit positions") in both
+
+
 def test_the_table_names_the_transformer_without_rope_and_the_digit_positions() -> None:
     from lab.reproduce.addition import ROW_BY_NAME
     from lab.reproduce.addition_table import row_label, settings_sentence
@@ -123,6 +177,8 @@ def test_widths_answered_counts_widths_in_a_row_from_one_up_to_the_widest_traine
     assert widths_answered({1: 100.0, 2: 95.0, 3: 94.9, 4: 100.0}, widest=32) == 2
     assert widths_answered({n: 100.0 for n in range(1, 49)}, widest=32) == 32  # 33-48 are not trained widths
     assert widths_answered({2: 100.0}, widest=8) == 0 and widths_answered({}, widest=8) == 0
+    nineteen_of_twenty = 100.0 * torch.tensor([1.0] * 19 + [0.0]).mean().item()  # a float32 mean: 94.9999988
+    assert widths_answered({1: nineteen_of_twenty, 2: nineteen_of_twenty}, widest=8) == 2
     assert widths_answered({1: 80.0, 2: 70.0}, widest=8, threshold=50.0) == 2
 
 
@@ -160,7 +216,7 @@ def test_a_commit_named_short_and_long_counts_once() -> None:
 
 
 def test_table_rows_are_mean_and_sample_std_over_finished_seeds() -> None:
-    jobs = plan("tiny", parse_rows("transformer,retnet"), seeds=3)
+    jobs = plan("paper", parse_rows("transformer,retnet"), seeds=3)
     values = [61.0, 70.0, 67.0]
     runs = [{"job": j, "seed": j.cfg.train.seed, "registry": {"n_params": 1234},
              "metrics": {"best_step": 100.0 * (j.cfg.train.seed + 1), "best_ood_mean": values[j.cfg.train.seed]}}
@@ -173,6 +229,13 @@ def test_table_rows_are_mean_and_sample_std_over_finished_seeds() -> None:
     assert transformer["best_step_mean"] == 200.0 and transformer["paper_ood_mean"] == 65.8
     assert transformer["val_acc_mean"] is None
     assert (retnet["runs"], retnet["ood_mean_mean"], retnet["ood_mean_std"]) == (1, 5.0, None)
+    assert transformer["ood_mean_seeds"] == "61.0 70.0 67.0"
+    # runs evaluated on other widths than the paper's 1-32 and 33-48 have no paper numbers beside them
+    tiny = plan("tiny", parse_rows("transformer"), seeds=1)
+    (row,) = summary_rows(tiny, [{"job": tiny[0], "seed": 0, "registry": {"n_params": 1},
+                                  "metrics": {"best_acc@7": 40.0, "best_acc@10": 2.5}}])
+    assert not any(key.startswith("paper_") for key in row)
+    assert (row["acc7_mean"], row["acc10_mean"]) == (40.0, 2.5) and "acc33_mean" not in row
 
 
 def test_each_process_sees_its_own_gpu_or_its_share_of_the_cores() -> None:
@@ -231,23 +294,31 @@ def test_tiny_reproduction_end_to_end_then_a_rerun_skips_what_is_finished(tmp_pa
     code, text = invoke(*ARGS, "--results", str(tmp_path))
     assert code == 0, text
     out = tmp_path / "addition" / "tiny"
-    assert f"table: {out / 'table.md'} (2 of 13 planned runs finished)" in text
+    # the preset's rows (transformer, falcon-1.3) are planned beside the rows run now
+    assert f"table: {out / 'table.md'} (2 of 3 planned runs finished)" in text
     assert text.count("finished in") == 2
+    assert "run 1 of 2 started: transformer seed 0" in text and "run 2 of 2 falcon-1a.3 seed 0" in text
     table = {r["row"]: r for r in read_csv(out / "table.csv")}
-    assert list(table) == list(ROW_NAMES)
-    assert table["transformer"]["runs"] == "1" and table["retnet"]["runs"] == "0"
+    assert list(table) == ["transformer", "falcon-1a.3", "falcon-1.3"]
+    assert table["transformer"]["runs"] == "1" and table["falcon-1.3"]["runs"] == "0"
+    assert table["transformer"]["model"] == "Transformer (NoPE)"  # the preset's own settings of the row
     assert float(table["falcon-1a.3"]["best_step_mean"]) == 20.0  # one evaluation: the last step
-    assert 0 <= float(table["falcon-1a.3"]["widths_mean"]) <= 8  # widths answered, of the trained 1-8
+    assert 0 <= float(table["falcon-1a.3"]["widths_mean"]) <= 6  # widths answered, of the trained 1-6
     progress = read_csv(out / "progress.csv")  # every evaluation of both runs: one, at step 20
-    assert [(r["row"], r["step"], r["train_width"]) for r in progress] == [("transformer", "20", "8"),
-                                                                          ("falcon-1a.3", "20", "8")]
+    assert [(r["row"], r["step"]) for r in progress] == [("transformer", "20"), ("falcon-1a.3", "20")]
     assert 0.0 <= float(table["falcon-1a.3"]["ood_mean_mean"]) <= 100.0
     per_width = read_csv(out / "per_width.csv")
-    assert len(per_width) == 2 * 2 * 48  # two runs, best and last, 48 widths
-    assert {r["width"] for r in per_width} == {str(n) for n in range(1, 49)}
+    assert len(per_width) == 2 * 2 * 10  # two runs, best and last, the widths 1-10 of the preset
+    assert {(r["width"], r["trained"], r["held_out"]) for r in per_width} == {
+        *((str(n), "True", "False") for n in range(1, 7)), *((str(n), "False", "True") for n in range(7, 11))}
     markdown = (out / "table.md").read_text()
     assert "`lab reproduce addition --preset tiny --rows transformer,falcon-1a.3 --seeds 1 --max-steps 20" in markdown
-    assert "| Transformer (RoPE) |" in markdown and "| 65.8 |" in markdown and "2 of 13 planned runs finished" in markdown
+    assert "| Transformer (NoPE) |" in markdown and "2 of 3 planned runs finished" in markdown
+    assert "| Val. acc. 1–6 | Mean 7–10 | Acc@7 | Acc@10 |" in markdown and "(paper)" not in markdown
+    # the table as printed, its headers from the runs' configuration, and the figure beside table.md
+    assert "Widths 1–6" in text and "Held out 7–10" in text and "Per token 7–10" in text and "33–48" not in text
+    assert f"figure: {out / 'per_width.png'}" in text
+    assert (out / "per_width.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     registry = Registry(tmp_path / "lab.db")
     assert [r["status"] for r in registry.rows()] == ["finished", "finished"]
     stamps = [r["updated_at"] for r in registry.rows()]
@@ -261,7 +332,7 @@ def test_tiny_reproduction_end_to_end_then_a_rerun_skips_what_is_finished(tmp_pa
     code, text = invoke(*ARGS, "--results", str(tmp_path), "--table-only", "--out", str(tmp_path / "again"))
     assert code == 0, text
     assert "finished" not in text.replace("planned runs finished", "")
-    assert f"table: {tmp_path / 'again' / 'table.md'} (2 of 13 planned runs finished)" in text
+    assert f"table: {tmp_path / 'again' / 'table.md'} (2 of 3 planned runs finished)" in text
     assert read_csv(tmp_path / "again" / "table.csv") == read_csv(out / "table.csv")
     assert "--table-only" not in (tmp_path / "again" / "table.md").read_text()
     assert [r["updated_at"] for r in registry.rows()] == stamps
@@ -296,7 +367,7 @@ def test_two_runs_at_once_as_processes(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("args", "message"), [
     (["--rows", "transformer,nope"], "lab reproduce: unknown row 'nope'; accepted: transformer, retnet, "),
-    (["--preset", "huge"], "lab reproduce: unknown preset 'huge'; accepted: addition-tiny, addition-paper"),
+    (["--preset", "huge"], "lab reproduce: unknown preset 'huge'; accepted: addition-cpu, addition-paper"),
     (["--seeds", "0"], "lab reproduce: --seeds must be >= 1, got 0"),
     (["--gpus", "0"], "lab reproduce: --gpus must be >= 1, got 0"),
     (["--per-gpu", "0"], "lab reproduce: --per-gpu must be >= 1, got 0"),
@@ -319,7 +390,7 @@ def test_with_overrides_the_table_plans_the_rows_run_now_and_those_begun_with_th
 
     seen = {}
     monkeypatch.setattr(addition, "run_campaign", lambda jobs, everything, *a, **k: seen.update(
-        jobs=jobs, everything=everything))
+        jobs=jobs, everything=everything) or launch.Campaign([], tmp_path, 0, len(everything)))
     addition.reproduce_addition("tiny", rows=parse_rows("falcon-1.3"), seeds=2, results=tmp_path,
                                 overrides=["model.mixer_options.conv_size=8"])
     assert [(j.label, j.cfg.train.seed) for j in seen["jobs"]] == [("falcon-1.3", 0), ("falcon-1.3", 1)]
@@ -410,27 +481,29 @@ def test_an_interrupted_campaign_stops_each_run_at_a_checkpoint_and_keeps_its_ta
     out = tmp_path / "t"
     env = {**os.environ, "PYTHONPATH": str(CODE_ROOT)}
     proc = subprocess.Popen([sys.executable, "-m", "lab", "reproduce", "addition", "--preset", "tiny", "--rows",
-                             rows, "--max-steps", "5000", *placement, "--results",
-                             str(tmp_path), "--out", str(out)], cwd=CODE_ROOT, env=env, start_new_session=True,
+                             rows, "--max-steps", "5000", "--set", "train.ckpt_every=5", "--set",
+                             "train.val_every=5", *placement, "--results", str(tmp_path), "--out", str(out)],
+                            cwd=CODE_ROOT, env=env, start_new_session=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     registry = Registry(tmp_path / "lab.db")
     deadline = time.monotonic() + 180
-    while time.monotonic() < deadline:  # every run past its first checkpoint (every 50 steps)
-        begun = [registry.get(j.run_id) for j in plan("tiny", parse_rows(rows), 1, 5000)]
-        if all(r is not None and (r.get("steps") or 0) >= 50 for r in begun):
+    every = ["train.ckpt_every=5", "train.val_every=5"]  # a checkpoint and an evaluation every 5 steps
+    while time.monotonic() < deadline:  # every run past its first checkpoint (every 5 steps)
+        begun = [registry.get(j.run_id) for j in plan("tiny", parse_rows(rows), 1, 5000, every)]
+        if all(r is not None and (r.get("steps") or 0) >= 5 for r in begun):
             break
         time.sleep(0.5)
     else:
         proc.kill()
-        pytest.fail(f"the runs of {rows} did not reach step 50 in 180 s")
+        pytest.fail(f"the runs of {rows} did not reach step 5 in 180 s")
     os.killpg(proc.pid, signal.SIGINT)
     text = proc.communicate(timeout=120)[0]
     assert proc.returncode != 0, text
-    for job in plan("tiny", parse_rows(rows), 1, 5000):
+    for job in plan("tiny", parse_rows(rows), 1, 5000, every):
         row = registry.get(job.run_id)
         assert row["status"] == "stopped", (row, text)
-        assert 50 <= row["steps"] < 5000
+        assert 5 <= row["steps"] < 5000
         ckpt = tmp_path / "runs" / job.run_id / "checkpoints" / "last.ckpt"
         assert torch.load(ckpt, weights_only=False, map_location="cpu")["global_step"] == row["steps"]
     table = (out / "table.md").read_text()

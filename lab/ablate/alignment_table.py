@@ -16,25 +16,42 @@ import pandas as pd
 from lab.ablate.alignment import CELLS, cell_of, default_cell
 from lab.reproduce.addition import ROW_BY_NAME
 from lab.reproduce.addition_table import (
-    METRICS,
     finished_runs,
     format_cell,
     format_params,
     markdown_table,
     mean_std,
+    metrics,
     provenance_sentence,
     settings_sentence,
+    span,
+    split_of,
 )
 from lab.reproduce.launch import Job
 from lab.runs import atomic_write_text
 
 FILES = ("alignment.md", "alignment.csv", "alignment_per_width.csv")
-# alignment.md's two tables: (column of alignment.csv, header, decimals).
-MAIN = (("best_step", "Best step", 0), ("val_acc", "Val. acc.", 1), ("ood_mean", "Mean 33–48", 1),
-        ("acc33", "Acc@33", 1), ("acc48", "Acc@48", 1))
-TOKENS = (("token_val_acc", "Per-token val. acc.", 1), ("token_ood_mean", "Per-token mean 33–48", 1))
-PER_WIDTH_COLUMNS = ["row", "timing", "alignment", "cell", "seed", "run_id", "which", "step", "width",
-                     "teacher_forced", "per_token", "free_running"]
+
+
+def main_columns(val: range = range(1, 33), held_out: range = range(33, 49)) -> tuple[tuple[str, str, int], ...]:
+    """alignment.md's first table, for runs validated on `val` and holding out `held_out`: (column of
+    alignment.csv, header, decimals)."""
+    first, last = held_out.start, held_out.stop - 1
+    return (("best_step", "Best step", 0), ("val_acc", f"Val. acc. {span(val)}", 1),
+            ("ood_mean", f"Mean {span(held_out)}", 1), (f"acc{first}", f"Acc@{first}", 1),
+            (f"acc{last}", f"Acc@{last}", 1))
+
+
+def token_columns(val: range = range(1, 33), held_out: range = range(33, 49)) -> tuple[tuple[str, str, int], ...]:
+    """alignment.md's per-token table: (column of alignment.csv, header, decimals)."""
+    return (("token_val_acc", f"Per-token val. acc. {span(val)}", 1),
+            ("token_ood_mean", f"Per-token mean {span(held_out)}", 1))
+
+
+MAIN = main_columns()
+TOKENS = token_columns()
+PER_WIDTH_COLUMNS = ["row", "timing", "alignment", "cell", "seed", "run_id", "which", "step", "width", "trained",
+                     "held_out", "teacher_forced", "per_token", "free_running"]
 
 
 def label_of(mixer: str) -> str:
@@ -50,6 +67,7 @@ def summary_rows(jobs: Sequence[Job], runs: list[dict[str, Any]]) -> list[dict[s
         key = (job.cfg.mixer, cell_of(job))
         planned[key] = planned.get(key, 0) + 1
     mixers = list(dict.fromkeys(mixer for mixer, _ in planned))
+    columns = metrics(*split_of(jobs))
     table = []
     for mixer in mixers:
         default = default_cell(mixer)
@@ -63,13 +81,13 @@ def summary_rows(jobs: Sequence[Job], runs: list[dict[str, Any]]) -> list[dict[s
                 "cell": cell.name, "default": cell == default, "runs": len(mine), "planned": planned[(mixer, cell)],
                 "params": mine[0]["registry"]["n_params"] if mine else None,
                 "seeds": " ".join(str(r["seed"]) for r in mine)}
-            for metric, column, _, _ in METRICS:
+            for metric, column, _, _ in columns:
                 values = [float(r["metrics"][metric]) for r in mine if r["metrics"].get(metric) is not None]
                 record[f"{column}_mean"], record[f"{column}_std"] = mean_std(values)
             records[cell] = record
         base = records.get(default)
         for record in records.values():
-            for _, column, _, _ in METRICS:
+            for _, column, _, _ in columns:
                 mean = record[f"{column}_mean"]
                 ref = base[f"{column}_mean"] if base is not None else None
                 record[f"{column}_delta"] = None if mean is None or ref is None else mean - ref
@@ -137,18 +155,11 @@ def render_markdown(jobs: Sequence[Job], table: list[dict[str, Any]], runs: list
          "the best step)."),
         "",
     ]
-    if cfg.preset == "addition-tiny":
-        lines += [
-            (f"**These numbers test the pipeline, not the rules.** The tiny preset trains {cfg.model.n_layers}-layer, "
-             f"d_model-{cfg.model.d_model} models for {cfg.train.max_steps} steps on widths "
-             f"{cfg.data.widths[0]}–{cfg.data.widths[1]}; they learn little of addition (whole-answer accuracy "
-             "near 0), so neither the cells nor their differences say anything about timing or pairing."),
-            "",
-        ]
     if shown:
-        lines.append(markdown_table(_header(MAIN), _body(shown, MAIN)))
+        main, tokens = main_columns(*split_of(jobs)), token_columns(*split_of(jobs))
+        lines.append(markdown_table(_header(main), _body(shown, main)))
         lines.append("Per-token accuracy (the share of target tokens predicted right) at the same best step:\n")
-        lines.append(markdown_table(_header(TOKENS), _body(shown, TOKENS)))
+        lines.append(markdown_table(_header(tokens), _body(shown, tokens)))
     else:
         lines += ["No run of the plan has finished yet.", ""]
     if waiting:

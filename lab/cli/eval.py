@@ -8,9 +8,16 @@ import typer
 app = typer.Typer(help="Evaluate trained runs: addition extrapolation accuracy, perplexity, LAMBADA last-word "
                         "accuracy.")
 
-COLUMNS = (("val_acc", "Val. acc."), ("ood_mean", "Mean 33–48"), ("acc@33", "Acc@33"), ("acc@48", "Acc@48"),
-           ("free_val_acc", "Free-running val. acc."), ("free_ood_mean", "Free-running mean 33–48"),
-           ("val_token_acc", "Per-token val. acc."), ("ood_token_mean", "Per-token mean 33–48"))
+
+
+def columns(val: range, held_out: range) -> tuple[tuple[str, str], ...]:
+    """(summary key, title) of the row printed, for a run's validation and held-out widths."""
+    v, o = f"{val.start}–{val.stop - 1}", f"{held_out.start}–{held_out.stop - 1}"
+    first, last = held_out.start, held_out.stop - 1
+    return (("val_acc", f"Val. acc. {v}"), ("ood_mean", f"Mean {o}"), (f"acc@{first}", f"Acc@{first}"),
+            (f"acc@{last}", f"Acc@{last}"), ("free_val_acc", f"Free-running val. acc. {v}"),
+            ("free_ood_mean", f"Free-running mean {o}"), ("val_token_acc", f"Per-token val. acc. {v}"),
+            ("ood_token_mean", f"Per-token mean {o}"))
 
 
 @app.command()
@@ -19,24 +26,26 @@ def addition(
     which: Annotated[str | None, typer.Option(
         help="best (the best step's weights) or last (the last checkpoint); default best, or the last weights, "
              "with a note, for a run that has no best ones.")] = None,
-    per_n: Annotated[int, typer.Option(help="Teacher-forced samples per operand width n (1-48).")] = 100,
+    per_n: Annotated[int, typer.Option(
+        help="Teacher-forced samples per operand width n (the run's eval.widths, 1-48 by default).")] = 100,
     free_per_n: Annotated[int, typer.Option(help="Free-running (greedy) samples per width; 0 skips them.")] = 10,
     seed: Annotated[int, typer.Option(help="Seed of the evaluation samples (runs evaluate with 0).")] = 0,
     positions: Annotated[Path | None, typer.Option(
-        help="Also write the teacher-forced accuracy of every target position of every width 1-48 to this "
+        help="Also write the teacher-forced accuracy of every target position of every width evaluated to this "
              "CSV (`lab plot positions` draws it): where answers break past the trained widths.")] = None,
     abacus_offset: Annotated[int | None, typer.Option(
         help="Digit positions (model.abacus): evaluate at this fixed offset, one of 0..model.abacus seen in "
              "training, instead of the run's eval.abacus_offset.")] = None,
 ) -> None:
-    """Teacher-forced, per-token and free-running accuracy of a run on widths 1-48, as a row of the table."""
+    """Teacher-forced, per-token and free-running accuracy of a run on its evaluation widths (eval.widths: 1-48
+    held out from 33 on by default), as a row of the table."""
     import torch
 
     from lab.config import ConfigError
-    from lab.eval.addition import evaluate_addition
+    from lab.eval.addition import evaluate_addition, summarise_widths
+    from lab.eval.callback import eval_widths
     from lab.eval.free_running import free_running_accuracy
     from lab.eval.run_weights import WHICH, load_run_model
-    from tasks.addition import summarise
 
     if which is not None and which not in WHICH:
         typer.echo(f"lab eval: --which {which!r} is not accepted; accepted: {', '.join(WHICH)}", err=True)
@@ -58,17 +67,22 @@ def addition(
     if loaded.cfg.task != "addition":
         typer.echo(f"lab eval: run {run} trained task {loaded.cfg.task!r}; accepted: addition", err=True)
         raise typer.Exit(code=2)
-    summary = evaluate_addition(loaded.model, n_per_length=per_n, seed=seed, device=device).summary()
+    val, held_out = eval_widths(loaded.cfg)
+    summary = evaluate_addition(loaded.model, n_per_length=per_n, seed=seed, val_widths=val, ood_widths=held_out,
+                                device=device).summary()
     if free_per_n:
-        free = summarise(free_running_accuracy(loaded.model, n_per_length=free_per_n, seed=seed, device=device))
+        free = summarise_widths(free_running_accuracy(loaded.model, n_per_length=free_per_n, seed=seed,
+                                                      val_widths=val, ood_widths=held_out, device=device),
+                                val, held_out)
         summary.update(free_val_acc=free["val_acc"], free_ood_mean=free["ood_mean"])
+    titles = columns(val, held_out)
     cells = [loaded.cfg.mixer, str(loaded.step)]
-    cells += ["—" if summary.get(key) is None else f"{summary[key]:.1f}" for key, _ in COLUMNS]
+    cells += ["—" if summary.get(key) is None else f"{summary[key]:.1f}" for key, _ in titles]
     at = loaded.cfg.eval.abacus_offset
     offset = f"; digit positions at offset {at}" if loaded.cfg.model.abacus is not None else ""
     typer.echo(f"{run} ({which} weights: {loaded.source.name}, step {loaded.step}; {per_n} samples per width, "
                f"{free_per_n} free-running{offset})")
-    typer.echo("| " + " | ".join(["Mixer", "Step", *(title for _, title in COLUMNS)]) + " |")
+    typer.echo("| " + " | ".join(["Mixer", "Step", *(title for _, title in titles)]) + " |")
     typer.echo("| " + " | ".join(["---"] * len(cells)) + " |")
     typer.echo("| " + " | ".join(cells) + " |")
     if positions is not None:
@@ -78,7 +92,9 @@ def addition(
         from lab.runs import atomic_write_text
 
         extra = {} if loaded.cfg.model.abacus is None else {"abacus_offset": at}
-        rows = position_rows(position_accuracy(loaded.model, n_per_length=per_n, seed=seed, device=device),
+        widths = range(val.start, held_out.stop)
+        rows = position_rows(position_accuracy(loaded.model, widths=widths, n_per_length=per_n, seed=seed,
+                                               device=device, held_out_from=held_out.start),
                              run=str(run), which=which, step=loaded.step, samples=per_n, **extra)
         atomic_write_text(positions, pd.DataFrame(rows).to_csv(index=False))
         typer.echo(f"positions: {positions}")

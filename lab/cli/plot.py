@@ -16,8 +16,9 @@ TrainWidths = Annotated[str, typer.Option(
     help="Operand widths the runs trained on, shaded as LO-HI (the paper preset: 1-32, tiny: 1-8).")]
 
 
-def _draw(name: str, flag: str, source: Path | None, default: str | None, out: Path | None, train_widths: str,
-          draw: Callable[[Path, Path | None, tuple[int, int], str], list[Path]]) -> None:
+def _draw(name: str, flag: str, source: Path | None, default: str | None, out: Path | None,
+          train_widths: str | None, draw: Callable[[Path, Path | None, tuple[int, int] | None, str], list[Path]],
+          default_widths: str | None = "1-32") -> None:
     """Run `draw(source, out, widths, command)` for `lab plot <name>` (`source` given by `flag`, else
     `<results>/<default>`) and print each figure; bad input is one line on stderr, exit code 2."""
     from lab.plots.addition import parse_widths
@@ -26,8 +27,8 @@ def _draw(name: str, flag: str, source: Path | None, default: str | None, out: P
     folder = source if source is not None else results_root() / str(default)
     try:
         command = remake_command(["lab", "plot", name], [
-            (flag, source), ("--out", out), ("--train-widths", None if train_widths == "1-32" else train_widths)])
-        files = draw(folder, out, parse_widths(train_widths), command)
+            (flag, source), ("--out", out), ("--train-widths", None if train_widths == default_widths else train_widths)])
+        files = draw(folder, out, None if train_widths is None else parse_widths(train_widths), command)
     except ValueError as err:
         typer.echo(f"lab plot: {err}", err=True)
         raise typer.Exit(code=2) from None
@@ -40,17 +41,20 @@ def addition(
     table: Annotated[Path | None, typer.Option(
         help="Folder holding per_width.csv (from `lab reproduce addition`); default <results>/addition.")] = None,
     out: Out = None,
-    train_widths: TrainWidths = "1-32",
+    train_widths: Annotated[str | None, typer.Option(
+        help="Operand widths the runs trained on, shaded as LO-HI; default: as per_width.csv marks them "
+             "(1-32 in a file without its `trained` column).")] = None,
 ) -> None:
-    """Accuracy against operand width (1-48), one line per row at its best step: per_width.png.
+    """Accuracy against operand width (the widths evaluated), one line per row at its best step: per_width.png.
 
     Lines are means over seeds with a ± one standard deviation band when there are several; the trained
-    widths are shaded and 33-48 marked as extrapolation. A per-token panel joins when the CSV has it.
+    widths are shaded and the held-out ones (the paper's 33-48) marked as extrapolation. A per-token panel
+    joins when the CSV has it.
     Where the folder has progress.csv, progress.png follows every evaluation: widths answered and
     validation accuracy against the step, beside the widest training width."""
     from lab.plots.addition import plot_addition
 
-    _draw("addition", "--table", table, "addition", out, train_widths, plot_addition)
+    _draw("addition", "--table", table, "addition", out, train_widths, plot_addition, default_widths=None)
 
 
 @app.command()

@@ -1,7 +1,7 @@
 """`lab reproduce`: remake the paper's tables end to end."""
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -31,10 +31,11 @@ def addition(
     preset: Annotated[str, typer.Option(callback=campaign_preset("addition"), help=preset_help("addition", {
         "paper": "the paper's settings: 2000 steps, batch 256, ~10M parameters", "packed": "the same with a "
         "curriculum over widths and rows packed with samples: where the models learn", "packed-constant":
-        "packed with no learning-rate decay", "tiny": "a CPU"}))]
+        "packed with no learning-rate decay", "tiny": "a CPU: widths 1-6 trained, 7-10 held out, in minutes"}))]
     = "paper",
     rows: Annotated[str | None, typer.Option(
-        help="Comma-separated rows to train, e.g. transformer,falcon-1a.3 (default: all).")] = None,
+        help="Comma-separated rows to train, e.g. transformer,falcon-1a.3 (default: all; tiny: transformer,"
+             "falcon-1.3).")] = None,
     seeds: Annotated[int | None, typer.Option(help="Seeds per row, 0..N-1 (default: 3 for paper, 1 for tiny).")]
     = None,
     gpus: GpusOption = None,
@@ -51,12 +52,18 @@ def addition(
 ) -> None:
     """The addition extrapolation table (best step, val acc, mean 33-48, Acc@33, Acc@48) beside the paper's.
 
-    Finished runs are skipped and unfinished ones resume, so the table can be built a piece at a time."""
-    from lab.reproduce.addition import parse_rows, reproduce_addition
+    Finished runs are skipped and unfinished ones resume, so the table can be built a piece at a time. Each
+    run's start and end is a line (run k of N, the time so far, the time left), and so is the state of the
+    running runs every 15 s; at the end the table is printed and per_width.png drawn beside table.md. On a CPU
+    the tiny preset runs one process per core."""
+    from lab.reproduce.addition import cpu_processes, parse_rows, reproduce_addition
+    from lab.reproduce.progress import CampaignProgress
 
     try:
-        chosen = parse_rows(rows)
+        chosen = parse_rows(rows, preset)
         slots = campaign_slots(gpus, per_gpu, gpus_per_run)
+        if gpus is None and gpus_per_run == 1:
+            slots = cpu_processes(preset) or slots
     except ValueError as err:
         refuse("lab reproduce", err)
     # --gpus, --per-gpu, --gpus-per-run and --table-only are left out: they change no number
@@ -65,12 +72,35 @@ def addition(
         *(("--set", item) for item in set_ or []), ("--results", results), ("--out", out)])
 
     try:
+        progress = CampaignProgress()
         done = reproduce_addition(preset, chosen, seeds, slots, max_steps, set_ or (), results, out, command,
-                                  on_done=print_outcome, per_gpu=per_gpu, table_only=table_only,
-                                  gpus_per_run=gpus_per_run)
+                                  on_done=progress.done, per_gpu=per_gpu, table_only=table_only,
+                                  gpus_per_run=gpus_per_run, progress=progress)
     except ValueError as err:
         refuse("lab reproduce", err)
+    print_table(done)
     finish_campaign("lab reproduce", done, "table.md")
+
+
+def print_table(done: Any) -> None:
+    """The campaign's table on stdout (rich; plain text where stdout is no terminal), and its figures."""
+    import sys
+
+    from rich.console import Console
+
+    from lab.reproduce.addition_console import summary_table
+    from lab.reproduce.progress import safe_writer
+
+    if not done.jobs:
+        return
+    try:
+        console = Console(file=sys.stdout, width=None if sys.stdout.isatty() else 150)
+        console.print(summary_table(done.jobs, done.results))
+    except (OSError, ValueError):  # stdout closed or its reader gone: table.md and table.csv are the record
+        pass
+    write = safe_writer()
+    for path in done.figures:
+        write(f"figure: {path}")
 
 
 @app.command()

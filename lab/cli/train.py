@@ -49,7 +49,7 @@ def train(
     from lab.reproduce.names import train_preset
 
     try:
-        preset, settings = train_preset(preset) if preset is not None else (None, ())
+        preset, settings = train_preset(preset, mixer) if preset is not None else (None, ())
         cfg = load_config(preset, config, [*settings, *(set_ or ())], task=task, mixer=mixer,
                           train__max_steps=max_steps, train__devices=devices, train__seed=seed)
     except ConfigError as err:

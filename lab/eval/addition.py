@@ -2,8 +2,8 @@
 accuracy beside it, and free-running greedy accuracy.
 
 The table's columns come from ``summarise``: in-distribution validation accuracy (widths 1–32), the mean
-over 33–48, Acc@33 and Acc@48. Validation and OOD samples come from their own seeded streams, never the
-training one.
+over the held-out widths 33–48, Acc@33 and Acc@48 (a run's `eval.widths` and `eval.held_out_from` name other
+ranges). Validation and OOD samples come from their own seeded streams, never the training one.
 """
 
 from __future__ import annotations
@@ -25,15 +25,28 @@ from tasks.addition import (
 )
 
 
+def split_widths(widths: tuple[int, int] = (1, 48), held_out_from: int = 33) -> tuple[range, range]:
+    """The validation widths and the held-out ones of an evaluation over `widths` (inclusive) that holds out
+    every width from `held_out_from` on: the paper's 1–32 and 33–48 by default."""
+    lo, hi = widths
+    return range(lo, min(held_out_from, hi + 1)), range(max(held_out_from, lo), hi + 1)
+
+
 @dataclass
 class AdditionReport:
-    """Per-width accuracies in percent and the summary columns of the paper's table."""
+    """Per-width accuracies in percent and the summary columns of the paper's table, over the validation
+    and held-out widths given (the paper's 1–32 and 33–48 by default)."""
 
     teacher_forced: dict[int, float]
     per_token: dict[int, float]
     free_running: dict[int, float] = field(default_factory=dict)
+    val_widths: range = range(1, 33)
+    ood_widths: range = range(33, 49)
 
     def summary(self) -> dict[str, Any]:
+        def summarise(per_n: dict[int, float]) -> dict[str, float | None]:
+            return summarise_widths(per_n, self.val_widths, self.ood_widths)
+
         out = {k: v for k, v in summarise(self.teacher_forced).items()}
         tokens = summarise(self.per_token)
         out["val_token_acc"] = tokens["val_acc"]
@@ -43,6 +56,12 @@ class AdditionReport:
             out["free_val_acc"] = free["val_acc"]
             out["free_ood_mean"] = free["ood_mean"]
         return out
+
+
+def summarise_widths(per_n: dict[int, float], val_widths: range, ood_widths: range) -> dict[str, float | None]:
+    """`tasks.addition.summarise` over the validation and held-out widths given as ranges: val_acc, ood_mean,
+    and the accuracy at the first and the last held-out width (`acc@33`, `acc@48` for the paper's)."""
+    return summarise(per_n, (val_widths.start, val_widths.stop - 1), (ood_widths.start, ood_widths.stop - 1))
 
 
 def _records_by_width(split: str, widths: range, n_per_length: int, seed: int) -> dict[int, list[dict]]:
@@ -104,7 +123,8 @@ def evaluate_addition(model: nn.Module, *, n_per_length: int = 100, seed: int = 
                       val_widths: range = range(1, 33), ood_widths: range = range(33, 49),
                       free_running: bool = False, device: torch.device | None = None,
                       batch_size: int | None = None) -> AdditionReport:
-    """Teacher-forced (and optionally greedy) accuracy per width on the val (1–32) and OOD (33–48) splits.
+    """Teacher-forced (and optionally greedy) accuracy per width on the val (1–32) and OOD (33–48) splits,
+    or the ranges given.
 
     The teacher-forced pass runs the records of a split in width order, `batch_size` rows at a time, each
     row PAD-ded after its end to the longest of its batch: a causal model's predictions at a row's own
@@ -134,24 +154,25 @@ def evaluate_addition(model: nn.Module, *, n_per_length: int = 100, seed: int = 
                     free[n] = 100.0 * greedy(model, by_n[n], device).float().mean().item()
     finally:
         model.train(was_training)
-    return AdditionReport(teacher_forced=tf, per_token=tok, free_running=free)
+    return AdditionReport(teacher_forced=tf, per_token=tok, free_running=free, val_widths=val_widths,
+                          ood_widths=ood_widths)
 
 
 @torch.no_grad()
 def position_accuracy(model: nn.Module, *, widths: range = range(1, 49), n_per_length: int = 100, seed: int = 0,
-                      device: torch.device | None = None, batch_size: int = 256) -> dict[int, list[float]]:
+                      device: torch.device | None = None, batch_size: int = 256,
+                      held_out_from: int = 33) -> dict[int, list[float]]:
     """Teacher-forced accuracy (%) of each target position per width n: n + 2 numbers, the sum's digits
     least significant first (position n is the carry digit) and then EOS. Where a model's answers break
     past the trained widths, this says whether it loses the digits beyond the trained positions or every
-    digit of an unseen width. Samples: the val split for widths 1–32, the OOD split beyond, as
-    `evaluate_addition` draws them."""
+    digit of an unseen width. Samples: the val split for the widths before `held_out_from` (1–32),
+    the OOD split from it on, as `evaluate_addition` draws them."""
     device = device or next(model.parameters()).device
     was_training = model.training
     model.eval()
     out: dict[int, list[float]] = {}
     try:
-        for split, lo, hi in (("val", 1, 32), ("ood", 33, 48)):
-            wanted = range(max(widths.start, lo), min(widths.stop, hi + 1))
+        for split, wanted in zip(("val", "ood"), split_widths((widths.start, widths.stop - 1), held_out_from)):
             if len(wanted) == 0:
                 continue
             for n, records in _records_by_width(split, wanted, n_per_length, seed).items():

@@ -1,10 +1,10 @@
 """Addition evaluation during training (paper §5.2): the numbers of the paper's Table 3, as a run goes.
 
 Every `train.val_every` steps and at the last step, rank zero measures teacher-forced whole-suffix
-and per-token accuracy on widths 1–48 (`eval.n_per_length` samples per width) and appends a row to
-the run's `evals.csv`: the summary columns, then the accuracy of every width (`tf@n`, `tok@n`, and
+and per-token accuracy on widths 1–48 (`eval.widths`; `eval.n_per_length` samples per width) and appends
+a row to the run's `evals.csv`: the summary columns, then the accuracy of every width (`tf@n`, `tok@n`, and
 `free@n` where measured). The best step is the one with the highest validation accuracy (widths
-1–32); among equal accuracies the earliest step wins, the first to reach it. Its weights are kept
+1–32, those before `eval.held_out_from`); among equal accuracies the earliest step wins, the first to reach it. Its weights are kept
 (in the callback's checkpoint state and in `checkpoints/best.pt`), and at the last step free-running
 greedy accuracy is measured for the best and the last weights (`eval.free_per_length` samples per
 width), and so is the accuracy of every answer position of every width (`positions.csv`, both
@@ -27,19 +27,38 @@ import torch
 from lightning.pytorch.callbacks import Callback
 
 from lab.config import RunConfig
-from lab.eval.addition import evaluate_addition, position_accuracy, position_rows
+from lab.eval.addition import evaluate_addition, position_accuracy, position_rows, split_widths, summarise_widths
 from lab.eval.clock import add_eval_time
 from lab.eval.free_running import free_running_accuracy
 from lab.runs import RunDir, atomic_write_text
-from tasks.addition import summarise
 
-SUMMARY = ("val_acc", "ood_mean", "acc@33", "acc@48", "val_token_acc", "ood_token_mean")
 FREE_SUMMARY = ("free_val_acc", "free_ood_mean")
-WIDTHS = range(1, 49)
+WIDTHS = range(1, 49)  # the paper's evaluation widths, held out from 33 on (eval.widths, eval.held_out_from)
 # Per-width columns of evals.csv and the row key holding each family of accuracies.
 PER_WIDTH = {"tf": "teacher_forced", "tok": "per_token", "free": "free_running"}
+
+
+def summary_keys(held_out: range = range(33, 49)) -> tuple[str, ...]:
+    """The summary columns of an evaluation whose held-out widths are `held_out`: val_acc, ood_mean, the
+    accuracy at the first and the last held-out width (acc@33, acc@48 for the paper's), per-token val_acc
+    and ood_mean."""
+    return ("val_acc", "ood_mean", f"acc@{held_out.start}", f"acc@{held_out.stop - 1}", "val_token_acc",
+            "ood_token_mean")
+
+
+def eval_widths(cfg: RunConfig) -> tuple[range, range]:
+    """A run's validation widths and held-out widths (`eval.widths`, `eval.held_out_from`)."""
+    return split_widths(cfg.eval.widths, cfg.eval.held_out_from)
+
+
+def evals_columns(widths: range = WIDTHS, held_out: range = range(33, 49)) -> tuple[str, ...]:
+    """evals.csv's columns for an evaluation of `widths` holding out `held_out`."""
+    return ("step", *summary_keys(held_out), *FREE_SUMMARY, *(f"{p}@{n}" for p in PER_WIDTH for n in widths))
+
+
+SUMMARY = summary_keys()
 # The columns of an addition evals.csv; write_evals adds one per further length its rows hold.
-COLUMNS = ("step", *SUMMARY, *FREE_SUMMARY, *(f"{p}@{n}" for p in PER_WIDTH for n in WIDTHS))
+COLUMNS = evals_columns()
 
 
 def pick_best(rows: Sequence[Mapping[str, Any]], key: str = "val_acc") -> Mapping[str, Any] | None:
@@ -64,7 +83,8 @@ def evaluation_callbacks(cfg: RunConfig, run: RunDir) -> list[Callback]:
         return [LengthEvaluation.of(cfg, run)]
     if not (cfg.task == "addition" and e.enabled):
         return []
-    return [AdditionEvaluation(run, cfg.train.val_every, e.n_per_length, e.free_per_length, e.seed)]
+    return [AdditionEvaluation(run, cfg.train.val_every, e.n_per_length, e.free_per_length, e.seed,
+                               widths=e.widths, held_out_from=e.held_out_from)]
 
 
 def evals_path(run: RunDir) -> Path:
@@ -82,40 +102,48 @@ def best_weights_path(run: RunDir) -> Path:
     return run.checkpoints / "best.pt"
 
 
+def _per_width_column(name: str) -> tuple[str, int] | None:
+    """("teacher_forced", 7) for "tf@7"; None for a summary column (acc@33 among them)."""
+    prefix, _, width = name.partition("@")
+    return (PER_WIDTH[prefix], int(width)) if prefix in PER_WIDTH and width.isdigit() else None
+
+
 def read_evals(path: str | Path) -> list[dict[str, Any]]:
     """Rows of an evals.csv: summary columns as floats and `teacher_forced`/`per_token`/`free_running`
-    dicts of width (or sequence length) -> accuracy; empty cells are absent."""
+    dicts of width (or sequence length) -> accuracy, for whatever widths the file holds; empty cells are
+    absent."""
     path = Path(path)
     if not path.exists():
         return []
     rows = []
     with path.open(newline="", encoding="utf-8") as f:
-        reader = csv.DictReader(f)
-        header = reader.fieldnames or []
-        lengths = sorted({int(c.split("@")[1]) for c in header if c.split("@")[0] in PER_WIDTH
-                          and c.split("@")[-1].isdigit()})
-        for raw in reader:
+        for raw in csv.DictReader(f):
             row: dict[str, Any] = {"step": int(raw["step"])}
-            row.update({k: float(raw[k]) for k in (*SUMMARY, *FREE_SUMMARY) if raw.get(k) not in ("", None)})
-            for prefix, name in PER_WIDTH.items():
-                cells = {n: raw.get(f"{prefix}@{n}") for n in lengths}
-                per_n = {n: float(v) for n, v in cells.items() if v not in ("", None)}
-                if per_n:
-                    row[name] = per_n
+            for key, value in raw.items():
+                if key == "step" or value in ("", None):
+                    continue
+                per_width = _per_width_column(key)
+                if per_width is None:
+                    row[key] = float(value)
+                else:
+                    row.setdefault(per_width[0], {})[per_width[1]] = float(value)
             rows.append(row)
     return rows
 
 
-def write_evals(path: str | Path, rows: Sequence[Mapping[str, Any]]) -> None:
-    """Write rows (as `read_evals` returns them) to an evals.csv, atomically: a column per width 1-48 (as
-    addition has them) and per any other length the rows hold (the synthetic tasks' sequence lengths)."""
-    lengths = sorted({*WIDTHS, *(n for row in rows for name in PER_WIDTH.values() for n in row.get(name, {}))})
-    columns = ("step", *SUMMARY, *FREE_SUMMARY, *(f"{p}@{n}" for p in PER_WIDTH for n in lengths))
+def write_evals(path: str | Path, rows: Sequence[Mapping[str, Any]], widths: range = WIDTHS,
+                held_out: range = range(33, 49)) -> None:
+    """Write rows (as `read_evals` returns them) of an evaluation of `widths` holding out `held_out` to an
+    evals.csv, atomically: a column per width evaluated and per any other length the rows hold (the synthetic
+    tasks' sequence lengths)."""
+    lengths = sorted({*widths, *(n for row in rows for name in PER_WIDTH.values() for n in row.get(name, {}))})
+    columns = evals_columns(range(0), held_out) + tuple(f"{p}@{n}" for p in PER_WIDTH for n in lengths)
     out = io.StringIO()
     writer = csv.DictWriter(out, fieldnames=columns, lineterminator="\n")
     writer.writeheader()
     for row in rows:
-        flat: dict[str, Any] = {k: row[k] for k in ("step", *SUMMARY, *FREE_SUMMARY) if row.get(k) is not None}
+        flat: dict[str, Any] = {k: row[k] for k in columns[:1 + len(SUMMARY) + len(FREE_SUMMARY)]
+                                if row.get(k) is not None}
         for prefix, name in PER_WIDTH.items():
             flat.update({f"{prefix}@{n}": v for n, v in row.get(name, {}).items()})
         writer.writerow({k: (repr(v) if isinstance(v, float) else v) for k, v in flat.items()})
@@ -130,11 +158,15 @@ class AdditionEvaluation(Callback):
     evaluation ran, is evaluated again when the run resumes from it.
     """
 
-    def __init__(self, run: RunDir, every: int, n_per_length: int, free_per_length: int, seed: int = 0) -> None:
+    def __init__(self, run: RunDir, every: int, n_per_length: int, free_per_length: int, seed: int = 0,
+                 widths: tuple[int, int] = (1, 48), held_out_from: int = 33) -> None:
         if every < 1 or n_per_length < 1 or free_per_length < 0:
             raise ValueError(f"every and n_per_length must be >= 1 and free_per_length >= 0, got {every}, "
                              f"{n_per_length}, {free_per_length}")
         self.run, self.every, self.seed = run, every, seed
+        self.widths = range(widths[0], widths[1] + 1)
+        self.val_widths, self.ood_widths = split_widths(widths, held_out_from)
+        self.summary_keys = summary_keys(self.ood_widths)
         self.n_per_length, self.free_per_length = n_per_length, free_per_length
         self.evals: list[dict[str, Any]] = []
         self.best_weights: dict[str, torch.Tensor] | None = None
@@ -157,7 +189,8 @@ class AdditionEvaluation(Callback):
             if row is None:
                 continue
             out[f"{prefix}_step"] = row["step"]
-            out.update({f"{prefix}_{k}": row[k] for k in (*SUMMARY, *FREE_SUMMARY) if row.get(k) is not None})
+            out.update({f"{prefix}_{k}": row[k] for k in (*self.summary_keys, *FREE_SUMMARY)
+                        if row.get(k) is not None})
         return out
 
     def _due(self, step: int, max_steps: int) -> bool:
@@ -178,7 +211,7 @@ class AdditionEvaluation(Callback):
             started = time.perf_counter()
             self._evaluate(trainer, pl_module, start)
             add_eval_time(pl_module, time.perf_counter() - started)
-        write_evals(evals_path(self.run), self.evals)
+        self._write()
 
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any,
                            batch: Any, batch_idx: int) -> None:
@@ -198,7 +231,7 @@ class AdditionEvaluation(Callback):
             self._free_running(trainer, pl_module)
         if step == trainer.max_steps:
             self._positions(trainer, pl_module)
-        write_evals(evals_path(self.run), self.evals)
+        self._write()
 
     def complete(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         """After `trainer.fit`: the last step's evaluation, free-running accuracy and positions.csv, when a
@@ -220,17 +253,21 @@ class AdditionEvaluation(Callback):
             if not freed and self.free_per_length:
                 self._free_running(trainer, pl_module)
             self._positions(trainer, pl_module)
-            write_evals(evals_path(self.run), self.evals)
+            self._write()
         finally:
             pl_module.cpu()
+
+    def _write(self) -> None:
+        write_evals(evals_path(self.run), self.evals, self.widths, self.ood_widths)
 
     def _evaluate(self, trainer: pl.Trainer, pl_module: pl.LightningModule, step: int) -> None:
         model = pl_module.model
         with trainer.precision_plugin.val_step_context():
             report = evaluate_addition(model, n_per_length=self.n_per_length, seed=self.seed,
+                                       val_widths=self.val_widths, ood_widths=self.ood_widths,
                                        device=pl_module.device)
         summary = report.summary()
-        row = {"step": step, **{k: summary.get(k) for k in SUMMARY},
+        row = {"step": step, **{k: summary.get(k) for k in self.summary_keys},
                "teacher_forced": report.teacher_forced, "per_token": report.per_token}
         self.evals.append(row)
         if self.best() is row:
@@ -266,8 +303,9 @@ class AdditionEvaluation(Callback):
         rows = []
         for which, row, weights in (("best", best, model or pl_module.model), ("last", last, pl_module.model)):
             with trainer.precision_plugin.val_step_context():
-                accuracy = position_accuracy(weights, n_per_length=self.n_per_length, seed=self.seed,
-                                             device=pl_module.device)
+                accuracy = position_accuracy(weights, widths=self.widths, n_per_length=self.n_per_length,
+                                             seed=self.seed, device=pl_module.device,
+                                             held_out_from=self.ood_widths.start)
             rows += position_rows(accuracy, run=self.run.root.name, which=which, step=row["step"],
                                   samples=self.n_per_length)
         del model
@@ -276,8 +314,9 @@ class AdditionEvaluation(Callback):
     def _measure_free(self, trainer: pl.Trainer, model: torch.nn.Module, row: dict[str, Any],
                       device: torch.device) -> None:
         with trainer.precision_plugin.val_step_context():
-            per_n = free_running_accuracy(model, n_per_length=self.free_per_length, seed=self.seed, device=device)
-        summary = summarise(per_n)
+            per_n = free_running_accuracy(model, n_per_length=self.free_per_length, seed=self.seed,
+                                          val_widths=self.val_widths, ood_widths=self.ood_widths, device=device)
+        summary = summarise_widths(per_n, self.val_widths, self.ood_widths)
         row.update(free_running=per_n, free_val_acc=summary["val_acc"], free_ood_mean=summary["ood_mean"])
 
     def _save_best(self) -> None:
@@ -287,7 +326,7 @@ class AdditionEvaluation(Callback):
         # Imported here: lab.train imports this module to attach it to runs.
         from lab.train.checkpoint_io import AtomicCheckpointIO
 
-        metrics = {k: best[k] for k in (*SUMMARY, *FREE_SUMMARY) if best.get(k) is not None}
+        metrics = {k: best[k] for k in (*self.summary_keys, *FREE_SUMMARY) if best.get(k) is not None}
         AtomicCheckpointIO().save_checkpoint(
             {"step": best["step"], "state_dict": self.best_weights, "metrics": metrics},
             best_weights_path(self.run),

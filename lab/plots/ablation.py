@@ -17,8 +17,10 @@ from matplotlib.axes import Axes
 from matplotlib.patches import Rectangle
 
 from lab.plots.addition import (
+    EXTRAPOLATION,
     draw_curves,
     has_values,
+    marked_widths,
     palette,
     read_per_width,
     shade_widths,
@@ -115,13 +117,15 @@ def plot_cell_curves(table: Path, out: Path, train_widths: tuple[int, int], comm
     curves = [(c, t) for c, t in CURVES if has_values(frame, c)]
     mixers = list(dict.fromkeys(frame["row"]))
     colors = palette(list(dict.fromkeys(frame["cell"])))
+    held_out = marked_widths(frame, "held_out") or EXTRAPOLATION
+    widest = max(int(frame["width"].max()), held_out[1])
     with styled():
         fig = new_figure(5.5 * len(curves) + 2, 3.6 * len(mixers) + 0.6)
         axes = fig.subplots(len(mixers), len(curves), squeeze=False)
         for r, mixer in enumerate(mixers):
             for c, (column, what) in enumerate(curves):
                 ax = axes[r, c]
-                shade_widths(ax, train_widths)
+                shade_widths(ax, train_widths, held_out, widest)
                 draw_curves(ax, frame[frame["row"] == mixer], column, "cell", colors)
                 ax.set_title(f"{mixer}: {what}", fontsize="medium")
         handles, labels = axes[0, 0].get_legend_handles_labels()

@@ -2,9 +2,10 @@
 and, where the table has progress.csv, the widths answered and the validation accuracy against the step.
 
 In per_width.png each run is taken at its best step (the `which == "best"` rows); a line is the mean
-over a row's seeds, with a band of ± one standard deviation when it has several. progress.png draws every
-run as its own line. The trained widths are shaded,
-and widths 33–48, beyond the paper's training range, are marked as extrapolation.
+over a row's seeds, with a band of ± one standard deviation when it has several (clipped to 0–100), named
+as the table names the row (the `model` column). progress.png draws every run as its own line. The trained
+widths are shaded and the held-out ones marked, as per_width.csv's `trained` and `held_out` columns say
+(without them: the paper's 1–32 trained, 33–48 held out).
 """
 
 from __future__ import annotations
@@ -44,6 +45,8 @@ def read_per_width(path: Path, keys: Sequence[str] = ("row",), made_by: str = MA
     (per_token optional); ValueError naming the file and the column when it is malformed."""
     frame = read_table(path, numbers=("seed", "width", "teacher_forced"), texts=(*keys, "which"),
                        optional=("per_token",), made_by=made_by)
+    if "model" in frame.columns:
+        frame["model"] = frame["model"].fillna("").astype(str)
     best = frame[frame["which"] == "best"]
     if best.empty:
         raise ValueError(f"{path}: no rows with which=best (each run's best step)")
@@ -58,17 +61,35 @@ def has_values(frame: pd.DataFrame, column: str) -> bool:
     return column in frame.columns and bool(frame[column].notna().any())
 
 
-def shade_widths(ax: Axes, train: tuple[int, int]) -> None:
-    """Shade the trained widths and mark 33–48 as extrapolation."""
+def shade_widths(ax: Axes, train: tuple[int, int], held_out: tuple[int, int] = EXTRAPOLATION,
+                 widest: int = WIDEST) -> None:
+    """Shade the trained widths and mark the held-out ones (the paper's 33–48) as extrapolation, on an axis
+    of widths 1 to `widest`."""
     lo, hi = train
-    ax.axvspan(lo - 0.5, hi + 0.5, color="tab:green", alpha=0.08, lw=0, label=f"trained widths {lo}–{hi}")
-    ax.axvspan(EXTRAPOLATION[0] - 0.5, EXTRAPOLATION[1] + 0.5, color="tab:red", alpha=0.06, lw=0,
-               label=f"extrapolation {EXTRAPOLATION[0]}–{EXTRAPOLATION[1]}")
-    ax.axvline(EXTRAPOLATION[0] - 0.5, color="tab:red", lw=1, ls="--")
-    ax.set_xlim(0.5, WIDEST + 0.5)
+    ax.axvspan(lo - 0.5, hi + 0.5, color="tab:green", alpha=0.08, lw=0, label=f"trained widths {span(lo, hi)}")
+    ax.axvspan(held_out[0] - 0.5, held_out[1] + 0.5, color="tab:red", alpha=0.06, lw=0,
+               label=f"held out {span(*held_out)}")
+    ax.axvline(held_out[0] - 0.5, color="tab:red", lw=1, ls="--")
+    ax.set_xlim(0.5, widest + 0.5)
+    if widest <= 16:  # every width a tick where they fit
+        ax.set_xticks(range(1, widest + 1))
     ax.set_ylim(-3, 103)
     ax.set_xlabel("operand width (digits)")
     ax.set_ylabel("accuracy (%)")
+
+
+def span(lo: int, hi: int) -> str:
+    """Widths lo to hi as a label: 1–32, or 7 for one width."""
+    return f"{lo}–{hi}" if hi > lo else f"{lo}"
+
+
+def marked_widths(frame: pd.DataFrame, column: str) -> tuple[int, int] | None:
+    """The first and last width where per_width.csv's boolean `column` (trained, held_out) is true; None
+    when the file has no such column or no such width."""
+    if column not in frame.columns:
+        return None
+    widths = frame.loc[frame[column].astype(str).str.lower() == "true", "width"]
+    return None if widths.empty else (int(widths.min()), int(widths.max()))
 
 
 def draw_curves(ax: Axes, frame: pd.DataFrame, column: str, key: str, colors: dict[str, object],
@@ -83,10 +104,12 @@ def draw_curves(ax: Axes, frame: pd.DataFrame, column: str, key: str, colors: di
         color = colors[name]
         seeds = int(stats["count"].max())
         label = name if seeds == 1 else f"{name} ({seeds} seeds)"
-        ax.plot(stats.index, stats["mean"], color=color, lw=1.5, label=label)
-        if seeds > 1:
+        ax.plot(stats.index, stats["mean"], color=color, lw=1.5, label=label, marker="o" if len(stats) <= 16 else None,
+                ms=3)
+        if seeds > 1:  # accuracies: the band stays within 0–100
             spread = stats["std"].fillna(0.0)
-            ax.fill_between(stats.index, stats["mean"] - spread, stats["mean"] + spread, color=color, alpha=0.2, lw=0)
+            ax.fill_between(stats.index, (stats["mean"] - spread).clip(0, 100), (stats["mean"] + spread).clip(0, 100),
+                            color=color, alpha=0.2, lw=0)
 
 
 def seed_count(seeds: pd.Series) -> str:
@@ -105,7 +128,7 @@ def palette(names: Sequence[str]) -> dict[str, object]:
 
 # progress.png's panels: (column of progress.csv, panel title, y label).
 PROGRESS_PANELS = (("widths", "Widths answered (whole answers ≥ 95%, from width 1)", "widths"),
-                   ("val_acc", "Validation accuracy (widths 1–32, whole answers)", "accuracy (%)"))
+                   ("val_acc", "Validation accuracy (whole answers)", "accuracy (%)"))
 
 
 def read_progress(path: Path) -> pd.DataFrame:
@@ -161,26 +184,31 @@ def plot_progress(frame: pd.DataFrame, source: Path, path: Path, command: str) -
     return save_png(fig, path, source.as_posix(), command)
 
 
-def plot_addition(table: str | Path, out: str | Path | None = None, train_widths: tuple[int, int] = (1, 32),
+def plot_addition(table: str | Path, out: str | Path | None = None, train_widths: tuple[int, int] | None = None,
                   command: str = "lab plot addition") -> list[Path]:
     """Draw `<out>/per_width.png` from `<table>/per_width.csv` (out defaults to table): accuracy against
     width, a whole-answer panel and a per-token one when the CSV has per-token accuracy; and
-    `<out>/progress.png` from `<table>/progress.csv` when the table has one. Returns the files."""
+    `<out>/progress.png` from `<table>/progress.csv` when the table has one. The trained widths shaded are
+    `train_widths`, else the CSV's (its `trained` column), else 1–32. Returns the files."""
     table = Path(table)
     out = Path(out) if out is not None else table
     source = table / "per_width.csv"
     frame = read_per_width(source)
     # read (and checked) before anything is drawn, so that a malformed file leaves no figure behind
     progress = read_progress(table / "progress.csv") if (table / "progress.csv").is_file() else None
+    train = train_widths or marked_widths(frame, "trained") or (1, 32)
+    held_out = marked_widths(frame, "held_out") or EXTRAPOLATION
+    widest = max(int(frame["width"].max()), held_out[1])
     panels = [(c, t) for c, t in PANELS if has_values(frame, c)]
-    colors = palette(list(dict.fromkeys(frame["row"])))
-    seeds = frame.groupby("row")["seed"].nunique()
+    key = "model" if "model" in frame.columns and frame["model"].ne("").all() else "row"
+    colors = palette(list(dict.fromkeys(frame[key])))
+    seeds = frame.groupby(key)["seed"].nunique()
     with styled():
-        fig = new_figure(6.5 * len(panels) + 2.5, 5)
+        fig = new_figure(6.5 * len(panels) + 3.5, 5)
         axes = fig.subplots(1, len(panels), squeeze=False)[0]
         for ax, (column, title) in zip(axes, panels):
-            shade_widths(ax, train_widths)
-            draw_curves(ax, frame, column, "row", colors)
+            shade_widths(ax, train, held_out, widest)
+            draw_curves(ax, frame, column, key, colors)
             ax.set_title(title)
         handles, labels = axes[0].get_legend_handles_labels()
         fig.legend(handles, labels, loc="outside right upper", fontsize="small")

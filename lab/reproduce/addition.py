@@ -3,10 +3,12 @@
 Every row is a registry mixer trained with one preset for each seed: `paper` (the paper's stated
 setting, lab preset `addition-paper`), `packed` (the same with the curriculum over widths and rows packed
 with samples: the regime in which the models learn most of the task, `records/addition/packed.md`),
-`packed-constant` (packed without the learning rate's decay) or `tiny`; a run's id is the hash of its
+`packed-constant` (packed without the learning rate's decay) or `tiny` (lab preset `addition-cpu`: a few
+rows that learn widths 1–6 on a CPU in minutes, tested on 7–10); a run's id is the hash of its
 configuration, so rerunning the command skips finished runs and resumes unfinished ones, and the table
 can be built a piece at a time (`--rows`, `--seeds`). After every run the table is rewritten from all
-finished runs of the plan.
+finished runs of the plan. A preset may train a few rows by default (`DEFAULT_ROWS`; `--rows` names any)
+and give a row settings of its own (`ROW_SETTINGS`, before the `--set` overrides).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from lab.config import ConfigError, load_config
 from lab.paths import results_root
@@ -21,12 +24,15 @@ from lab.reproduce.launch import Campaign, Job, Outcome, run_campaign
 from lab.reproduce.names import pick_preset, pick_rows
 from lab.runs import run_dir_for
 
+if TYPE_CHECKING:
+    from lab.reproduce.progress import CampaignProgress
+
 # Reproduce preset -> (lab preset, settings over it). `packed` is `paper` with widths 1 -> 32 over the first
 # 1500 of 2000 steps and rows of 256 positions packed with whole samples (2.6 times the 99 of the widest one).
 PACKED = ("data.curriculum=linear", "data.start_width=1", "data.ramp_steps=1500", "data.packing=true",
           "data.seq_len=256")
 PRESETS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "tiny": ("addition-tiny", ()),
+    "tiny": ("addition-cpu", ()),
     "paper": ("addition-paper", ()),
     "packed": ("addition-paper", PACKED),
     # packed with the learning rate held at its peak after the warm-up (no cosine decay): on a CPU at widths
@@ -34,6 +40,18 @@ PRESETS: dict[str, tuple[str, tuple[str, ...]]] = {
     "packed-constant": ("addition-paper", (*PACKED, "optim.min_lr_ratio=1.0")),
 }
 DEFAULT_SEEDS = {"tiny": 1, "paper": 3, "packed": 3, "packed-constant": 3}
+# The rows a preset trains when --rows is not given (every row for a preset not named here).
+DEFAULT_ROWS: dict[str, tuple[str, ...]] = {"tiny": ("transformer", "falcon-1.3")}
+# Settings of one row under one preset, applied after the preset's and before --set: on a CPU the
+# transformer learns the widths only without RoPE, with digit positions and its samples kept apart
+# (records/addition/cpu_probe.md), and falcon-1.3 learns them faster with digit positions and its samples
+# apart than packed without them (records/addition/tiny/). The transformer's steps cost about 0.4 of
+# falcon-1.3's: it takes 1000 in the time falcon-1.3 takes 700 on the core beside it.
+DIGITS_APART = ("model.abacus=4", "model.isolate_samples=true")
+ROW_SETTINGS: dict[str, dict[str, tuple[str, ...]]] = {
+    "tiny": {"transformer": ("model.mixer_options.rope=false", *DIGITS_APART, "train.max_steps=1000"),
+             "falcon-1.3": DIGITS_APART},
+}
 
 
 @dataclass(frozen=True)
@@ -78,8 +96,11 @@ ROW_NAMES = tuple(r.name for r in ROWS)
 ROW_BY_NAME = {r.name: r for r in ROWS}
 
 
-def parse_rows(text: str | None) -> list[Row]:
-    """Rows named in a comma-separated list (all rows for None); ValueError naming the accepted ones."""
+def parse_rows(text: str | None, preset: str | None = None) -> list[Row]:
+    """Rows named in a comma-separated list; for None, the preset's default rows (all rows without a preset,
+    or for one with no defaults). ValueError naming the accepted ones."""
+    if text is None and preset in DEFAULT_ROWS:
+        return [ROW_BY_NAME[name] for name in DEFAULT_ROWS[preset]]
     return pick_rows(text, ROWS)
 
 
@@ -96,8 +117,9 @@ def plan(preset: str, rows: Sequence[Row], seeds: int, max_steps: int | None = N
     name, settings = check_preset(preset)
     if seeds < 1:
         raise ValueError(f"--seeds must be >= 1, got {seeds}")
-    return [Job(load_config(name, overrides=[*settings, *overrides], task="addition", mixer=row.name,
-                            train__max_steps=max_steps, train__seed=seed), label=row.name)
+    own = ROW_SETTINGS.get(preset, {})
+    return [Job(load_config(name, overrides=[*settings, *own.get(row.name, ()), *overrides], task="addition",
+                            mixer=row.name, train__max_steps=max_steps, train__seed=seed), label=row.name)
             for seed in range(seeds) for row in rows]
 
 
@@ -111,32 +133,52 @@ def reproduce_addition(preset: str = "paper", rows: Sequence[Row] | None = None,
                        results: str | Path | None = None, out: str | Path | None = None,
                        command: str = "lab reproduce addition",
                        on_done: Callable[[Outcome], None] | None = None, per_gpu: int = 1,
-                       table_only: bool = False, gpus_per_run: int = 1) -> Campaign:
+                       table_only: bool = False, gpus_per_run: int = 1,
+                       progress: CampaignProgress | None = None) -> Campaign:
     """Train the rows' runs not yet finished (up to `gpus` at once, each on `gpus_per_run` GPUs), then write
-    table.md, table.csv and per_width.csv to `out`, rewriting them after every run; `command` is printed in
-    table.md."""
+    table.md, table.csv and per_width.csv to `out`, rewriting them after every run, and draw per_width.png
+    (and progress.png) from them at the end; `command` is printed in table.md. `progress` hears of each run
+    as it starts."""
     from lab.reproduce.addition_table import write_tables
 
     seeds = DEFAULT_SEEDS.get(preset, 1) if seeds is None else seeds
-    rows = list(ROWS) if rows is None else list(rows)
+    rows = parse_rows(None, preset) if rows is None else list(rows)
     results = Path(results).resolve() if results is not None else results_root()
-    # The table holds every row of the preset's plan, not only the rows run now, so that it can be built
-    # a piece at a time. With --set overrides the plan is the rows run now and the rows begun before with
-    # the same overrides; a row whose mixer rejects one (a conv_size the transformer has not) has no runs.
+    # The table holds every row of the preset's plan (its default rows), not only the rows run now, so that
+    # it can be built a piece at a time, and the other rows begun before. With --set overrides the plan is
+    # the rows run now and the rows begun before with the same overrides; a row whose mixer rejects one (a
+    # conv_size the transformer has not) has no runs.
     jobs = plan(preset, rows, seeds, max_steps, overrides)
     wanted = {r.name for r in rows}
+    planned = set() if overrides else {r.name for r in parse_rows(None, preset)}
     others = []
     for row in ROWS:
         if row.name not in wanted:
             try:
-                others += plan(preset, [row], seeds, max_steps, overrides)
+                mine = plan(preset, [row], seeds, max_steps, overrides)
             except ConfigError:
-                pass
-    if overrides:
-        others = [j for j in others if run_dir_for(j.run_id, results=results).root.exists()]
+                continue
+            others += [j for j in mine
+                       if row.name in planned or run_dir_for(j.run_id, results=results).root.exists()]
     everything = sorted(jobs + others, key=lambda j: (j.cfg.train.seed, ROW_NAMES.index(j.label)))
     out = Path(out).resolve() if out is not None else default_out(preset, results)
 
-    return run_campaign(jobs, everything, write_tables, results, out, gpus, command, on_done,
-                        per_gpu=per_gpu, table_only=table_only,
-                        gpus_per_run=gpus_per_run)
+    campaign = run_campaign(jobs, everything, write_tables, results, out, gpus, command, on_done,
+                            per_gpu=per_gpu, table_only=table_only, gpus_per_run=gpus_per_run, progress=progress)
+    if campaign.finished:
+        from lab.plots.addition import plot_addition
+
+        campaign.figures = plot_addition(out, command=f"lab plot addition --table {out}")
+    return campaign
+
+
+def cpu_processes(preset: str) -> int | None:
+    """How many runs a preset makes at once on a machine without GPUs when --gpus is not given: one process
+    per core for `tiny` (each on one thread, as small models use cores best); None: the campaign's default."""
+    import os
+
+    from lab.reproduce.launch import visible_gpus
+
+    if preset != "tiny" or visible_gpus():
+        return None
+    return max(1, os.cpu_count() or 1)

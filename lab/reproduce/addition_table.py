@@ -18,37 +18,65 @@ from typing import Any
 
 import pandas as pd
 
-from lab.eval.callback import WIDTHS, evals_path, pick_best, read_evals
+from lab.eval.callback import eval_widths, evals_path, pick_best, read_evals
 from lab.reproduce.launch import Job
 from lab.runs import Registry, atomic_write_text, git_state, now, run_dir_for
 
-# (registry metric, column of table.csv, markdown header, decimals); PAPER's keys are columns here.
-METRICS = (
-    ("best_step", "best_step", "Best step", 0),
-    ("best_val_acc", "val_acc", "Val. acc.", 1),
-    ("best_ood_mean", "ood_mean", "Mean 33–48", 1),
-    ("best_acc@33", "acc33", "Acc@33", 1),
-    ("best_acc@48", "acc48", "Acc@48", 1),
-    ("best_widths", "widths", "Widths answered", 1),
-    ("best_free_val_acc", "free_val_acc", "Free-running val. acc.", 1),
-    ("best_free_ood_mean", "free_ood_mean", "Free-running mean 33–48", 1),
-    ("best_val_token_acc", "token_val_acc", "Per-token val. acc.", 1),
-    ("best_ood_token_mean", "token_ood_mean", "Per-token mean 33–48", 1),
-    ("last_val_acc", "last_val_acc", "Last-step val. acc.", 1),
-    ("last_ood_mean", "last_ood_mean", "Last-step mean 33–48", 1),
-)
+
+
+def split_of(jobs: Sequence[Job]) -> tuple[range, range]:
+    """The validation and held-out widths of a plan's evaluations (its first run's; a plan shares them)."""
+    return eval_widths(jobs[0].cfg) if jobs else (range(1, 33), range(33, 49))
+
+
+def span(widths: range) -> str:
+    """A range of widths as the tables write it: 1–32, or 7 for one width."""
+    return f"{widths.start}–{widths.stop - 1}" if len(widths) > 1 else f"{widths.start}"
+
+
+def metrics(val: range = range(1, 33), held_out: range = range(33, 49)) -> tuple[tuple[str, str, str, int], ...]:
+    """(registry metric, column of table.csv, markdown header, decimals) of a table whose runs validate on
+    `val` and hold out `held_out`: for the paper's 1–32 and 33–48, Val. acc. 1–32, Mean 33–48, Acc@33 in
+    columns val_acc, ood_mean, acc33, ...; PAPER's keys are columns here."""
+    v, o, first, last = span(val), span(held_out), held_out.start, held_out.stop - 1
+    return (
+        ("best_step", "best_step", "Best step", 0),
+        ("best_val_acc", "val_acc", f"Val. acc. {v}", 1),
+        ("best_ood_mean", "ood_mean", f"Mean {o}", 1),
+        (f"best_acc@{first}", f"acc{first}", f"Acc@{first}", 1),
+        (f"best_acc@{last}", f"acc{last}", f"Acc@{last}", 1),
+        ("best_widths", "widths", "Widths answered", 1),
+        ("best_free_val_acc", "free_val_acc", f"Free-running val. acc. {v}", 1),
+        ("best_free_ood_mean", "free_ood_mean", f"Free-running mean {o}", 1),
+        ("best_val_token_acc", "token_val_acc", f"Per-token val. acc. {v}", 1),
+        ("best_ood_token_mean", "token_ood_mean", f"Per-token mean {o}", 1),
+        ("last_val_acc", "last_val_acc", f"Last-step val. acc. {v}", 1),
+        ("last_ood_mean", "last_ood_mean", f"Last-step mean {o}", 1),
+    )
+
+
+METRICS = metrics()
 # "Widths answered": the longest run of widths 1, 2, ... (up to the widest trained) whose whole answers
 # are right in at least this share of samples (teacher-forced), in percent.
 ANSWERED = 95.0
-PAPER = (("best_step", "Best step"), ("val_acc", "Val. acc."), ("ood_mean", "Mean 33–48"),
+# The paper's columns (its Table 3: validation on widths 1–32, held out 33–48): shown only beside runs
+# evaluated on the same widths.
+PAPER = (("best_step", "Best step"), ("val_acc", "Val. acc. 1–32"), ("ood_mean", "Mean 33–48"),
          ("acc33", "Acc@33"), ("acc48", "Acc@48"))
+PAPER_SPLIT = (range(1, 33), range(33, 49))
+
+
+def paper_comparable(jobs: Sequence[Job]) -> bool:
+    """Whether a plan's evaluations split the widths as the paper's table does (1–32, then 33–48)."""
+    return split_of(jobs) == PAPER_SPLIT
 
 
 def widths_answered(teacher_forced: dict[int, float], widest: int, threshold: float = ANSWERED) -> int:
     """How many widths 1, 2, ... in a row (up to `widest`) have whole-answer accuracy >= `threshold` %."""
     count = 0
     for n in range(1, widest + 1):
-        if teacher_forced.get(n, 0.0) < threshold:
+        # 19 of 20 samples is 94.9999988 as the evaluation computes it (a float32 mean): 95 to this count
+        if teacher_forced.get(n, 0.0) < threshold - 1e-3:
             break
         count = n
     return count
@@ -123,32 +151,49 @@ def row_groups(jobs: Sequence[Job], runs: list[dict[str, Any]],
 
 
 def summary_rows(jobs: Sequence[Job], runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """table.csv's rows: one per table row of the plan, in the plan's order."""
+    """table.csv's rows: one per table row of the plan, in the plan's order; the paper's numbers beside
+    them where the plan's evaluations split the widths as the paper's do. `<column>_seeds` lists each
+    finished run's value in seed order."""
     from lab.reproduce.addition import ROW_BY_NAME
 
     table = []
+    paper = paper_comparable(jobs)
     for row, mine, record in row_groups(jobs, runs, ROW_BY_NAME):
-        for key, _ in PAPER:
-            record[f"paper_{key}"] = getattr(row.paper, key) if row.paper else None
-        for metric, column, _, _ in METRICS:
+        if paper:
+            for key, _ in PAPER:
+                record[f"paper_{key}"] = getattr(row.paper, key) if row.paper else None
+        for metric, column, _, _ in metrics(*split_of(jobs)):
             values = [float(r["metrics"][metric]) for r in mine if r["metrics"].get(metric) is not None]
             record[f"{column}_mean"], record[f"{column}_std"] = mean_std(values)
+            if column in SEED_COLUMNS:
+                record[f"{column}_seeds"] = " ".join(f"{v:.1f}" for v in values)
         table.append(record)
     return table
 
 
+# The columns whose value in every seed table.csv lists beside the mean: the spread a mean ± std hides.
+SEED_COLUMNS = ("val_acc", "ood_mean")
+
+
 def per_width_rows(runs: list[dict[str, Any]], results: Path) -> list[dict[str, Any]]:
-    """per_width.csv's rows: every width of the best and the last evaluation of every finished run."""
+    """per_width.csv's rows: every width evaluated at the best and the last evaluation of every finished run,
+    with the row's name in the table (`model`) and whether the width was trained on and held out."""
+    from lab.reproduce.addition import ROW_BY_NAME
+
     out = []
     for run in runs:
         job = run["job"]
         evals = read_evals(evals_path(run_dir_for(job.run_id, results=results)))
         if not evals:
             continue
+        val, held_out = eval_widths(job.cfg)
+        trained = range(job.cfg.data.widths[0], job.cfg.data.widths[1] + 1)
+        model = row_label(ROW_BY_NAME[job.cfg.mixer], job.cfg) if job.cfg.mixer in ROW_BY_NAME else job.cfg.mixer
         for which, e in (("best", pick_best(evals)), ("last", evals[-1])):
-            for n in WIDTHS:
-                out.append({"row": job.cfg.mixer, "seed": run["seed"], "run_id": job.run_id, "which": which,
-                            "step": e["step"], "width": n,
+            for n in range(val.start, held_out.stop):
+                out.append({"row": job.cfg.mixer, "model": model, "seed": run["seed"], "run_id": job.run_id,
+                            "which": which, "step": e["step"], "width": n, "trained": n in trained,
+                            "held_out": n in held_out,
                             "teacher_forced": e.get("teacher_forced", {}).get(n),
                             "per_token": e.get("per_token", {}).get(n),
                             "free_running": e.get("free_running", {}).get(n)})
@@ -240,15 +285,11 @@ def provenance_sentence(jobs: Sequence[Job], runs: list[dict[str, Any]], command
             f"{len(runs)} of {len(jobs)} planned runs finished.")
 
 
-def settings_sentence(jobs: Sequence[Job]) -> str:
-    """The settings the runs of a plan share: preset, model shape, schedule, widths, evaluation, seeds."""
+def _model_options(jobs: Sequence[Job]) -> str:
+    """The mixer options and digit-position settings of runs that share them, as a phrase (", rope=False,
+    digit positions ..."), empty for none."""
     cfg = jobs[0].cfg
-    m, t, d, e = cfg.model, cfg.train, cfg.data, cfg.eval
-    seeds = sorted({j.cfg.train.seed for j in jobs})
-    curriculum = ("" if d.curriculum is None
-                  else f", {d.curriculum} curriculum from width {d.start_width} over {d.ramp_steps} steps")
-    rows = ("" if d.seq_len is None
-            else f", rows of {d.seq_len} positions{' packed with whole samples' if d.packing else ''}")
+    m, e = cfg.model, cfg.eval
     options = "".join(f", {key}={value}" for key, value in sorted(m.mixer_options.items()))
     digits = ("" if m.abacus is None
               else f", digit positions (Abacus embeddings) with a random offset of 0–{m.abacus} in training"
@@ -262,12 +303,52 @@ def settings_sentence(jobs: Sequence[Job]) -> str:
                 else "each packed sample mixed on a row of its own" for j in jobs}
         digits += (f", {ways.pop()}" if len(ways) == 1
                    else f", packed samples kept apart ({'; '.join(sorted(ways))}, by mixer)")
-    return (f"Preset `{cfg.preset}`: d_model {m.d_model}, {m.n_layers} layers, {m.n_heads} heads{options}{digits}; "
-            f"{t.max_steps} steps "
+    return options + digits
+
+
+def _options_key(job: Job) -> str:
+    m = job.cfg.model
+    return json.dumps([m.mixer_options, m.abacus, m.isolate_samples, job.cfg.eval.abacus_offset,
+                       job.cfg.train.max_steps], sort_keys=True, default=str)
+
+
+def settings_sentence(jobs: Sequence[Job]) -> str:
+    """The settings the runs of a plan share: preset, model shape, schedule, widths, evaluation, seeds; the
+    mixer options and digit positions row by row where the rows' differ."""
+    from lab.reproduce.addition import ROW_BY_NAME
+
+    cfg = jobs[0].cfg
+    m, t, d, e = cfg.model, cfg.train, cfg.data, cfg.eval
+    seeds = sorted({j.cfg.train.seed for j in jobs})
+    curriculum = ("" if d.curriculum is None
+                  else f", {d.curriculum} curriculum from width {d.start_width} over {d.ramp_steps} steps")
+    rows = ("" if d.seq_len is None
+            else f", rows of {d.seq_len} positions{' packed with whole samples' if d.packing else ''}")
+    groups: dict[str, list[Job]] = {}
+    for job in jobs:
+        groups.setdefault(_options_key(job), []).append(job)
+    if len(groups) == 1:
+        options, per_row = _model_options(jobs), ""
+    else:
+        by_row: dict[str, list[Job]] = {}
+        for job in jobs:
+            by_row.setdefault(job.cfg.mixer, []).append(job)
+        phrases = []
+        steps = len({j.cfg.train.max_steps for j in jobs}) > 1
+        for name, mine in by_row.items():
+            label = row_label(ROW_BY_NAME[name], mine[0].cfg) if name in ROW_BY_NAME else name
+            own = (f", {mine[0].cfg.train.max_steps} steps" if steps else "") + _model_options(mine)
+            phrases.append(f"{label}: {own.removeprefix(', ') or 'none'}")
+        options, per_row = "", f" Options by row: {'; '.join(phrases)}."
+    val, held_out = eval_widths(cfg)
+    same_steps = len({j.cfg.train.max_steps for j in jobs}) == 1
+    return (f"Preset `{cfg.preset}`: d_model {m.d_model}, {m.n_layers} layers, {m.n_heads} heads{options}; "
+            f"{f'{t.max_steps} steps' if same_steps else 'steps by row'} "
             f"of batch {t.batch_size}, lr {cfg.optim.lr:g} ({cfg.optim.schedule()}); train widths "
-            f"{d.widths[0]}–{d.widths[1]}{curriculum}{rows}; evaluated every {t.val_every} steps on widths 1–48 with "
+            f"{d.widths[0]}–{d.widths[1]}{curriculum}{rows}; evaluated every {t.val_every} steps on widths "
+            f"{val.start}–{held_out.stop - 1} (held out from {held_out.start}) with "
             f"{e.n_per_length} samples per width ({e.free_per_length} free-running, at the best and the last step); "
-            f"seeds {', '.join(map(str, seeds))}.")
+            f"seeds {', '.join(map(str, seeds))}.{per_row}")
 
 
 def render_markdown(jobs: Sequence[Job], table: list[dict[str, Any]], runs: list[dict[str, Any]],
@@ -279,6 +360,10 @@ def render_markdown(jobs: Sequence[Job], table: list[dict[str, Any]], runs: list
     labels = {name: row.label for name, row in ROW_BY_NAME.items()}
     labels.update({job.cfg.mixer: row_label(ROW_BY_NAME[job.cfg.mixer], job.cfg) for job in jobs
                    if job.cfg.mixer in ROW_BY_NAME})
+    val, held_out = split_of(jobs)
+    v, o = span(val), span(held_out)
+    columns = metrics(val, held_out)
+    paper = paper_comparable(jobs)
     lines = [
         "# Addition: teacher-forced length extrapolation (the paper's Table 3)",
         "",
@@ -287,33 +372,45 @@ def render_markdown(jobs: Sequence[Job], table: list[dict[str, Any]], runs: list
         settings_sentence(jobs),
         "",
         "Accuracies in percent. Teacher-forced whole-suffix accuracy: a sample counts when every target digit "
-        "and the end token are predicted right. Val. acc.: widths 1–32; Mean 33–48: widths 33–48. "
-        "Ours: mean ± standard deviation over seeds, each run at its best step (highest val. acc., earliest among equals); "
-        "(paper): the paper's Table 3.",
+        f"and the end token are predicted right. Val. acc.: widths {v}; Mean {o}: the held-out widths {o}. "
+        "Ours: mean ± standard deviation over seeds, each run at its best step (highest val. acc., earliest among equals)"
+        + ("; (paper): the paper's Table 3." if paper else
+           f". The paper's Table 3 (validation on widths 1–32, held out 33–48) is not beside these runs, which are "
+           f"evaluated on widths {v} and {o}."),
         "",
     ]
+    by_column = {column: decimals for _, column, _, decimals in columns}
     header = ["Model", "Params", "Runs"]
-    for key, title in PAPER:
-        header += [f"{title} (paper)", title]
     body = []
-    by_column = {column: decimals for _, column, _, decimals in METRICS}
-    for r in table:
-        cells = [r["model"], format_params(r["params"]), f"{r['runs']}/{r['planned']}"]
-        for key, _ in PAPER:
-            decimals = by_column[key]
-            cells += [_paper_cell(r[f"paper_{key}"], decimals),
-                      format_cell(r[f"{key}_mean"], r[f"{key}_std"], decimals)]
-        body.append(cells)
+    if paper:
+        for key, title in PAPER:
+            header += [f"{title} (paper)", title]
+        for r in table:
+            cells = [r["model"], format_params(r["params"]), f"{r['runs']}/{r['planned']}"]
+            for key, _ in PAPER:
+                decimals = by_column[key]
+                cells += [_paper_cell(r[f"paper_{key}"], decimals),
+                          format_cell(r[f"{key}_mean"], r[f"{key}_std"], decimals)]
+            body.append(cells)
+    else:
+        main = columns[:5]
+        header += [title for _, _, title, _ in main] + [f"{title}, by seed" for _, c, title, _ in main
+                                                         if c in SEED_COLUMNS]
+        for r in table:
+            body.append([r["model"], format_params(r["params"]), f"{r['runs']}/{r['planned']}",
+                         *(format_cell(r[f"{c}_mean"], r[f"{c}_std"], dec) for _, c, _, dec in main),
+                         *((r[f"{c}_seeds"] or "—").replace(" ", " / ") for _, c, _, _ in main
+                           if c in SEED_COLUMNS)])
     lines.append(markdown_table(header, body))
     lines += [
-        "Beside the paper, at the best step: widths answered (the longest run of widths 1, 2, … whose whole "
-        f"answers are right in ≥ {ANSWERED:g}% of samples, teacher-forced), free-running (greedy) and per-token "
-        "accuracy; and teacher-forced accuracy at the last step. A greedy answer is right exactly when every "
-        "teacher-forced prediction is, so free-running accuracy can part from teacher-forced accuracy only through "
-        "floating-point differences (and fewer samples).",
+        ("Beside the paper, at" if paper else "At") + " the best step: widths answered (the longest run of widths "
+        f"1, 2, … whose whole answers are right in ≥ {ANSWERED:g}% of samples, teacher-forced), free-running "
+        "(greedy) and per-token accuracy; and teacher-forced accuracy at the last step. A greedy answer is right "
+        "exactly when every teacher-forced prediction is, so free-running accuracy can part from teacher-forced "
+        "accuracy only through floating-point differences (and fewer samples).",
         "",
     ]
-    extra = METRICS[5:]
+    extra = columns[5:]
     body = [[r["model"]] + [format_cell(r[f"{c}_mean"], r[f"{c}_std"], dec) for _, c, _, dec in extra]
             for r in table]
     lines.append(markdown_table(["Model", *(title for _, _, title, _ in extra)], body))
@@ -326,9 +423,9 @@ def render_markdown(jobs: Sequence[Job], table: list[dict[str, Any]], runs: list
                  *(format_cell(u[k], None, 1) for k in ("val_acc", "ood_mean", "val_token_acc", "ood_token_mean")),
                  str(u["widths"])]
                 for u in unfinished]
-        lines.append(markdown_table(["Model", "Seed", "Run", "Status", "Last evaluation", "Val. acc.",
-                                     "Mean 33–48", "Per-token val. acc.", "Per-token mean 33–48", "Widths answered"],
-                                    body))
+        lines.append(markdown_table(["Model", "Seed", "Run", "Status", "Last evaluation", f"Val. acc. {v}",
+                                     f"Mean {o}", f"Per-token val. acc. {v}", f"Per-token mean {o}",
+                                     "Widths answered"], body))
     return "\n".join(lines)
 
 
@@ -348,9 +445,11 @@ def write_tables(jobs: Sequence[Job], results: Path, out: Path, command: str) ->
     atomic_write_text(out / "table.md", text)
     frame = pd.DataFrame(table)
     # Whole numbers stay whole where a row has none (the paper's best step, the parameter count).
-    frame[["params", "paper_best_step"]] = frame[["params", "paper_best_step"]].astype("Int64")
+    whole = [c for c in ("params", "paper_best_step") if c in frame.columns]
+    frame[whole] = frame[whole].astype("Int64")
     atomic_write_text(out / "table.csv", frame.to_csv(index=False))
-    columns = ["row", "seed", "run_id", "which", "step", "width", "teacher_forced", "per_token", "free_running"]
+    columns = ["row", "model", "seed", "run_id", "which", "step", "width", "trained", "held_out", "teacher_forced",
+               "per_token", "free_running"]
     atomic_write_text(out / "per_width.csv", pd.DataFrame(per_width_rows(runs, results), columns=columns)
                       .to_csv(index=False))
     atomic_write_text(out / "progress.csv", pd.DataFrame(progress_rows(jobs, results), columns=PROGRESS_COLUMNS)

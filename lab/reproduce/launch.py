@@ -25,10 +25,13 @@ from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lab.config import ConfigError, RunConfig, config_hash, dump_yaml, validate
 from lab.runs import Registry, run_dir_for
+
+if TYPE_CHECKING:
+    from lab.reproduce.progress import CampaignProgress
 
 # Where this code is imported from: child processes import the very same code.
 CODE_ROOT = Path(__file__).resolve().parents[2]
@@ -61,16 +64,21 @@ class Outcome:
 
 
 def outcome_line(outcome: Outcome) -> str:
-    """One line for a user: the job's label, seed and run id, how it ended, and its best evaluation."""
+    """One line for a user: the job's label, seed and run id, how it ended, and its best evaluation (over the
+    run's validation and held-out widths, `eval.widths` and `eval.held_out_from`)."""
     job, m = outcome.job, outcome.metrics
     head = f"{job.label or job.cfg.mixer} seed {job.cfg.train.seed} (run {job.run_id}):"
     if outcome.status == "failed":
         return f"{head} failed after {outcome.seconds:.0f} s: {outcome.message}"
     took = "finished before" if outcome.status == "skipped" else f"{outcome.status} in {outcome.seconds:.0f} s"
-    scores = "  ".join(f"{name} {m[key]:.1f}" for key, name in (
-        ("best_val_acc", "val"), ("best_ood_mean", "mean33-48" if job.cfg.task == "addition" else "held-out"),
-        ("best_acc@33", "@33"), ("best_acc@48", "@48"))
-        if m.get(key) is not None)
+    if job.cfg.task == "addition":  # the run's validation and held-out widths (the paper's 1-32 and 33-48)
+        e = job.cfg.eval
+        first, last = e.held_out_from, e.widths[1]
+        names = (("best_val_acc", f"val{e.widths[0]}-{first - 1}"), ("best_ood_mean", f"mean{first}-{last}"),
+                 (f"best_acc@{first}", f"@{first}"), (f"best_acc@{last}", f"@{last}"))
+    else:
+        names = (("best_val_acc", "val"), ("best_ood_mean", "held-out"))
+    scores = "  ".join(f"{name} {m[key]:.1f}" for key, name in names if m.get(key) is not None)
     step = f"best step {m['best_step']:.0f}  " if m.get("best_step") is not None else ""
     return f"{head} {took}  {step}{scores}"
 
@@ -144,10 +152,10 @@ def placed(job: Job, gpus_per_run: int) -> RunConfig:
 
 def run_jobs(jobs: Sequence[Job], results: Path, slots: int = 1, argv: Sequence[str] | None = None,
              on_done: Callable[[Outcome], None] | None = None, per_gpu: int = 1,
-             gpus_per_run: int = 1) -> list[Outcome]:
+             gpus_per_run: int = 1, progress: CampaignProgress | None = None) -> list[Outcome]:
     """Make every job not yet finished in `<results>/lab.db`, up to `slots` at once, each on `gpus_per_run`
-    devices; `on_done(outcome)` is called as each ends (skipped jobs first). Returns the outcomes in the
-    order the jobs ended."""
+    devices; `on_done(outcome)` is called as each ends (skipped jobs first), and `progress` hears of the
+    jobs to make and of each start. Returns the outcomes in the order the jobs ended."""
     if slots < 1:
         raise ValueError(f"--gpus must be >= 1, got {slots}")
     for job in jobs:  # before anything runs
@@ -168,14 +176,23 @@ def run_jobs(jobs: Sequence[Job], results: Path, slots: int = 1, argv: Sequence[
             todo.append(job)
         else:
             done(Outcome(job, "skipped", metrics=metrics))
-    if slots == 1 and gpus_per_run == 1:
-        for job in todo:
-            outcome = _run_here(job, results, registry, argv)
-            done(outcome)
-            if outcome.status == "stopped":  # by SIGINT or SIGTERM, at a checkpoint: no new run starts
-                raise KeyboardInterrupt(f"{outcome.job.label}: stopped by a signal")
-    else:  # a DDP run starts its other ranks by running its own command again: a `lab train` of its own
-        _run_in_processes(todo, results, registry, slots, done, per_gpu, gpus_per_run)
+    started = progress.started if progress is not None else None
+    if progress is not None:
+        progress.begin(todo, results)
+    try:
+        if slots == 1 and gpus_per_run == 1:
+            for job in todo:
+                if started is not None:
+                    started(job)
+                outcome = _run_here(job, results, registry, argv)
+                done(outcome)
+                if outcome.status == "stopped":  # by SIGINT or SIGTERM, at a checkpoint: no new run starts
+                    raise KeyboardInterrupt(f"{outcome.job.label}: stopped by a signal")
+        else:  # a DDP run starts its other ranks by running its own command again: a `lab train` of its own
+            _run_in_processes(todo, results, registry, slots, done, per_gpu, gpus_per_run, started)
+    finally:
+        if progress is not None:
+            progress.end()
     return outcomes
 
 
@@ -188,6 +205,9 @@ class Campaign:
     out: Path
     finished: int
     planned: int
+    jobs: Sequence[Job] = ()  # the planned jobs
+    results: Path | None = None  # the folder of their runs and registry
+    figures: list[Path] = field(default_factory=list)  # drawn from the tables
 
     @property
     def failed(self) -> list[Outcome]:
@@ -197,7 +217,8 @@ class Campaign:
 def run_campaign(jobs: Sequence[Job], planned: Sequence[Job],
                  write_tables: Callable[[Sequence[Job], Path, Path, str], int], results: Path, out: Path,
                  slots: int, command: str, on_done: Callable[[Outcome], Any] | None = None,
-                 per_gpu: int = 1, table_only: bool = False, gpus_per_run: int = 1) -> Campaign:
+                 per_gpu: int = 1, table_only: bool = False, gpus_per_run: int = 1,
+                 progress: CampaignProgress | None = None) -> Campaign:
     """Run `jobs` (up to `slots` at once, each on `gpus_per_run` devices) and rewrite the tables of everything
     `planned` after each one, so a stopped campaign keeps a table of what finished; `write_tables` returns the
     finished count.
@@ -208,7 +229,7 @@ def run_campaign(jobs: Sequence[Job], planned: Sequence[Job],
     if table_only:
         if not (results / "lab.db").is_file():
             raise ValueError(f"--table-only: no registry {results / 'lab.db'}, so no runs to make a table of")
-        return Campaign([], out, write_tables(planned, results, out, command), len(planned))
+        return Campaign([], out, write_tables(planned, results, out, command), len(planned), planned, results)
 
     def done(outcome: Outcome) -> None:
         write_tables(planned, results, out, command)
@@ -217,12 +238,12 @@ def run_campaign(jobs: Sequence[Job], planned: Sequence[Job],
 
     try:
         outcomes = run_jobs(jobs, results, slots=slots, argv=command.split(), on_done=done, per_gpu=per_gpu,
-                            gpus_per_run=gpus_per_run)
+                            gpus_per_run=gpus_per_run, progress=progress)
     except KeyboardInterrupt:
         write_tables(planned, results, out, command)  # with the runs just stopped at their last evaluation
         raise
     finished = write_tables(planned, results, out, command)
-    return Campaign(outcomes, out, finished, len(planned))
+    return Campaign(outcomes, out, finished, len(planned), planned, results)
 
 
 def _quiet_lightning() -> None:
@@ -264,7 +285,8 @@ def _child_env(slot: int, slots: int, gpus: list[str], gpus_per_run: int = 1) ->
 
 
 def _run_in_processes(jobs: Sequence[Job], results: Path, registry: Registry, slots: int,
-                      done: Callable[[Outcome], None], per_gpu: int = 1, gpus_per_run: int = 1) -> None:
+                      done: Callable[[Outcome], None], per_gpu: int = 1, gpus_per_run: int = 1,
+                      started: Callable[[Job], None] | None = None) -> None:
     gpus = slot_gpus(slots, per_gpu, gpus_per_run)
     pending = deque(jobs)
     free = list(range(slots))
@@ -284,6 +306,8 @@ def _run_in_processes(jobs: Sequence[Job], results: Path, registry: Registry, sl
                     proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT,
                                             env=_child_env(slot, slots, gpus, gpus_per_run))
                     running[slot] = (job, proc, time.perf_counter(), f)
+                    if started is not None:
+                        started(job)
                 time.sleep(0.2)
                 for slot, (job, proc, start, f) in list(running.items()):
                     if proc.poll() is None:

@@ -83,19 +83,31 @@ def preset_names() -> list[str]:
     return sorted({*presets(), *(n for track in TRACKS for n in campaign_names(track))})
 
 
-def train_preset(name: str) -> tuple[str, tuple[str, ...]]:
-    """The lab preset file and the settings over it that preset `name` stands for in `lab train`: a file in
-    lab/presets, a campaign preset's name, or a campaign's older spelling that is not a file's name
-    (`tiny` is the file). ConfigError naming the accepted names."""
+def row_settings(track: str, key: str, mixer: str | None) -> tuple[str, ...]:
+    """The settings a campaign preset gives one row of its own (the tiny addition table's transformer)."""
+    if track != "addition" or mixer is None:
+        return ()
+    from lab.reproduce.addition import ROW_SETTINGS
+
+    return ROW_SETTINGS.get(key, {}).get(mixer, ())
+
+
+def train_preset(name: str, mixer: str | None = None) -> tuple[str, tuple[str, ...]]:
+    """The lab preset file and the settings over it that preset `name` stands for in `lab train` of `mixer`:
+    a campaign preset's name (with the settings the campaign gives that mixer's row, so that `lab train`
+    makes the campaign's run), a file in lab/presets, or a campaign's older spelling that is not a file's
+    name (`tiny` is the file). ConfigError naming the accepted names."""
     from lab.config import ConfigError, presets
 
-    if name in presets():
-        return name, ()
+    files = presets()
     for track in TRACKS:
         names = campaign_names(track)
-        key = names.get(name, name if name in names.values() else None)
+        key = names.get(name, name if name in names.values() and name not in files else None)
         if key is not None:
-            return track_presets(track)[key]
+            base, settings = track_presets(track)[key]
+            return base, (*settings, *row_settings(track, key, mixer))
+    if name in files:
+        return name, ()
     raise ConfigError(f"unknown preset {name!r}; accepted: {', '.join(preset_names())}")
 
 
