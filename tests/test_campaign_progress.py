@@ -4,7 +4,10 @@ steps the runs have logged, and nothing raised when the stream it writes to is c
 from __future__ import annotations
 
 import io
+import sys
 from pathlib import Path
+
+import pytest
 
 from lab.reproduce.addition import parse_rows, plan
 from lab.reproduce.launch import Outcome
@@ -53,7 +56,7 @@ def test_lines_name_the_run_its_number_the_time_so_far_and_left(tmp_path: Path) 
     progress.end()
 
 
-def test_a_closed_or_broken_stream_stops_no_campaign() -> None:
+def test_a_closed_or_broken_stream_stops_no_campaign(monkeypatch: pytest.MonkeyPatch) -> None:
     closed = io.StringIO()
     closed.close()
     safe_writer(closed)("a line")
@@ -66,3 +69,5 @@ def test_a_closed_or_broken_stream_stops_no_campaign() -> None:
     kept = io.StringIO()
     safe_writer(kept)("a line")
     assert kept.getvalue() == "a line\n"
+    monkeypatch.setattr(sys, "stdout", None)  # what Python makes of a closed descriptor 1 (`>&-`)
+    safe_writer()("a line")

@@ -91,7 +91,7 @@ def print_table(done: Any) -> None:
     from lab.reproduce.addition_console import summary_table
     from lab.reproduce.progress import safe_writer
 
-    if not done.jobs:
+    if not done.jobs or sys.stdout is None:  # no stdout (`>&-`): table.md and table.csv are the record
         return
     try:
         console = Console(file=sys.stdout, width=None if sys.stdout.isatty() else 150)

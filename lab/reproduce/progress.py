@@ -29,10 +29,12 @@ def clock(seconds: float) -> str:
 
 def safe_writer(stream: TextIO | None = None) -> Callable[[str], None]:
     """A function that writes a line to `stream` (sys.stdout as it is now) and flushes it, and does nothing
-    once the stream is closed or its reader gone."""
+    where there is no stdout (`>&-`), once the stream is closed or once its reader is gone."""
     stream = stream if stream is not None else sys.stdout
 
     def write(line: str) -> None:
+        if stream is None:
+            return
         try:
             stream.write(line + "\n")
             stream.flush()
