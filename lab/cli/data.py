@@ -9,18 +9,6 @@ app = typer.Typer(help="Generate the datasets: variable-length addition, FineWeb
                        "the synthetic tasks (mqar, parity, permutation).")
 
 
-def parse_digits(text: str) -> tuple[int, int]:
-    """'LO-HI' or 'N' as an inclusive width range; ValueError naming the accepted forms."""
-    lo, sep, hi = text.partition("-")
-    try:
-        bounds = (int(lo), int(hi) if sep else int(lo))
-    except ValueError:
-        raise ValueError(f"--digits {text!r} is not a width range; accepted: LO-HI (e.g. 1-32) or N") from None
-    if not 1 <= bounds[0] <= bounds[1]:
-        raise ValueError(f"--digits {text!r} must satisfy 1 <= LO <= HI")
-    return bounds
-
-
 @app.command()
 def addition(
     split: Annotated[str, typer.Option(help="Which split: train, val or ood.")] = "train",
@@ -37,7 +25,7 @@ def addition(
     try:
         if split not in SPLITS:
             raise ValueError(f"--split {split!r} is not accepted; accepted: {', '.join(SPLITS)}")
-        widths = parse_digits(digits) if digits is not None else None
+        widths = parse_range("--digits", digits) if digits is not None else None
         if n_per_length < 1:
             raise ValueError(f"--n-per-length must be >= 1, got {n_per_length}")
         path = out if out is not None else results_path("data", "addition", f"{split}.jsonl")
@@ -143,7 +131,7 @@ def parse_range(option: str, text: str) -> tuple[int, int]:
     try:
         bounds = (int(lo), int(hi) if sep else int(lo))
     except ValueError:
-        raise ValueError(f"{option} {text!r} is not a range; accepted: LO-HI (e.g. 1-16) or N") from None
+        raise ValueError(f"{option} {text!r} is not a range; accepted: LO-HI (e.g. 1-32) or N") from None
     if not 1 <= bounds[0] <= bounds[1]:
         raise ValueError(f"{option} {text!r} must satisfy 1 <= LO <= HI")
     return bounds
