@@ -132,13 +132,14 @@ def _packed(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, lam: Tensor, cfg: Rul
     from fresh states, one call over the sequences laid one to a row and padded at their ends (padding after a
     sequence cannot reach its outputs)."""
     if initial_state is None and not output_final_state and len(bounds) > 2:
-        lengths = torch.tensor([e - b for b, e in zip(bounds, bounds[1:])], device=q.device)
+        sizes = [e - b for b, e in zip(bounds, bounds[1:])]
+        lengths = torch.tensor(sizes, device=q.device)
         row = torch.repeat_interleave(torch.arange(len(lengths), device=q.device), lengths)
         col = torch.arange(q.shape[1], device=q.device) - torch.repeat_interleave(
             torch.tensor(bounds[:-1], device=q.device), lengths)
 
         def rows(t: Tensor) -> Tensor:
-            out = t.new_zeros(len(lengths), int(lengths.max()), *t.shape[2:])
+            out = t.new_zeros(len(sizes), max(sizes), *t.shape[2:])
             out[row, col] = t[0]
             return out
 
