@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Device call: the steps axis. One compiled, graphed run at a time on one H200 (sharing the GPU time-slices it):
+# falcon-1a.3 then falcon-1.3 at the paper-size model in the packed curriculum (batch 256 of 256 positions,
+# 65k tokens a step), lr 3e-3, 5000 steps with the ramp over the first 1000 (4000 steps at widths 1-32), seed 0;
+# then a short eager check of isolated samples for falcon-1a.3 through the rule's cu_seqlens (its step time).
+# Run from the repository root with LAB_COMMIT set; writes $OUT/long.tgz and prints a table.
+set -u
+export PYTHONUNBUFFERED=1 OMP_NUM_THREADS=4
+W=/tmp/long; mkdir -p $W/runs
+STEPS=${STEPS:-5000}; RUN_S=${RUN_S:-235}; ISO_S=${ISO_S:-70}
+BASE="--task addition --preset addition-paper --seed 0 --set data.curriculum=linear --set data.start_width=1
+  --set data.packing=true --set data.seq_len=256 --set train.ckpt_every=100000 --set eval.n_per_length=50
+  --set eval.free_per_length=0 --set optim.lr=3e-3 --no-progress"
+one() {  # name seconds mixer settings...
+  local name=$1 secs=$2 mixer=$3; shift 3
+  local t0=$(date +%s)
+  timeout --signal=INT --kill-after=20 $secs python -m lab train $BASE --mixer $mixer "$@" \
+    --out $W/runs/$name --results $W/res_$name > $W/$name.log 2>&1
+  echo "$name rc=$? wall_s=$(( $(date +%s) - t0 ))" | tee -a $W/times.txt
+}
+FAST="--max-steps $STEPS --set data.ramp_steps=1000 --set train.val_every=250 --set train.compile=true --set train.cuda_graphs=true"
+one f1a3-long $RUN_S falcon-1a.3 $FAST
+one f13-long $RUN_S falcon-1.3 $FAST
+one f1a3-iso $ISO_S falcon-1a.3 --max-steps 300 --set data.ramp_steps=1000 --set train.val_every=100 \
+  --set model.isolate_samples=true
+nvidia-smi --query-gpu=name --format=csv,noheader > $W/gpu.txt
+tar czf "$OUT/long.tgz" --exclude='checkpoints' --exclude='*.pt' --exclude='*.lock' -C $W .
+python - <<'PY'
+import csv, os
+W = "/tmp/long/runs"
+def rows(name, f):
+    p = os.path.join(W, name, f)
+    return list(csv.DictReader(open(p))) if os.path.exists(p) else []
+for name in ("f1a3-long", "f13-long", "f1a3-iso"):
+    ev = rows(name, "evals.csv")
+    print(f"{name}: " + "  ".join(f"{r['step']}:{float(r['val_acc']):.1f}/{float(r['val_token_acc']):.1f}" for r in ev))
+    m = [r for r in rows(name, "metrics.csv") if r.get("elapsed_s")]
+    if len(m) > 2:
+        print(f"  last logged step {m[-1]['step']} at {float(m[-1]['elapsed_s']):.0f} s")
+PY
+cat $W/times.txt
