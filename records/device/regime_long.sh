@@ -3,9 +3,12 @@
 # falcon-1a.3 then falcon-1.3 at the paper-size model in the packed curriculum (batch 256 of 256 positions,
 # 65k tokens a step), lr 3e-3, 5000 steps with the ramp over the first 1000 (4000 steps at widths 1-32), seed 0;
 # then a short eager check of isolated samples for falcon-1a.3 through the rule's cu_seqlens (its step time).
-# Run from the repository root with LAB_COMMIT set; writes $OUT/long.tgz and prints a table.
+# `bash regime_long.sh abacus` (second call): the same two runs with digit positions (model.abacus=32), no
+# isolated check. Run from the repository root with LAB_COMMIT set; writes $OUT/long.tgz and prints a table.
 set -u
-export PYTHONUNBUFFERED=1 OMP_NUM_THREADS=4
+VARIANT=${1:-plain}
+export PYTHONUNBUFFERED=1
+[ "$VARIANT" = plain ] && export OMP_NUM_THREADS=4
 W=/tmp/long; mkdir -p $W/runs
 STEPS=${STEPS:-5000}; RUN_S=${RUN_S:-235}; ISO_S=${ISO_S:-70}
 BASE="--task addition --preset addition-paper --seed 0 --set data.curriculum=linear --set data.start_width=1
@@ -19,11 +22,19 @@ one() {  # name seconds mixer settings...
   echo "$name rc=$? wall_s=$(( $(date +%s) - t0 ))" | tee -a $W/times.txt
 }
 FAST="--max-steps $STEPS --set data.ramp_steps=1000 --set train.val_every=250 --set train.compile=true --set train.cuda_graphs=true"
-one f1a3-long $RUN_S falcon-1a.3 $FAST
-one f13-long $RUN_S falcon-1.3 $FAST
-one f1a3-iso $ISO_S falcon-1a.3 --max-steps 300 --set data.ramp_steps=1000 --set train.val_every=100 \
-  --set model.isolate_samples=true
+if [ "$VARIANT" = abacus ]; then
+  NAMES="f1a3-ab-long f13-ab-long"
+  one f1a3-ab-long $RUN_S falcon-1a.3 $FAST --set model.abacus=32
+  one f13-ab-long $RUN_S falcon-1.3 $FAST --set model.abacus=32
+else
+  NAMES="f1a3-long f13-long f1a3-iso"
+  one f1a3-long $RUN_S falcon-1a.3 $FAST
+  one f13-long $RUN_S falcon-1.3 $FAST
+  one f1a3-iso $ISO_S falcon-1a.3 --max-steps 300 --set data.ramp_steps=1000 --set train.val_every=100 \
+    --set model.isolate_samples=true
+fi
 nvidia-smi --query-gpu=name --format=csv,noheader > $W/gpu.txt
+export NAMES
 tar czf "$OUT/long.tgz" --exclude='checkpoints' --exclude='*.pt' --exclude='*.lock' -C $W .
 python - <<'PY'
 import csv, os
@@ -31,9 +42,11 @@ W = "/tmp/long/runs"
 def rows(name, f):
     p = os.path.join(W, name, f)
     return list(csv.DictReader(open(p))) if os.path.exists(p) else []
-for name in ("f1a3-long", "f13-long", "f1a3-iso"):
+for name in os.environ["NAMES"].split():
     ev = rows(name, "evals.csv")
     print(f"{name}: " + "  ".join(f"{r['step']}:{float(r['val_acc']):.1f}/{float(r['val_token_acc']):.1f}" for r in ev))
+    if ev:
+        print("  last, per width 1-40: " + " ".join(f"{float(ev[-1][f'tf@{w}']):.0f}" for w in range(1, 41)))
     m = [r for r in rows(name, "metrics.csv") if r.get("elapsed_s")]
     if len(m) > 2:
         print(f"  last logged step {m[-1]['step']} at {float(m[-1]['elapsed_s']):.0f} s")
