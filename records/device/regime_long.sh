@@ -4,7 +4,8 @@
 # 65k tokens a step), lr 3e-3, 5000 steps with the ramp over the first 1000 (4000 steps at widths 1-32), seed 0;
 # then a short eager check of isolated samples for falcon-1a.3 through the rule's cu_seqlens (its step time).
 # `bash regime_long.sh abacus` (second call): the same two runs with digit positions (model.abacus=32), no
-# isolated check. Run from the repository root with LAB_COMMIT set; writes $OUT/long.tgz and prints a table.
+# isolated check. `bash regime_long.sh chunk` (third call): falcon-1.3 over 2400 steps trained with the rule's
+# chunks of 64 and of 32 tokens, then `chunk_probe.py` on both runs' best weights (the rule computed other ways). Run from the repository root with LAB_COMMIT set; writes $OUT/long.tgz and prints a table.
 set -u
 VARIANT=${1:-plain}
 export PYTHONUNBUFFERED=1
@@ -22,7 +23,12 @@ one() {  # name seconds mixer settings...
   echo "$name rc=$? wall_s=$(( $(date +%s) - t0 ))" | tee -a $W/times.txt
 }
 FAST="--max-steps $STEPS --set data.ramp_steps=1000 --set train.val_every=250 --set train.compile=true --set train.cuda_graphs=true"
-if [ "$VARIANT" = abacus ]; then
+if [ "$VARIANT" = chunk ]; then
+  NAMES="f13-c64 f13-c32"
+  FAST="--max-steps 2400 --set data.ramp_steps=1000 --set train.val_every=200 --set train.compile=true --set train.cuda_graphs=true"
+  one f13-c64 $RUN_S falcon-1.3 $FAST
+  one f13-c32 $RUN_S falcon-1.3 $FAST --set model.mixer_options.chunk_size=32
+elif [ "$VARIANT" = abacus ]; then
   NAMES="f1a3-ab-long f13-ab-long"
   one f1a3-ab-long $RUN_S falcon-1a.3 $FAST --set model.abacus=32
   one f13-ab-long $RUN_S falcon-1.3 $FAST --set model.abacus=32
@@ -52,3 +58,6 @@ for name in os.environ["NAMES"].split():
         print(f"  last logged step {m[-1]['step']} at {float(m[-1]['elapsed_s']):.0f} s")
 PY
 cat $W/times.txt
+if [ "$VARIANT" = chunk ]; then
+  python records/device/chunk_probe.py $W/runs/f13-c64 $W/runs/f13-c32 --widths 14-24 2>&1 | tee "$OUT/probe.txt"
+fi
