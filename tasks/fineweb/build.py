@@ -1,4 +1,4 @@
-"""FineWeb-Edu parquet -> llm.c token shards, resumable.
+"""A document stream (FineWeb-Edu parquet, or any other source of texts) -> llm.c token shards, resumable.
 
 The token stream is every kept document in file and row order, each preceded by EOT. Its first
 `val_tokens` tokens form `<prefix>_val_000000.bin`; the rest is cut into `<prefix>_train_00000N.bin`
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,8 @@ from tasks.fineweb.tokenizer import file_sha256, load_tokenizer
 
 PREFIX = "edufineweb"
 MANIFEST = "manifest.json"
+# (file index, index of its first row, texts with None for a row left out): one block of a document stream.
+Block = tuple[int, int, list[str | None]]
 
 
 def write_json(path: Path, data: dict[str, Any]) -> None:
@@ -67,26 +69,48 @@ def build_shards(
 ) -> dict[str, Any]:
     """Tokenise the parquet `sources` into shards in `out`, continuing a previous run's shards made
     with the same settings; returns the manifest."""
-    if shard_tokens < 1 or val_tokens < 1:
-        raise ValueError(f"--shard-tokens and --val-tokens must be >= 1, got {shard_tokens} and {val_tokens}")
     files = parquet_files(sources)
     for path in files:
         check_schema(path)
+    described = {"sources": [{"path": str(p.resolve()), "bytes": p.stat().st_size} for p in files],
+                 "min_int_score": min_int_score}
+    return write_stream(lambda start: iter_texts(files, min_int_score, start), len(files), described, tokenizer,
+                        out, PREFIX, shard_tokens, val_tokens, log)
+
+
+def write_stream(
+    blocks: Callable[[tuple[int, int]], Iterator[Block]],
+    n_files: int,
+    described: dict[str, Any],
+    tokenizer: str | os.PathLike[str],
+    out: str | os.PathLike[str],
+    prefix: str,
+    shard_tokens: int,
+    val_tokens: int,
+    log: Callable[[str], None] = lambda _: None,
+) -> dict[str, Any]:
+    """Tokenise a document stream into `<prefix>_{val,train}_*.bin` shards in `out`, resumably; returns
+    the manifest. `blocks(start)` yields (file index, index of the block's first row, texts) from
+    position `start` = (file, row) of the stream's `n_files` files on, None for a row left out;
+    `described` (the sources and any filter) joins the settings that a rerun must repeat."""
+    if shard_tokens < 1 or val_tokens < 1:
+        raise ValueError(f"--shard-tokens and --val-tokens must be >= 1, got {shard_tokens} and {val_tokens}")
     enc = load_tokenizer(tokenizer)
     out = Path(out)
     settings = {
-        "sources": [{"path": str(p.resolve()), "bytes": p.stat().st_size} for p in files],
+        **described,
         "tokenizer": str(Path(tokenizer).resolve()),
         "tokenizer_sha256": file_sha256(tokenizer),
         "vocab_size": enc.n_vocab,
         "eot": enc.eot_token,
         "shard_tokens": shard_tokens,
         "val_tokens": val_tokens,
-        "min_int_score": min_int_score,
     }
     manifest = read_manifest(out)
     if manifest is not None:
         changed = [k for k in settings if k != "tokenizer" and manifest["settings"].get(k) != settings[k]]
+        if manifest.get("prefix", PREFIX) != prefix:
+            changed.append("prefix")
         if changed:
             raise ValueError(f"--out {out} holds shards made with other settings ({', '.join(changed)} differ); "
                              f"accepted: the same settings to continue, or another --out")
@@ -95,18 +119,19 @@ def build_shards(
             log(f"{out}: all {manifest['n_shards']} shards are already written")
             return manifest
     else:
-        manifest = {"format": "llm.c token shards (uint16, magic 20240520, version 1)", "prefix": PREFIX,
+        manifest = {"format": "llm.c token shards (uint16, magic 20240520, version 1)", "prefix": prefix,
                     "settings": settings, "shards": []}
     manifest["complete"] = False
     shards = manifest["shards"]
     position = shards[-1]["end"] if shards else {"file": 0, "row": 0, "offset": 0}
-    _continue(files, enc, out, manifest, position, min_int_score, log)
+    _continue(blocks, n_files, enc, out, manifest, position, log)
     return manifest
 
 
-def _continue(files: list[Path], enc, out: Path, manifest: dict[str, Any], position: dict[str, int],
-              min_int_score: int | None, log: Callable[[str], None]) -> None:
+def _continue(blocks: Callable[[tuple[int, int]], Iterator[Block]], n_files: int, enc, out: Path,
+              manifest: dict[str, Any], position: dict[str, int], log: Callable[[str], None]) -> None:
     settings, shards = manifest["settings"], manifest["shards"]
+    prefix = manifest["prefix"]
     eot = enc.eot_token
 
     def capacity() -> int:
@@ -118,7 +143,7 @@ def _continue(files: list[Path], enc, out: Path, manifest: dict[str, Any], posit
     def flush(end: dict[str, int]) -> None:
         nonlocal buffer, filled, documents
         index = len(shards)
-        name = shard_name(PREFIX, "val" if index == 0 else "train", index)
+        name = shard_name(prefix, "val" if index == 0 else "train", index)
         write_shard(out / name, buffer[:filled])
         shards.append({"name": name, "tokens": filled, "documents": documents, "end": end})
         _summarise(manifest)
@@ -127,7 +152,7 @@ def _continue(files: list[Path], enc, out: Path, manifest: dict[str, Any], posit
         buffer, filled, documents = np.empty(capacity(), dtype=np.uint16), 0, 0
 
     skip = position["offset"]
-    for f, first_row, block in iter_texts(files, min_int_score, (position["file"], position["row"])):
+    for f, first_row, block in blocks((position["file"], position["row"])):
         kept = [i for i, text in enumerate(block) if text is not None]
         encoded = enc.encode_ordinary_batch([block[i] for i in kept])
         for i, ids in zip(kept, encoded):
@@ -147,7 +172,7 @@ def _continue(files: list[Path], enc, out: Path, manifest: dict[str, Any], posit
                         {"file": f, "row": row + 1, "offset": 0}
                     flush(end)
     if filled:
-        flush({"file": len(files), "row": 0, "offset": 0})
+        flush({"file": n_files, "row": 0, "offset": 0})
     manifest["complete"] = True
     _summarise(manifest)
     write_json(out / MANIFEST, manifest)
