@@ -5,8 +5,9 @@ from typing import Annotated
 
 import typer
 
-app = typer.Typer(help="Generate the datasets: variable-length addition, FineWeb-Edu token shards, and samples of "
-                       "the synthetic tasks (mqar, parity, permutation).")
+app = typer.Typer(help="Generate the datasets: variable-length addition, FineWeb-Edu token shards (or shards of Debian's "
+                       "English documentation, offline), and samples of the synthetic tasks (mqar, parity, "
+                       "permutation).")
 
 
 @app.command()
@@ -64,6 +65,39 @@ def fineweb(
         raise typer.Exit(code=1) from None
     typer.echo(f"{out}: {manifest['n_shards']} shards, {manifest['val_tokens']} val and "
                f"{manifest['train_tokens']} train tokens from {manifest['documents']} documents")
+
+
+@app.command("debian-docs")
+def debian_docs(
+    tokenizer: Annotated[Path, typer.Option(
+        help="GPT-2 BPE ranks as a local .tiktoken file (lab data gpt2-ranks fetches it).")],
+    corpus: Annotated[list[str] | None, typer.Option(
+        help="Which corpus (repeatable): python-docs (python3.11-doc) or linux-docs (linux-doc-6.1); "
+             "default python-docs.")] = None,
+    root: Annotated[Path, typer.Option(
+        help="Where the package lies: / once installed, or the folder a .deb was unpacked into (dpkg-deb -x).")]
+    = Path("/"),
+    out: Annotated[Path, typer.Option(help="Folder to write uint16 token shards into.")] = Path("data/debian-docs"),
+    shard_tokens: Annotated[int, typer.Option(help="Tokens per train shard.")] = 100_000_000,
+    val_tokens: Annotated[int, typer.Option(help="Tokens of the validation shard (the stream's first).")] = 200_000,
+) -> None:
+    """Tokenise the English documentation of Debian doc packages (real text, offline) into the same shards as
+    `lab data fineweb`; documents in a fixed order by the hash of their names, the first VAL_TOKENS for val."""
+    from tasks.fineweb.debian_docs import build_doc_shards
+
+    try:
+        manifest = build_doc_shards(corpus or ["python-docs"], tokenizer, out, root, shard_tokens, val_tokens,
+                                    log=typer.echo)
+    except ValueError as err:
+        typer.echo(f"lab data debian-docs: {err}", err=True)
+        raise typer.Exit(code=2) from None
+    except OSError as err:
+        typer.echo(f"lab data debian-docs: {err.filename or out}: {err.strerror}", err=True)
+        raise typer.Exit(code=1) from None
+    names = ", ".join(f"{s['corpus']} ({s['package'] or 'version unknown'}, {s['licence']})"
+                      for s in manifest["settings"]["sources"])
+    typer.echo(f"{out}: {manifest['n_shards']} shards, {manifest['val_tokens']} val and "
+               f"{manifest['train_tokens']} train tokens from {manifest['documents']} documents of {names}")
 
 
 @app.command("gpt2-ranks")
