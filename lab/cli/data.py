@@ -5,8 +5,8 @@ from typing import Annotated
 
 import typer
 
-app = typer.Typer(help="Generate the datasets: variable-length addition, FineWeb-Edu token shards (or shards of Debian's "
-                       "English documentation, offline), and samples of the synthetic tasks (mqar, parity, "
+app = typer.Typer(help="Generate the datasets: variable-length addition, FineWeb-Edu token shards (or shards of "
+                       "Debian's English documentation, offline), and samples of the synthetic tasks (mqar, parity, "
                        "permutation).")
 
 

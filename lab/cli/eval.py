@@ -6,7 +6,7 @@ from typing import Annotated
 import typer
 
 app = typer.Typer(help="Evaluate trained runs: addition extrapolation accuracy, perplexity, LAMBADA last-word "
-                        "accuracy.")
+                        "accuracy, lm-evaluation-harness tasks.")
 
 
 
@@ -221,4 +221,81 @@ def lambada(
                f"positions; {file})")
     path = record(run, [result], step=loaded.step, max_len=length, weights=loaded.source.name, source=str(file),
                   tokenizer=str(tokenizer), max_examples=max_examples)
+    typer.echo(f"{run}: step {loaded.step}; wrote {path}")
+
+
+@app.command()
+def harness(
+    run: Annotated[Path, typer.Option("--run", help="Run folder to evaluate (its last checkpoint).")],
+    tasks: Annotated[str, typer.Option(
+        help="lm-evaluation-harness tasks, comma-separated (e.g. lambada_openai,hellaswag,arc_easy); their data "
+             "must be in the local HF datasets cache, or local files named by YAML tasks under --include-path.")],
+    num_fewshot: Annotated[int | None, typer.Option(help="Examples in the prompt; default: each task's own.")] = None,
+    limit: Annotated[int | None, typer.Option(help="Score only the first N documents of each task.")] = None,
+    include_path: Annotated[Path | None, typer.Option(help="Folder of YAML task definitions of your own.")] = None,
+    tokenizer: Annotated[Path | None, typer.Option(
+        help="The .tiktoken file; default: the one recorded in the manifest of the run's data.path.")] = None,
+    max_len: Annotated[int | None, typer.Option(
+        help="Positions the model reads per request (contexts are left-truncated); default: data.seq_len.")] = None,
+    batch_size: Annotated[int, typer.Option(help="Requests per forward pass.")] = 8,
+    bootstrap_iters: Annotated[int, typer.Option(help="Resamples for the standard errors; 0 skips them.")] = 100_000,
+    seed: Annotated[int, typer.Option(help="Seed of lm-eval's few-shot sampling and shuffles.")] = 0,
+) -> None:
+    """Score a run on lm-evaluation-harness tasks, offline (pip install 'falcon-lab[eval]'). Prints lm-eval's
+    table and merges each task's metrics into <run>/harness.json."""
+    from lab.eval.harness import MISSING, lm_eval_version, offline
+
+    offline()  # before anything imports `datasets`: task data comes from local files only
+    names = [t.strip() for t in tasks.split(",") if t.strip()]
+    if not names:
+        typer.echo(f"lab eval harness: --tasks {tasks!r} names no task; accepted: NAME[,NAME...]", err=True)
+        raise typer.Exit(code=2)
+    version = lm_eval_version()
+    if version is None:
+        typer.echo(f"lab eval harness: {MISSING}", err=True)
+        raise typer.Exit(code=2)
+    import torch
+
+    from lab.config import ConfigError
+    from lab.eval.harness import RunLM, evaluate, record, task_metrics
+    from lab.eval.run_weights import load_run_model
+    from lab.train.data import seq_len as run_seq_len
+    from lab.train.data import vocab_size
+    from tasks.fineweb import load_tokenizer, read_manifest
+
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        for option, value in (("--num-fewshot", num_fewshot), ("--limit", limit)):
+            if value is not None and value < (0 if option == "--num-fewshot" else 1):
+                raise ValueError(f"{option} must be >= {0 if option == '--num-fewshot' else 1}, got {value}")
+        if include_path is not None and not include_path.is_dir():
+            raise ValueError(f"--include-path {include_path} is not a folder")
+        loaded = load_run_model(run, "last", device)
+        cfg = loaded.cfg
+        length = max_len if max_len is not None else run_seq_len(cfg)
+        if tokenizer is None:
+            manifest = read_manifest(Path(cfg.data.path)) if cfg.data.path else None
+            if manifest is None:
+                raise ValueError("give --tokenizer FILE.tiktoken (the run's data.path has no manifest naming one)")
+            tokenizer = Path(manifest["settings"]["tokenizer"])
+        enc = load_tokenizer(tokenizer)
+        if enc.n_vocab > vocab_size(cfg):
+            raise ValueError(f"tokenizer {tokenizer} has {enc.n_vocab} ids, more than the run's "
+                             f"vocabulary of {vocab_size(cfg)}")
+        scorer = RunLM(loaded.model, enc, length, batch_size, device)
+        results = evaluate(scorer, names, num_fewshot, limit, include_path, seed, bootstrap_iters)
+    except (ValueError, ConfigError) as err:
+        typer.echo(f"lab eval harness: {err}", err=True)
+        raise typer.Exit(code=2) from None
+    except (OSError, ConnectionError) as err:
+        typer.echo(f"lab eval harness: a task's data is not available offline ({type(err).__name__}: {err}); "
+                   f"accepted: datasets already in the HF datasets cache (HF_DATASETS_CACHE), or YAML tasks on "
+                   f"local files through --include-path", err=True)
+        raise typer.Exit(code=1) from None
+    from lm_eval.utils import make_table
+
+    typer.echo(make_table(results))
+    path = record(run, task_metrics(results), step=loaded.step, weights=loaded.source.name, max_len=length,
+                  num_fewshot=num_fewshot, limit=limit, tokenizer=str(tokenizer), lm_eval=version,
+                  include_path=None if include_path is None else str(include_path))
     typer.echo(f"{run}: step {loaded.step}; wrote {path}")

@@ -117,7 +117,9 @@ def read_document(doc: Document) -> str:
         raise ValueError(f"corpus {doc.corpus}: {doc.path} is not UTF-8 (byte {err.start})") from None
 
 
-def stream_documents(names: Sequence[str], root: str | os.PathLike[str] = "/") -> tuple[list[Document], list[dict[str, Any]]]:
+def stream_documents(
+    names: Sequence[str], root: str | os.PathLike[str] = "/"
+) -> tuple[list[Document], list[dict[str, Any]]]:
     """The documents of corpora `names` under `root` in stream order, and a description of each corpus
     (folder, package version, files, bytes, licence) for the manifest."""
     if not names:
