@@ -287,7 +287,7 @@ def harness(
     except (ValueError, ConfigError) as err:
         typer.echo(f"lab eval harness: {err}", err=True)
         raise typer.Exit(code=2) from None
-    except (OSError, ConnectionError) as err:
+    except OSError as err:  # datasets' ConnectionError in offline mode among them
         typer.echo(f"lab eval harness: a task's data is not available offline ({type(err).__name__}: {err}); "
                    f"accepted: datasets already in the HF datasets cache (HF_DATASETS_CACHE), or YAML tasks on "
                    f"local files through --include-path", err=True)
