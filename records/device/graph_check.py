@@ -1,0 +1,108 @@
+"""Is a training step's gradient the same when the model runs eagerly, compiled, or replayed from a CUDA graph
+(`train.cuda_graphs`)? One packed addition batch (rows of 256 positions, widths 1-32) through the paper-size model
+of each mixer given; every way of running it is compared with the same model whose Falcon rules run token by
+token in PyTorch (backend "recurrent": no chunks, no Triton), all under bf16 autocast as in training. Printed: the
+loss, and the relative error of the whole gradient and of the token embedding's gradient (which carries what the
+rule passes across chunks back to the inputs) against that reference. A step whose gradient loses what crosses a
+chunk boundary shows an error far above bf16's ~1e-2.
+
+    python records/device/graph_check.py [--mixers falcon-1.3,falcon-1a.3] [--batch 64] [--chunk 64]
+"""
+
+from __future__ import annotations
+
+import argparse
+import pathlib
+import sys
+from dataclasses import replace
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
+
+import torch  # noqa: E402
+
+from lab.train.graphs import capture  # noqa: E402
+from lab.train.module import token_loss_sum  # noqa: E402
+from mixers import LanguageModel, LMConfig  # noqa: E402
+from mixers.falcon import FalconMixer  # noqa: E402
+from tasks.addition.batches import make_batch  # noqa: E402
+
+
+def set_backend(model: torch.nn.Module, backend: str) -> None:
+    for m in model.modules():
+        if isinstance(m, FalconMixer):
+            m.opts = replace(m.opts, backend=backend)
+
+
+def grads(model: torch.nn.Module, forward, ids: torch.Tensor, labels: torch.Tensor, autocast: bool):
+    model.zero_grad(set_to_none=True)
+    ctx = torch.autocast(ids.device.type, torch.bfloat16) if autocast else torch.autocast(ids.device.type,
+                                                                                            enabled=False)
+    with ctx:
+        logits = forward(ids)
+    total, count = token_loss_sum(logits, labels)
+    loss = total / count
+    loss.backward()
+    g = {n: p.grad.detach().float().clone() for n, p in model.named_parameters() if p.grad is not None}
+    return loss.item(), g
+
+
+def rel(a: dict, b: dict, keys=None) -> float:
+    keys = keys or b.keys()
+    num = sum(((a[k] - b[k]) ** 2).sum() for k in keys if k in a) ** 0.5
+    den = sum((b[k] ** 2).sum() for k in keys) ** 0.5
+    return float(num / den)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--mixers", default="falcon-1.3,falcon-1a.3")
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--seq", type=int, default=256)
+    ap.add_argument("--chunk", type=int, default=64)
+    ap.add_argument("--d-model", type=int, default=384)
+    ap.add_argument("--layers", type=int, default=6)
+    ap.add_argument("--heads", type=int, default=6)
+    args = ap.parse_args()
+    gpu = torch.cuda.is_available()
+    device = torch.device("cuda" if gpu else "cpu")
+    b = make_batch(0, 3000, args.batch, (1, 32), args.seq, pack=True)
+    ids, labels = b.input_ids.to(device), b.labels.to(device)
+    print(f"device {torch.cuda.get_device_name() if gpu else 'cpu'}; batch {tuple(ids.shape)}, chunk {args.chunk}")
+    for name in args.mixers.split(","):
+        torch.manual_seed(0)
+        opts = {"chunk_size": args.chunk} if name.startswith("falcon") else {}
+        model = LanguageModel(LMConfig(vocab_size=256, d_model=args.d_model, n_layers=args.layers,
+                                       n_heads=args.heads, mixer=name, mixer_options=opts)).to(device).train()
+        set_backend(model, "recurrent")
+        ref_loss, ref = grads(model, model, ids, labels, gpu)
+        emb = [k for k in ref if "embed" in k]
+        rows = []
+        ways = [("chunk", "eager", None)] + ([("triton", "eager", None), ("triton", "graph", None),
+                                               ("triton", "compile", None), ("triton", "compile+graph", None)]
+                                              if gpu else [])
+        for backend, how, _ in ways:
+            set_backend(model, backend)
+            try:
+                if how == "eager":
+                    fwd = model
+                elif how == "compile":
+                    fwd = torch.compile(model)
+                elif how == "graph":
+                    fwd = capture(model, tuple(ids.shape), "bf16-mixed", device)
+                else:
+                    fwd = capture(torch.compile(model), tuple(ids.shape), "bf16-mixed", device)
+                loss, g = grads(model, fwd, ids, labels, gpu and how in ("eager", "compile"))
+                if how.endswith("graph"):  # a replay, not the captured pass: run it twice, keep the second
+                    loss, g = grads(model, fwd, ids, labels, False)
+                rows.append((f"{backend} {how}", loss, rel(g, ref), rel(g, ref, emb)))
+            except Exception as e:  # noqa: BLE001 - a way that fails is reported, the others still run
+                rows.append((f"{backend} {how}", float("nan"), float("nan"), float("nan")))
+                print(f"  {name} {backend} {how}: {type(e).__name__}: {str(e)[:300]}")
+        print(f"{name}: reference (recurrent, eager) loss {ref_loss:.5f}")
+        print(f"  {'way':22s} {'loss':>9s} {'rel. err. grad':>15s} {'rel. err. embedding grad':>25s}")
+        for way, loss, e_all, e_emb in rows:
+            print(f"  {way:22s} {loss:9.5f} {e_all:15.2e} {e_emb:25.2e}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
