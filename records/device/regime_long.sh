@@ -5,7 +5,9 @@
 # then a short eager check of isolated samples for falcon-1a.3 through the rule's cu_seqlens (its step time).
 # `bash regime_long.sh abacus` (second call): the same two runs with digit positions (model.abacus=32), no
 # isolated check. `bash regime_long.sh chunk` (third call): falcon-1.3 over 2400 steps trained with the rule's
-# chunks of 64 and of 32 tokens, then `chunk_probe.py` on both runs' best weights (the rule computed other ways). Run from the repository root with LAB_COMMIT set; writes $OUT/long.tgz and prints a table.
+# chunks of 64 and of 32 tokens, then `chunk_probe.py` on both runs' best weights (the rule computed other ways).
+# `bash regime_long.sh graphs`: `graph_check.py` (one step's gradient eager, compiled, graphed, against the rule
+# token by token), then falcon-1.3 at chunks of 32 compiled without CUDA graphs (does the width-9 wall stay?). Run from the repository root with LAB_COMMIT set; writes $OUT/long.tgz and prints a table.
 set -u
 VARIANT=${1:-plain}
 export PYTHONUNBUFFERED=1
@@ -23,7 +25,12 @@ one() {  # name seconds mixer settings...
   echo "$name rc=$? wall_s=$(( $(date +%s) - t0 ))" | tee -a $W/times.txt
 }
 FAST="--max-steps $STEPS --set data.ramp_steps=1000 --set train.val_every=250 --set train.compile=true --set train.cuda_graphs=true"
-if [ "$VARIANT" = chunk ]; then
+if [ "$VARIANT" = graphs ]; then
+  python records/device/graph_check.py --mixers falcon-1.3,falcon-1a.3,deltanet --chunk 32 2>&1 | tee "$OUT/graph_check.txt"
+  NAMES="f13-c32-nograph"
+  one f13-c32-nograph $RUN_S falcon-1.3 --max-steps 2400 --set data.ramp_steps=1000 --set train.val_every=200 \
+    --set train.compile=true --set model.mixer_options.chunk_size=32
+elif [ "$VARIANT" = chunk ]; then
   NAMES="f13-c64 f13-c32"
   FAST="--max-steps 2400 --set data.ramp_steps=1000 --set train.val_every=200 --set train.compile=true --set train.cuda_graphs=true"
   one f13-c64 $RUN_S falcon-1.3 $FAST
@@ -58,6 +65,11 @@ for name in os.environ["NAMES"].split():
         print(f"  last logged step {m[-1]['step']} at {float(m[-1]['elapsed_s']):.0f} s")
 PY
 cat $W/times.txt
-if [ "$VARIANT" = chunk ]; then
+if [ "$VARIANT" = graphs ]; then
+  python records/device/graph_check.py --mixers falcon-1.3,falcon-1a.3,deltanet --chunk 32 2>&1 | tee "$OUT/graph_check.txt"
+  NAMES="f13-c32-nograph"
+  one f13-c32-nograph $RUN_S falcon-1.3 --max-steps 2400 --set data.ramp_steps=1000 --set train.val_every=200 \
+    --set train.compile=true --set model.mixer_options.chunk_size=32
+elif [ "$VARIANT" = chunk ]; then
   python records/device/chunk_probe.py $W/runs/f13-c64 $W/runs/f13-c32 --widths 14-24 2>&1 | tee "$OUT/probe.txt"
 fi
