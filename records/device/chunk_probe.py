@@ -17,11 +17,11 @@ from dataclasses import replace
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
 
-import torch  # noqa: E402
+import torch
 
-from lab.eval.addition import evaluate_addition  # noqa: E402
-from lab.eval.run_weights import load_run_model  # noqa: E402
-from mixers.falcon import FalconMixer  # noqa: E402
+from lab.eval.addition import evaluate_addition
+from lab.eval.run_weights import load_run_model
+from mixers.falcon import FalconMixer
 
 
 def set_rule(model: torch.nn.Module, backend: str, chunk: int) -> None:

@@ -18,13 +18,13 @@ from dataclasses import replace
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
 
-import torch  # noqa: E402
+import torch
 
-from lab.train.graphs import capture  # noqa: E402
-from lab.train.module import token_loss_sum  # noqa: E402
-from mixers import LanguageModel, LMConfig  # noqa: E402
-from mixers.falcon import FalconMixer  # noqa: E402
-from tasks.addition.batches import make_batch  # noqa: E402
+from lab.train.graphs import capture
+from lab.train.module import token_loss_sum
+from mixers import LanguageModel, LMConfig
+from mixers.falcon import FalconMixer
+from tasks.addition.batches import make_batch
 
 
 def set_backend(model: torch.nn.Module, backend: str) -> None:

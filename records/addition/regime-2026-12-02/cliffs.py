@@ -10,8 +10,8 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import pandas as pd  # noqa: E402
+import matplotlib.pyplot as plt
+import pandas as pd
 
 HERE = Path(__file__).resolve().parent
 RUNS = (("long/f1a3-long", "falcon-1a.3", "tab:blue", "-"),
