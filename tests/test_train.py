@@ -361,6 +361,51 @@ def test_a_run_on_cuda_graphs_follows_the_eager_loss_curve(mixer: str, compiled:
     assert [r["loss"] for r in b] == pytest.approx([r["loss"] for r in a], rel=2e-2)
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("mixer", ["falcon-1.3", "falcon-1a.3", "deltanet"])
+@pytest.mark.parametrize("compiled", [False, True])
+def test_a_graphed_step_gives_the_eager_gradient_across_chunks(mixer: str, compiled: bool) -> None:
+    """The loss-curve test above trains widths 1-8, whose samples fit one chunk of the rule; this one packs widths
+    up to 32 into rows of 128 positions with the rule in chunks of 16, so most of what a sample carries crosses a
+    chunk boundary, and compares the whole gradient of one step, replayed from a CUDA graph, with the eager one."""
+    from dataclasses import replace
+
+    from lab.train.graphs import capture
+    from mixers import LanguageModel, LMConfig
+    from tasks.addition.batches import make_batch
+
+    device = torch.device("cuda")
+    torch.manual_seed(0)
+    model = LanguageModel(LMConfig(vocab_size=VOCAB_SIZE, d_model=64, n_layers=2, n_heads=2, mixer=mixer,
+                                   mixer_options={"chunk_size": 16})).to(device).train()
+    batch = make_batch(0, 0, 8, (20, 32), 128, pack=True)
+    ids, labels = batch.input_ids.to(device), batch.labels.to(device)
+
+    def gradient(forward, autocast: bool) -> torch.Tensor:
+        model.zero_grad(set_to_none=True)
+        with torch.autocast("cuda", torch.bfloat16, enabled=autocast):
+            logits = forward(ids)
+        total, count = token_loss_sum(logits, labels)
+        (total / count).backward()
+        return torch.cat([p.grad.float().flatten() for p in model.parameters() if p.grad is not None])
+
+    eager = gradient(model, True)
+    for m in model.modules():  # the reference: every rule token by token, in PyTorch
+        if hasattr(getattr(m, "opts", None), "backend"):
+            m.opts = replace(m.opts, backend="recurrent")
+    reference = gradient(model, True)
+    for m in model.modules():
+        if hasattr(getattr(m, "opts", None), "backend"):
+            m.opts = replace(m.opts, backend="auto" if mixer.startswith("falcon") else "chunk")
+    graphed = capture(torch.compile(model) if compiled else model, tuple(ids.shape), "bf16-mixed", device)
+    gradient(graphed, False)  # the first replay
+    replayed = gradient(graphed, False)
+    scale = reference.norm()
+    assert (eager - reference).norm() / scale < 3e-2
+    assert (replayed - reference).norm() / scale < 3e-2
+
+
 @pytest.mark.parametrize("mixer", ["transformer", "falcon-1a.3"])
 def test_deterministic_runs_repeat_their_loss_curve_bit_for_bit(mixer: str, tmp_path: Path) -> None:
     """`train.deterministic=true`: the same config and seed, trained twice in two folders, give the same loss,
