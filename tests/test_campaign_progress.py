@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from lab.reproduce.addition import parse_rows, plan
-from lab.reproduce.launch import Outcome
+from lab.reproduce.jobs import Outcome
 from lab.reproduce.progress import CampaignProgress, clock, safe_writer
 from lab.runs import run_dir_for
 

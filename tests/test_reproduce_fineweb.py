@@ -13,7 +13,8 @@ import pytest
 from typer.testing import CliRunner
 
 from lab.cli import app
-from lab.reproduce.fineweb import ROW_NAMES, check_data, parse_rows, plan
+from lab.reproduce.fineweb import check_data, parse_rows, plan
+from lab.reproduce.fineweb_rows import ROW_NAMES
 from tasks.fineweb import build_shards
 from tests.fineweb_util import documents, write_parquet, write_rank_file
 

@@ -106,7 +106,7 @@ def campaign_slots(gpus: int | None, per_gpu: int = 1, gpus_per_run: int = 1) ->
 def print_outcome(outcome: Any) -> None:
     """One line per finished, skipped or failed run of a campaign."""
     from lab.console import say
-    from lab.reproduce.launch import outcome_line
+    from lab.reproduce.jobs import outcome_line
 
     say(outcome_line(outcome))
 

@@ -13,88 +13,31 @@ and give a row settings of its own (`ROW_SETTINGS`, before the `--set` overrides
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from lab.config import ConfigError, load_config
 from lab.paths import results_root
-from lab.reproduce.launch import Campaign, Job, Outcome, run_campaign
+from lab.reproduce.addition_rows import (
+    DEFAULT_ROWS,
+    DEFAULT_SEEDS,
+    PRESETS,
+    ROW_BY_NAME,
+    ROW_NAMES,
+    ROW_SETTINGS,
+    ROWS,
+    Row,
+)
+from lab.reproduce.addition_table import write_tables
+from lab.reproduce.jobs import Job, Outcome
+from lab.reproduce.launch import Campaign, run_campaign, visible_gpus
 from lab.reproduce.names import pick_preset, pick_rows
 from lab.runs import run_dir_for
 
 if TYPE_CHECKING:
     from lab.reproduce.progress import CampaignProgress
-
-# Reproduce preset -> (lab preset, settings over it). `packed` is `paper` with widths 1 -> 32 over the first
-# 1500 of 2000 steps and rows of 256 positions packed with whole samples (2.6 times the 99 of the widest one).
-PACKED = ("data.curriculum=linear", "data.start_width=1", "data.ramp_steps=1500", "data.packing=true",
-          "data.seq_len=256")
-PRESETS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "tiny": ("addition-cpu", ()),
-    "paper": ("addition-paper", ()),
-    "packed": ("addition-paper", PACKED),
-    # packed with the learning rate held at its peak after the warm-up (no cosine decay): on a CPU at widths
-    # 1-8 this took two Falcon rules to every trained width where the decay stopped at 1-6 (cpu_probe.md)
-    "packed-constant": ("addition-paper", (*PACKED, "optim.min_lr_ratio=1.0")),
-}
-DEFAULT_SEEDS = {"tiny": 1, "paper": 3, "packed": 3, "packed-constant": 3}
-# The rows a preset trains when --rows is not given (every row for a preset not named here).
-DEFAULT_ROWS: dict[str, tuple[str, ...]] = {"tiny": ("transformer", "falcon-1.3")}
-# Settings of one row under one preset, applied after the preset's and before --set: on a CPU the
-# transformer learns the widths only without RoPE, with digit positions and its samples kept apart
-# (records/addition/cpu_probe.md), and falcon-1.3 learns them faster with digit positions and its samples
-# apart than packed without them (records/addition/tiny/). The transformer's steps cost about 0.4 of
-# falcon-1.3's: it takes 1000 in the time falcon-1.3 takes 700 on the core beside it.
-DIGITS_APART = ("model.abacus=4", "model.isolate_samples=true")
-ROW_SETTINGS: dict[str, dict[str, tuple[str, ...]]] = {
-    "tiny": {"transformer": ("model.mixer_options.rope=false", *DIGITS_APART, "train.max_steps=1000"),
-             "falcon-1.3": DIGITS_APART},
-}
-
-
-@dataclass(frozen=True)
-class PaperNumbers:
-    """A row of the paper's Table 3: best step, val. acc., mean over 33–48, Acc@33, Acc@48 (percent)."""
-
-    best_step: int
-    val_acc: float
-    ood_mean: float
-    acc33: float
-    acc48: float
-
-
-@dataclass(frozen=True)
-class Row:
-    """A table row: the registry mixer it trains, its label, and the paper's numbers when it has them."""
-
-    name: str
-    label: str
-    paper: PaperNumbers | None = None
-
-
-ROWS: tuple[Row, ...] = (
-    Row("transformer", "Transformer (RoPE)", PaperNumbers(2000, 100.0, 65.8, 97.0, 49.0)),
-    Row("retnet", "RetNet", PaperNumbers(2000, 99.7, 82.9, 99.0, 63.0)),
-    Row("mamba2", "Mamba-2", PaperNumbers(2000, 100.0, 75.2, 100.0, 51.0)),
-    Row("falcon-1a.1", "Falcon-1A.1 (QK-ℓ2, ctxβ-ctxλ)", PaperNumbers(1900, 100.0, 80.6, 100.0, 59.0)),
-    Row("falcon-1a.2", "Falcon-1A.2 (QK-ℓ2, ctxη-ctxλ)", PaperNumbers(2000, 100.0, 85.2, 100.0, 63.0)),
-    Row("falcon-1a.3", "Falcon-1A.3 (QK-RMSNorm, ctxη-ctxλ)", PaperNumbers(1900, 99.8, 85.9, 100.0, 69.0)),
-    Row("falcon-3a.3", "Falcon-3A.3 (QK-RMSNorm, ctxη-ctxλ)", PaperNumbers(2000, 99.9, 87.2, 100.0, 69.0)),
-    # not in Table 3 of the paper's text in shared/paper: these numbers are SPEC §4's
-    Row("falcon-1.3", "Falcon-1.3 (QK-RMSNorm, ctxη-ctxλ)", PaperNumbers(2000, 100.0, 68.8, 100.0, 48.0)),
-    # Beyond the paper's table: the other baselines and the remaining rules (with the .3 settings;
-    # falcon-1 with them is falcon-1.3 above).
-    Row("deltanet", "DeltaNet"),
-    Row("gated-deltanet", "Gated DeltaNet"),
-    Row("falcon-2", "Falcon-2 (.3 settings)"),
-    Row("falcon-3", "Falcon-3 (.3 settings, B=4)"),
-    Row("falcon-2a", "Falcon-2A (.3 settings)"),
-)
-ROW_NAMES = tuple(r.name for r in ROWS)
-ROW_BY_NAME = {r.name: r for r in ROWS}
-
 
 def parse_rows(text: str | None, preset: str | None = None) -> list[Row]:
     """Rows named in a comma-separated list; for None, the preset's default rows (all rows without a preset,
@@ -139,8 +82,6 @@ def reproduce_addition(preset: str = "paper", rows: Sequence[Row] | None = None,
     table.md, table.csv and per_width.csv to `out`, rewriting them after every run, and draw per_width.png
     (and progress.png) from them at the end; `command` is printed in table.md. `progress` hears of each run
     as it starts."""
-    from lab.reproduce.addition_table import write_tables
-
     seeds = DEFAULT_SEEDS.get(preset, 1) if seeds is None else seeds
     rows = parse_rows(None, preset) if rows is None else list(rows)
     results = Path(results).resolve() if results is not None else results_root()
@@ -175,10 +116,6 @@ def reproduce_addition(preset: str = "paper", rows: Sequence[Row] | None = None,
 def cpu_processes(preset: str) -> int | None:
     """How many runs a preset makes at once on a machine without GPUs when --gpus is not given: one process
     per core for `tiny` (each on one thread, as small models use cores best); None: the campaign's default."""
-    import os
-
-    from lab.reproduce.launch import visible_gpus
-
     if preset != "tiny" or visible_gpus():
         return None
     return max(1, os.cpu_count() or 1)

@@ -12,7 +12,7 @@ from typing import Any
 from rich.table import Table
 
 from lab.reproduce.addition_table import finished_runs, format_cell, span, split_of, summary_rows
-from lab.reproduce.launch import Job
+from lab.reproduce.jobs import Job
 
 
 def _seeds(runs: list[dict[str, Any]], metric: str) -> str:

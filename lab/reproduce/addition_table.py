@@ -19,8 +19,10 @@ from typing import Any
 import pandas as pd
 
 from lab.eval.callback import eval_widths, evals_path, pick_best, read_evals
-from lab.reproduce.launch import Job
+from lab.reproduce.addition_rows import ROW_BY_NAME
+from lab.reproduce.jobs import Job
 from lab.runs import Registry, atomic_write_text, git_state, now, run_dir_for
+from lab.train.data import train_widths
 
 
 
@@ -154,8 +156,6 @@ def summary_rows(jobs: Sequence[Job], runs: list[dict[str, Any]]) -> list[dict[s
     """table.csv's rows: one per table row of the plan, in the plan's order; the paper's numbers beside
     them where the plan's evaluations split the widths as the paper's do. `<column>_seeds` lists each
     finished run's value in seed order."""
-    from lab.reproduce.addition import ROW_BY_NAME
-
     table = []
     paper = paper_comparable(jobs)
     for row, mine, record in row_groups(jobs, runs, ROW_BY_NAME):
@@ -178,8 +178,6 @@ SEED_COLUMNS = ("val_acc", "ood_mean")
 def per_width_rows(runs: list[dict[str, Any]], results: Path) -> list[dict[str, Any]]:
     """per_width.csv's rows: every width evaluated at the best and the last evaluation of every finished run,
     with the row's name in the table (`model`) and whether the width was trained on and held out."""
-    from lab.reproduce.addition import ROW_BY_NAME
-
     out = []
     for run in runs:
         job = run["job"]
@@ -207,8 +205,6 @@ PROGRESS_COLUMNS = ["row", "seed", "run_id", "status", "step", "train_width", "w
 def progress_rows(jobs: Sequence[Job], results: Path) -> list[dict[str, Any]]:
     """progress.csv's rows: every evaluation of every run begun (finished or not), with the widest width
     trained on by then (the curriculum's, else the widest of data.widths) and the widths answered."""
-    from lab.train.data import train_widths
-
     registry = Registry(results / "lab.db")
     out = []
     for job in jobs:
@@ -315,8 +311,6 @@ def _options_key(job: Job) -> str:
 def settings_sentence(jobs: Sequence[Job]) -> str:
     """The settings the runs of a plan share: preset, model shape, schedule, widths, evaluation, seeds; the
     mixer options and digit positions row by row where the rows' differ."""
-    from lab.reproduce.addition import ROW_BY_NAME
-
     cfg = jobs[0].cfg
     m, t, d, e = cfg.model, cfg.train, cfg.data, cfg.eval
     seeds = sorted({j.cfg.train.seed for j in jobs})
@@ -355,8 +349,6 @@ def render_markdown(jobs: Sequence[Job], table: list[dict[str, Any]], runs: list
                     command: str, unfinished: Sequence[dict[str, Any]] = ()) -> str:
     """table.md: provenance, settings, ours beside the paper's, then free-running and per-token accuracy,
     then the runs begun but not finished."""
-    from lab.reproduce.addition import ROW_BY_NAME
-
     labels = {name: row.label for name, row in ROW_BY_NAME.items()}
     labels.update({job.cfg.mixer: row_label(ROW_BY_NAME[job.cfg.mixer], job.cfg) for job in jobs
                    if job.cfg.mixer in ROW_BY_NAME})

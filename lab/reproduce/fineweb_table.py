@@ -21,6 +21,7 @@ import pandas as pd
 
 from lab.eval import lambada as last_word
 from lab.eval.perplexity import RESULTS_FILE, read_texts, record, stream_nll
+from lab.eval.run_weights import load_run_model
 from lab.reproduce.addition_table import (
     finished_runs,
     format_cell,
@@ -30,8 +31,10 @@ from lab.reproduce.addition_table import (
     provenance_sentence,
     row_groups,
 )
-from lab.reproduce.launch import Job
+from lab.reproduce.fineweb_rows import ROW_BY_NAME, SOURCES
+from lab.reproduce.jobs import Job
 from lab.runs import atomic_write_text, run_dir_for
+from lab.train.data import seq_len, vocab_size
 
 if TYPE_CHECKING:
     import tiktoken
@@ -46,8 +49,6 @@ COLUMNS = (("wiki", "Wiki", "wiki", 2), ("lambada_word", "LAMBADA", "lambada", 2
 
 def _sources(job: Job, texts: Mapping[str, Path | None]) -> dict[str, Path]:
     """What a run is scored on: name -> file or shard folder."""
-    from lab.reproduce.fineweb import SOURCES
-
     wanted = {"fineweb-edu-val": Path(job.cfg.data.path).resolve(), **texts}
     return {name: Path(wanted[name]) for name, _ in SOURCES if wanted.get(name) is not None}
 
@@ -75,9 +76,6 @@ def _tokens(name: str, source: Path, folder: Path, vocab: int) -> np.ndarray:
 def score_run(job: Job, results: Path, texts: Mapping[str, Path | None]) -> dict[str, float]:
     """The finished run's perplexity per source name, scoring (and recording) those not yet scored."""
     import torch
-
-    from lab.eval.run_weights import load_run_model
-    from lab.train.data import seq_len, vocab_size
 
     root = run_dir_for(job.run_id, results=results).root
     path = root / RESULTS_FILE
@@ -107,9 +105,6 @@ def score_last_word(job: Job, results: Path, source: Path) -> dict[str, float]:
     unless lambada.json holds them for this step and file."""
     import torch
 
-    from lab.eval.run_weights import load_run_model
-    from lab.train.data import seq_len, vocab_size
-
     root = run_dir_for(job.run_id, results=results).root
     path = root / last_word.RESULTS_FILE
     saved = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
@@ -129,8 +124,6 @@ def score_last_word(job: Job, results: Path, source: Path) -> dict[str, float]:
 
 def summary_rows(jobs: Sequence[Job], runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """table.csv's rows: one per table row of the plan, in the plan's order."""
-    from lab.reproduce.fineweb import ROW_BY_NAME, SOURCES
-
     table = []
     for row, mine, record_ in row_groups(jobs, runs, ROW_BY_NAME):
         record_["run_ids"] = " ".join(r["job"].run_id for r in mine)

@@ -5,6 +5,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Protocol, TypeVar
 
+from lab.config import ConfigError
+from lab.config import presets as preset_files
+from lab.reproduce import addition_rows, fineweb_rows
+from lab.reproduce.addition_rows import ROW_SETTINGS as ADDITION_ROW_SETTINGS
+
 
 class Named(Protocol):
     name: str
@@ -41,18 +46,15 @@ def pick_preset(preset: str, presets: Mapping[str, V]) -> V:
 # track's PRESETS: a lab preset and settings over it) is called everywhere by its lab preset's name when it
 # adds no settings (`paper`: addition-paper) and by its track and key when it does (`packed`:
 # addition-packed); the keys themselves stay accepted by the campaigns as older spellings.
-TRACKS = ("addition", "fineweb")
+TRACK_PRESETS = {"addition": addition_rows.PRESETS, "fineweb": fineweb_rows.PRESETS}
+TRACKS = tuple(TRACK_PRESETS)
 
 
 def track_presets(track: str) -> Mapping[str, tuple[str, tuple[str, ...]]]:
     """The campaign presets of a track: key -> (lab preset, settings over it)."""
-    if track == "addition":
-        from lab.reproduce.addition import PRESETS
-    elif track == "fineweb":
-        from lab.reproduce.fineweb import PRESETS
-    else:
+    if track not in TRACK_PRESETS:
         raise ValueError(f"unknown track {track!r}; accepted: {', '.join(TRACKS)}")
-    return PRESETS
+    return TRACK_PRESETS[track]
 
 
 def campaign_names(track: str) -> dict[str, str]:
@@ -78,18 +80,14 @@ def campaign_preset(track: str, name: str) -> str:
 
 def preset_names() -> list[str]:
     """Every preset name `lab train` takes: the files in lab/presets and the campaign presets' names."""
-    from lab.config import presets
-
-    return sorted({*presets(), *(n for track in TRACKS for n in campaign_names(track))})
+    return sorted({*preset_files(), *(n for track in TRACKS for n in campaign_names(track))})
 
 
 def row_settings(track: str, key: str, mixer: str | None) -> tuple[str, ...]:
     """The settings a campaign preset gives one row of its own (the tiny addition table's transformer)."""
     if track != "addition" or mixer is None:
         return ()
-    from lab.reproduce.addition import ROW_SETTINGS
-
-    return ROW_SETTINGS.get(key, {}).get(mixer, ())
+    return ADDITION_ROW_SETTINGS.get(key, {}).get(mixer, ())
 
 
 def train_preset(name: str, mixer: str | None = None) -> tuple[str, tuple[str, ...]]:
@@ -97,9 +95,7 @@ def train_preset(name: str, mixer: str | None = None) -> tuple[str, tuple[str, .
     a campaign preset's name (with the settings the campaign gives that mixer's row, so that `lab train`
     makes the campaign's run), a file in lab/presets, or a campaign's older spelling that is not a file's
     name (`tiny` is the file). ConfigError naming the accepted names."""
-    from lab.config import ConfigError, presets
-
-    files = presets()
+    files = preset_files()
     for track in TRACKS:
         names = campaign_names(track)
         key = names.get(name, name if name in names.values() and name not in files else None)

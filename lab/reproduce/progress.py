@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TextIO
 
-from lab.reproduce.launch import Job, Outcome, outcome_line
+from lab.reproduce.jobs import Job, Outcome, outcome_line
 from lab.runs import run_dir_for
 from lab.train.callbacks import read_metrics
 

@@ -27,7 +27,8 @@ from lab.reproduce.addition_table import (
     mean_std,
     provenance_sentence,
 )
-from lab.reproduce.launch import Campaign, Job, Outcome, run_campaign
+from lab.reproduce.jobs import Job, Outcome
+from lab.reproduce.launch import Campaign, run_campaign
 from lab.runs import atomic_write_text, run_dir_for
 
 # The baselines, then the Falcon rules the addition table reports; each with the registry's defaults.
