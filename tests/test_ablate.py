@@ -26,7 +26,7 @@ from lab.ablate.alignment import (
 from lab.ablate.alignment_table import summary_rows
 from lab.cli import app
 from lab.reproduce import addition as reproduce
-from lab.reproduce.launch import Job
+from lab.reproduce.jobs import Job
 from lab.runs import Registry
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")

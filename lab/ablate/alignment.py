@@ -12,47 +12,25 @@ mixer's default sets no option at all, so it is the very run `lab reproduce addi
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kernels import ALIGNMENTS, TIMINGS
+from lab.ablate.alignment_table import write_tables
+from lab.ablate.cells import CELLS, OPTION_KEYS, Cell, cell_of, default_cell
 from lab.config import load_config
 from lab.paths import results_root
-from lab.reproduce.addition import DEFAULT_SEEDS, check_preset
-from lab.reproduce.launch import Campaign, Job, Outcome, run_campaign
+from lab.reproduce.addition import check_preset
+from lab.reproduce.addition_rows import DEFAULT_SEEDS
+from lab.reproduce.jobs import Job, Outcome
+from lab.reproduce.launch import Campaign, run_campaign
+from mixers import MIXERS, default_options
 
 # The mixers ablated by default: the paper's recurrent Falcon rows, then the recurrent baselines.
 DEFAULT_MIXERS = ("falcon-1a.3", "falcon-3a.3", "falcon-1.3", "deltanet", "gated-deltanet", "mamba2", "retnet")
-OPTION_KEYS = ("timing", "alignment")
-
-
-@dataclass(frozen=True)
-class Cell:
-    """One cell of the 2×2 design: a timing (raw, rbw) and a write pairing (shifted, same_time)."""
-
-    timing: str
-    alignment: str
-
-    @property
-    def name(self) -> str:
-        """The cell's key in files: raw/shifted, rbw/same_time, ..."""
-        return f"{self.timing}/{self.alignment}"
-
-    @property
-    def label(self) -> str:
-        """The cell as tables print it: RAW · shifted, RBW · same-time, ..."""
-        return f"{self.timing.upper()} · {self.alignment.replace('_', '-')}"
-
-
-# Falcon's cell first, as the brief of the design lists them.
-CELLS = tuple(Cell(t, a) for t in TIMINGS for a in ALIGNMENTS)
 
 
 def ablatable_mixers() -> list[str]:
     """Registry mixers that take both a timing and an alignment option (every recurrent one)."""
-    from mixers import MIXERS, default_options
-
     return [name for name in MIXERS if all(key in default_options(name) for key in OPTION_KEYS)]
 
 
@@ -66,30 +44,12 @@ def parse_mixers(text: str | None) -> list[str]:
     takes = f"the ablation takes the recurrent mixers: {', '.join(accepted)}"
     if not names:
         raise ValueError(f"--mixers is empty; {takes}")
-    from mixers import MIXERS
-
     for name in names:
         if name in MIXERS and name not in accepted:
             raise ValueError(f"mixer {name!r} has no timing or alignment to ablate; {takes}")
         if name not in accepted:
             raise ValueError(f"unknown mixer {name!r}; {takes}")
     return names
-
-
-def default_cell(mixer: str) -> Cell:
-    """The cell of the mixer's own paper: its registry defaults (Falcon: RAW/shifted)."""
-    from mixers import default_options
-
-    options = default_options(mixer)
-    return Cell(options["timing"], options["alignment"])
-
-
-def cell_of(job: Job) -> Cell:
-    """The cell a job's configuration trains: its mixer options over the mixer's defaults."""
-    from mixers import default_options
-
-    options = {**default_options(job.cfg.mixer), **job.cfg.model.mixer_options}
-    return Cell(options["timing"], options["alignment"])
 
 
 def cell_overrides(mixer: str, cell: Cell) -> list[str]:
@@ -136,8 +96,6 @@ def ablate_alignment(preset: str = "paper", mixers: Sequence[str] | None = None,
                      table_only: bool = False, gpus_per_run: int = 1) -> Campaign:
     """Train the cells' runs not yet finished (up to `gpus` at once, each on `gpus_per_run` GPUs), then write
     alignment.md, alignment.csv and alignment_per_width.csv to `out`, rewriting them after every run."""
-    from lab.ablate.alignment_table import write_tables
-
     seeds = DEFAULT_SEEDS.get(preset, 1) if seeds is None else seeds
     mixers = list(DEFAULT_MIXERS) if mixers is None else list(mixers)
     # The table holds every default mixer with finished runs (and the ones asked for now), as

@@ -13,8 +13,8 @@ from typing import Any
 
 import pandas as pd
 
-from lab.ablate.alignment import CELLS, cell_of, default_cell
-from lab.reproduce.addition import ROW_BY_NAME
+from lab.ablate.cells import CELLS, cell_of, default_cell
+from lab.reproduce.addition_rows import ROW_BY_NAME
 from lab.reproduce.addition_table import (
     finished_runs,
     format_cell,
@@ -22,12 +22,13 @@ from lab.reproduce.addition_table import (
     markdown_table,
     mean_std,
     metrics,
+    per_width_rows as addition_rows,
     provenance_sentence,
     settings_sentence,
     span,
     split_of,
 )
-from lab.reproduce.launch import Job
+from lab.reproduce.jobs import Job
 from lab.runs import atomic_write_text
 
 FILES = ("alignment.md", "alignment.csv", "alignment_per_width.csv")
@@ -97,8 +98,6 @@ def summary_rows(jobs: Sequence[Job], runs: list[dict[str, Any]]) -> list[dict[s
 
 def per_width_rows(runs: list[dict[str, Any]], results: Path) -> list[dict[str, Any]]:
     """alignment_per_width.csv's rows: the addition table's per-width rows, each with its cell."""
-    from lab.reproduce.addition_table import per_width_rows as addition_rows
-
     # A run's cell is known from its configuration; the addition rows know only its mixer.
     cells = {r["job"].run_id: cell_of(r["job"]) for r in runs}
     rows = addition_rows(runs, results)
