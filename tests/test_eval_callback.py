@@ -4,6 +4,7 @@ weights, the run's final metrics, resume, and the fast free-running decoder agai
 from __future__ import annotations
 
 import json
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -13,21 +14,24 @@ from torch import nn
 from typer.testing import CliRunner
 
 from lab.cli import app
-from lab.config import load_config
+from lab.config import ConfigError, load_config
 from lab.eval.addition import evaluate_addition, greedy
 from lab.eval.callback import (
     COLUMNS,
     AdditionEvaluation,
     evals_columns,
-    evaluation_callbacks,
     pick_best,
     read_evals,
 )
 from lab.eval.free_running import free_running_accuracy, greedy_correct
+from lab.eval.training import evaluation_callbacks
 from lab.runs import Registry, RunDir
 from lab.train import run_training
 from tasks.addition import EOS, VOCAB_SIZE, decode, encode, generate_records
 from tasks.addition.vocab import EQUALS
+
+# Training with the evaluations its configuration asks for, as `lab train` runs it.
+train = partial(run_training, evaluations=evaluation_callbacks)
 
 # A fast mixer, few rows, evaluations at 5, 10 and the last step 12.
 SETTINGS = ["train.max_steps=12", "train.val_every=5", "train.ckpt_every=5", "train.batch_size=8",
@@ -68,7 +72,7 @@ def test_only_enabled_addition_runs_get_the_callback(tmp_path: Path) -> None:
 def finished(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     """One uninterrupted 12-step run with evaluation."""
     root = tmp_path_factory.mktemp("evaluated")
-    result = run_training(config(), out=root / "run", results=root, progress=False)
+    result = train(config(), out=root / "run", results=root, progress=False)
     assert result.status == "finished"
     return root, result.metrics
 
@@ -90,7 +94,7 @@ def test_evaluations_run_on_schedule_and_write_every_width(finished: tuple[Path,
 def test_a_run_evaluates_the_widths_its_configuration_names(tmp_path: Path) -> None:
     # widths 1-6, held out from 4: evals.csv, the metrics and positions.csv hold those widths and no other
     cfg = config("train.max_steps=5", "eval.widths=[1,6]", "eval.held_out_from=4")
-    result = run_training(cfg, out=tmp_path / "run", results=tmp_path, progress=False)
+    result = train(cfg, out=tmp_path / "run", results=tmp_path, progress=False)
     assert result.status == "finished"
     path = tmp_path / "run" / "evals.csv"
     assert path.read_text().splitlines()[0] == ",".join(evals_columns(range(1, 7), range(4, 7)))
@@ -221,9 +225,9 @@ class StopAt(Callback):
 def test_a_resumed_run_evaluates_as_an_uninterrupted_one(finished: tuple[Path, dict], tmp_path: Path) -> None:
     root, metrics = finished
     # Stopped at step 5: its checkpoint was written before step 5's evaluation, which must be redone.
-    first = run_training(config(), out=tmp_path / "run", results=tmp_path, callbacks=[StopAt(5)], progress=False)
+    first = train(config(), out=tmp_path / "run", results=tmp_path, callbacks=[StopAt(5)], progress=False)
     assert first.status == "stopped"
-    resumed = run_training(config(), out=tmp_path / "run", results=tmp_path, progress=False)
+    resumed = train(config(), out=tmp_path / "run", results=tmp_path, progress=False)
     assert resumed.status == "finished" and resumed.resumed_from == 5
     a, b = read_evals(tmp_path / "run" / "evals.csv"), read_evals(root / "run" / "evals.csv")
     assert [e["step"] for e in a] == [5, 10, 12]
@@ -249,10 +253,10 @@ def test_a_run_killed_in_its_final_evaluation_completes_it_on_resume(finished: t
     root, metrics = finished
     cfg = config("train.ckpt_every=4")  # a checkpoint at the last step, written before its evaluation
     with pytest.raises(RuntimeError, match="killed"):
-        run_training(cfg, out=tmp_path / "run", results=tmp_path, callbacks=[KillAt(12)], progress=False)
+        train(cfg, out=tmp_path / "run", results=tmp_path, callbacks=[KillAt(12)], progress=False)
     assert [e["step"] for e in read_evals(tmp_path / "run" / "evals.csv")] == [5, 10]
     assert not (tmp_path / "run" / "positions.csv").exists()
-    resumed = run_training(cfg, out=tmp_path / "run", results=tmp_path, progress=False)
+    resumed = train(cfg, out=tmp_path / "run", results=tmp_path, progress=False)
     assert resumed.status == "finished" and resumed.resumed_from == 12
     a, b = read_evals(tmp_path / "run" / "evals.csv"), read_evals(root / "run" / "evals.csv")
     assert [e["step"] for e in a] == [5, 10, 12]
@@ -262,7 +266,7 @@ def test_a_run_killed_in_its_final_evaluation_completes_it_on_resume(finished: t
         (root / "run" / "positions.csv").read_text().splitlines()[0]
     assert resumed.metrics["last_step"] == 12 and resumed.metrics["best_step"] == metrics["best_step"]
     # Completed once: another call finds the run finished and leaves it alone.
-    assert run_training(cfg, out=tmp_path / "run", results=tmp_path, progress=False).status == "skipped"
+    assert train(cfg, out=tmp_path / "run", results=tmp_path, progress=False).status == "skipped"
 
 
 class Adder(nn.Module):
@@ -325,7 +329,7 @@ def test_time_spent_evaluating_is_counted_apart_from_the_steps(tmp_path: Path,
 
     monkeypatch.setattr(callback_module, "evaluate_addition", slow_evaluation)
     cfg = config("train.max_steps=8", "train.val_every=4", "train.ckpt_every=4", "eval.free_per_length=0")
-    assert run_training(cfg, out=tmp_path / "run", results=tmp_path, progress=False).status == "finished"
+    assert train(cfg, out=tmp_path / "run", results=tmp_path, progress=False).status == "finished"
     metrics = {r["step"]: r for r in read_metrics(tmp_path / "run" / "metrics.csv")}
     assert metrics[3]["eval_s"] == 0.0  # nothing evaluated yet
     # the evaluation after step 4 (and Lightning's validation there) falls in the row of step 5
@@ -336,3 +340,11 @@ def test_time_spent_evaluating_is_counted_apart_from_the_steps(tmp_path: Path,
     assert stepping[5] - stepping[4] < pause / 2 and metrics[5]["elapsed_s"] - metrics[4]["elapsed_s"] >= pause
     # tokens/s leaves the evaluation out (with it the rate of step 5 would be under a step's tokens / pause)
     assert metrics[5]["tokens_per_s"] > (metrics[5]["tokens"] - metrics[4]["tokens"]) / pause
+
+
+def test_training_asked_to_evaluate_without_evaluations_says_so(tmp_path: Path) -> None:
+    # training imports nothing of lab.eval: the caller passes the evaluations in, and a run that asks for
+    # them without them is refused before anything is written
+    with pytest.raises(ConfigError, match="evaluation_callbacks"):
+        run_training(config(), out=tmp_path / "run", results=tmp_path, progress=False)
+    assert not (tmp_path / "run").exists()

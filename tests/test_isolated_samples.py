@@ -4,6 +4,7 @@ training; the fixed offset outside training; the configuration and `lab eval add
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 
 import pandas as pd
@@ -15,6 +16,7 @@ from lab.cli import app
 from lab.config import ConfigError, config_hash, load_config
 from lab.eval.addition import greedy
 from lab.eval.free_running import greedy_correct
+from lab.eval.training import evaluation_callbacks
 from lab.train import run_training
 from lab.train.module import lm_config
 from mixers import LanguageModel, LMConfig
@@ -22,6 +24,9 @@ from mixers.model import digit_significance, sample_index, sample_mask
 from tasks.addition import generate_records
 from tasks.addition.batches import make_batch
 from tasks.addition.vocab import DIGIT_0, EOS, EQUALS, PAD, VOCAB_SIZE, encode
+
+# Training with the evaluations its configuration asks for, as `lab train` runs it.
+train = partial(run_training, evaluations=evaluation_callbacks)
 
 DIGITS = (DIGIT_0, DIGIT_0 + 9)
 
@@ -145,7 +150,7 @@ def test_lab_eval_addition_evaluates_at_another_offset(tmp_path: Path) -> None:
         "train.max_steps=4", "train.val_every=4", "train.ckpt_every=4", "train.batch_size=4", "eval.n_per_length=1",
         "eval.free_per_length=0", "model.abacus=6", "model.isolate_samples=true", "data.packing=true",
         "data.seq_len=48"])
-    assert run_training(cfg, out=tmp_path / "run", results=tmp_path, progress=False).status == "finished"
+    assert train(cfg, out=tmp_path / "run", results=tmp_path, progress=False).status == "finished"
     positions = tmp_path / "positions.csv"
     runner = CliRunner()
     at = runner.invoke(app, ["eval", "addition", "--run", str(tmp_path / "run"), "--per-n", "1", "--free-per-n", "0",
@@ -205,7 +210,7 @@ def test_a_recurrent_mixer_trains_on_isolated_packed_samples(mixer: str, tmp_pat
     ids, labels = train_batch(cfg, 0, 0, 1)
     packed = make_batch(cfg.train.seed, 0, 4, (1, 8), 48, True)
     assert torch.equal(ids, packed.input_ids)  # the packed rows themselves: the model keeps the samples apart
-    result = run_training(cfg, out=tmp_path / "run", results=tmp_path, progress=False)
+    result = train(cfg, out=tmp_path / "run", results=tmp_path, progress=False)
     assert result.status == "finished"
 
 

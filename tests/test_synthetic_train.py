@@ -3,6 +3,7 @@
 
 import json
 import re
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -12,8 +13,13 @@ from typer.testing import CliRunner
 from lab.cli import app
 from lab.config import ConfigError, config_hash, load_config
 from lab.eval.callback import read_evals
+from lab.eval.training import evaluation_callbacks
+from lab.train import run_training
 from lab.train.data import seq_len, sequence_task, train_batch, vocab_size
 from tasks.synthetic import eval_samples, make_batch
+
+# Training with the evaluations its configuration asks for, as `lab train` runs it.
+train = partial(run_training, evaluations=evaluation_callbacks)
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 ROOT = Path(__file__).resolve().parents[1]
@@ -197,7 +203,6 @@ def test_lab_reproduce_a_task_refuses_unknown_rows_in_one_line(tmp_path: Path) -
 def test_a_resumed_task_run_trains_and_evaluates_as_an_uninterrupted_one(tmp_path: Path) -> None:
     from lightning.pytorch.callbacks import Callback
 
-    from lab.train import run_training
     from lab.train.callbacks import read_metrics
 
     class StopAt(Callback):
@@ -208,10 +213,10 @@ def test_a_resumed_task_run_trains_and_evaluates_as_an_uninterrupted_one(tmp_pat
     cfg = load_config("parity-tiny", mixer="transformer", overrides=[
         "train.max_steps=8", "train.val_every=4", "train.ckpt_every=4", "train.log_every=1", "eval.n_per_length=2",
         "data.test_lengths=17,20"])
-    whole = run_training(cfg, out=tmp_path / "whole", results=tmp_path / "a", progress=False)
-    first = run_training(cfg, out=tmp_path / "split", results=tmp_path / "b", callbacks=[StopAt()], progress=False)
+    whole = train(cfg, out=tmp_path / "whole", results=tmp_path / "a", progress=False)
+    first = train(cfg, out=tmp_path / "split", results=tmp_path / "b", callbacks=[StopAt()], progress=False)
     assert first.status == "stopped"
-    resumed = run_training(cfg, out=tmp_path / "split", results=tmp_path / "b", progress=False)
+    resumed = train(cfg, out=tmp_path / "split", results=tmp_path / "b", progress=False)
     assert whole.status == resumed.status == "finished" and resumed.resumed_from == 4
     losses = [(r["step"], r["loss"]) for r in read_metrics(tmp_path / "whole" / "metrics.csv")]
     again = [(r["step"], r["loss"]) for r in read_metrics(tmp_path / "split" / "metrics.csv")]

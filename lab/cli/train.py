@@ -58,6 +58,7 @@ def train(
 
     from lightning.pytorch.utilities import rank_zero_only
 
+    from lab.eval.training import evaluation_callbacks
     from lab.runs import RunBusy
     from lab.train import RunFailed, run_training
 
@@ -67,7 +68,8 @@ def train(
 
     say = console_say if rank_zero_only.rank == 0 else (lambda *a, **k: None)
     try:
-        result = run_training(cfg, out=out, results=results, progress=progress, stop_on_interrupt=True)
+        result = run_training(cfg, out=out, results=results, progress=progress, stop_on_interrupt=True,
+                              evaluations=evaluation_callbacks)
     except ConfigError as err:
         say(f"lab train: {err}", err=True)
         raise typer.Exit(code=2) from None

@@ -28,9 +28,10 @@ from lightning.pytorch.callbacks import Callback
 
 from lab.config import RunConfig
 from lab.eval.addition import evaluate_addition, position_accuracy, position_rows, split_widths, summarise_widths
-from lab.eval.clock import add_eval_time
 from lab.eval.free_running import free_running_accuracy
 from lab.runs import RunDir, atomic_write_text
+from lab.train.checkpoint_io import AtomicCheckpointIO
+from lab.train.clock import add_eval_time
 
 FREE_SUMMARY = ("free_val_acc", "free_ood_mean")
 WIDTHS = range(1, 49)  # the paper's evaluation widths, held out from 33 on (eval.widths, eval.held_out_from)
@@ -70,21 +71,6 @@ def pick_best(rows: Sequence[Mapping[str, Any]], key: str = "val_acc") -> Mappin
         if best is None or row[key] > best[key]:
             best = row
     return best
-
-
-def evaluation_callbacks(cfg: RunConfig, run: RunDir) -> list[Callback]:
-    """The evaluation callbacks a run's configuration asks for: none unless `eval.enabled`."""
-    from lab.config import SEQUENCE_TASKS
-
-    e = cfg.eval
-    if cfg.task in SEQUENCE_TASKS and e.enabled:
-        from lab.eval.length_callback import LengthEvaluation
-
-        return [LengthEvaluation.of(cfg, run)]
-    if not (cfg.task == "addition" and e.enabled):
-        return []
-    return [AdditionEvaluation(run, cfg.train.val_every, e.n_per_length, e.free_per_length, e.seed,
-                               widths=e.widths, held_out_from=e.held_out_from)]
 
 
 def evals_path(run: RunDir) -> Path:
@@ -324,8 +310,6 @@ class AdditionEvaluation(Callback):
         if best is None or self.best_weights is None:
             return
         # Imported here: lab.train imports this module to attach it to runs.
-        from lab.train.checkpoint_io import AtomicCheckpointIO
-
         metrics = {k: best[k] for k in (*self.summary_keys, *FREE_SUMMARY) if best.get(k) is not None}
         AtomicCheckpointIO().save_checkpoint(
             {"step": best["step"], "state_dict": self.best_weights, "metrics": metrics},

@@ -20,6 +20,7 @@ from lab.config import RunConfig
 from lab.eval.callback import SUMMARY, AdditionEvaluation, evals_path, write_evals
 from lab.eval.lengths import evaluate_lengths
 from lab.runs import RunDir
+from lab.train.data import sequence_task
 from tasks.synthetic import SequenceTask
 
 
@@ -35,8 +36,6 @@ class LengthEvaluation(AdditionEvaluation):
     @classmethod
     def of(cls, cfg: RunConfig, run: RunDir) -> LengthEvaluation:
         """The evaluation a run's configuration asks for."""
-        from lab.train.data import sequence_task
-
         return cls(run, cfg.train.val_every, cfg.eval.n_per_length, sequence_task(cfg), cfg.data.lengths,
                    cfg.data.test_lengths, cfg.eval.seed)
 

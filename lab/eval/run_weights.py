@@ -11,6 +11,8 @@ from torch import nn
 from lab.config import RunConfig, from_dict, read_yaml, validate
 from lab.eval.callback import best_weights_path
 from lab.runs import RunDir
+from lab.train.module import lm_config
+from mixers import LanguageModel
 
 WHICH = ("best", "last")
 
@@ -33,10 +35,6 @@ def load_run_model(run_dir: str | Path, which: str = "best", device: torch.devic
     `fall_back`: a run without best weights gives its last ones (the result's `which` says so).
     `abacus_offset`: evaluate the digit positions at this offset instead of the run's `eval.abacus_offset`
     (ConfigError unless the run has digit positions and the offset lies in 0..model.abacus)."""
-    from mixers import LanguageModel
-
-    from lab.train.module import lm_config
-
     if which not in WHICH:
         raise ValueError(f"which={which!r} is not accepted; accepted: {', '.join(WHICH)}")
     run = RunDir(Path(run_dir).resolve())

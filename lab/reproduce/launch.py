@@ -213,6 +213,7 @@ def _quiet_lightning() -> None:
 
 
 def _run_here(job: Job, results: Path, registry: Registry, argv: Sequence[str] | None) -> Outcome:
+    from lab.eval.training import evaluation_callbacks
     from lab.train import run_training
 
     _quiet_lightning()
@@ -221,7 +222,8 @@ def _run_here(job: Job, results: Path, registry: Registry, argv: Sequence[str] |
     start = time.perf_counter()
     with log.open("a", encoding="utf-8") as f, contextlib.redirect_stdout(f), contextlib.redirect_stderr(f):
         try:
-            result = run_training(job.cfg, results=results, progress=False, argv=argv, stop_on_interrupt=True)
+            result = run_training(job.cfg, results=results, progress=False, argv=argv, stop_on_interrupt=True,
+                                  evaluations=evaluation_callbacks)
         except Exception as err:  # one run's failure must not stop the others
             print(f"{type(err).__name__}: {err}", file=f)
             return Outcome(job, "failed", time.perf_counter() - start, _first_line(str(err)))

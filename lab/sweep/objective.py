@@ -97,6 +97,7 @@ class Objective:
             raise
 
     def _run(self, trial: optuna.Trial) -> float | tuple[float, float]:
+        from lab.eval.training import evaluation_callbacks
         from lab.runs import device_name, git_state
         from lab.train import RunFailed, run_training
 
@@ -114,7 +115,7 @@ class Objective:
         argv = [*spec.command, f"# trial {trial.number}"]
         try:
             result = run_training(cfg, out=run_dir, results=spec.results, callbacks=report, progress=False,
-                                  argv=argv)
+                                  argv=argv, evaluations=evaluation_callbacks)
         except RunFailed as err:
             trial.set_user_attr("error", _one_line(err))
             raise optuna.TrialPruned(f"diverged: {err}") from None

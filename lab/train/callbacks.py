@@ -18,8 +18,8 @@ import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback, RichProgressBar
 
 from lab.console import say
-from lab.eval.clock import add_eval_time
 from lab.runs import atomic_write_text
+from lab.train.clock import add_eval_time
 
 COLUMNS = ("step", "loss", "lr", "grad_norm", "tokens_per_s", "tokens", "elapsed_s", "eval_s", "val_loss",
            "val_acc")

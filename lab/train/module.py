@@ -21,9 +21,12 @@ import torch
 import torch.nn.functional as F
 
 from lab.config import RunConfig, from_dict, to_dict
-from lab.train.data import vocab_size
+from lab.train import graphs
+from lab.train.data import seq_len, vocab_size
 from lab.train.optim import make_optimizer
+from mixers import LanguageModel, LMConfig
 from tasks.addition import IGNORE_INDEX, suffix_accuracy
+from tasks.addition.vocab import DIGIT_0, EOS, EQUALS
 
 
 class NonFiniteError(RuntimeError):
@@ -36,13 +39,9 @@ class NonFiniteError(RuntimeError):
 
 def lm_config(cfg: RunConfig) -> Any:
     """The mixers' LMConfig for this run."""
-    from mixers import LMConfig
-
     m = cfg.model
     digits: dict[str, Any] = {}
     if m.abacus is not None:
-        from tasks.addition.vocab import DIGIT_0, EQUALS
-
         # Indices for answers of up to max(128, twice the trained width) digits at evaluation, past any offset.
         digits = {"abacus": m.abacus, "abacus_size": m.abacus + 2 + max(128, 2 * cfg.data.widths[1]),
                   "digit_ids": (DIGIT_0, DIGIT_0 + 9), "answer_marker": EQUALS,
@@ -50,8 +49,6 @@ def lm_config(cfg: RunConfig) -> Any:
     if m.isolate_samples:
         # The packed rows stay: attention masks them, the Falcon mixers restart at each sample, any other mixer
         # mixes each sample on a row of its own (mixers.model).
-        from tasks.addition.vocab import EOS
-
         digits["sample_end"] = EOS
     return LMConfig(vocab_size=vocab_size(cfg), d_model=m.d_model, n_layers=m.n_layers, n_heads=m.n_heads,
                     mixer=cfg.mixer, mixer_options=dict(m.mixer_options), mup=m.mup, **digits)
@@ -72,8 +69,6 @@ class LabModule(pl.LightningModule):
         cfg = config if isinstance(config, RunConfig) else from_dict(config)
         self.cfg = cfg
         self.save_hyperparameters({"config": to_dict(cfg)})
-        from mixers import LanguageModel
-
         self.model = LanguageModel(lm_config(cfg))
         self.automatic_optimization = cfg.train.accumulate == 1
         self.last_loss: torch.Tensor | None = None
@@ -99,9 +94,6 @@ class LabModule(pl.LightningModule):
         with train.compile), and the run says why."""
         if not self.cfg.train.cuda_graphs:
             return
-        from lab.train.data import seq_len
-        from lab.train.graphs import capture
-
         rows = self.cfg.train.batch_size // self.trainer.world_size // self.cfg.train.accumulate
         shape = (rows, seq_len(self.cfg))
         # With train.compile the compiled forward is captured: its warm-up passes compile it, and the
@@ -109,7 +101,7 @@ class LabModule(pl.LightningModule):
         compiled = self.cfg.train.compile
         model = self._compiled() if compiled else self.model
         try:
-            self.__dict__["_graphed_model"] = capture(model, shape, str(self.trainer.precision), self.device)
+            self.__dict__["_graphed_model"] = graphs.capture(model, shape, str(self.trainer.precision), self.device)
             self._graphed_shape = shape
             print(f"cuda graphs: {'compiled ' if compiled else ''}training forward and backward captured for "
                   f"batches of {shape}", flush=True)

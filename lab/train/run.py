@@ -5,7 +5,7 @@ Every rank of a DDP run executes this; only rank zero writes files and the regis
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,7 +16,6 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_only
 
 from lab.config import ConfigError, RunConfig, config_hash, dump_yaml, from_dict, read_yaml, to_dict
-from lab.eval.callback import evaluation_callbacks
 from lab.paths import results_root
 from lab.runs import (
     Registry,
@@ -32,6 +31,7 @@ from lab.train.callbacks import StopOnInterrupt, read_metrics
 from lab.train.data import LabData
 from lab.train.module import LabModule, NonFiniteError
 from lab.train.trainer import check_logger, has_validation, make_trainer, resolve_accelerator, resolve_precision
+from mixers import default_options
 
 
 @dataclass
@@ -87,6 +87,7 @@ def run_training(
     progress: bool | None = None,
     argv: Sequence[str] | None = None,
     stop_on_interrupt: bool = False,
+    evaluations: Callable[[RunConfig, RunDir], Sequence[Callback]] | None = None,
 ) -> RunResult:
     """Train `cfg` in its run folder (`out`, else `<results>/runs/<id>`), recording it in
     `<results>/lab.db`. A finished run is skipped; an unfinished one resumes from its last
@@ -97,25 +98,32 @@ def run_training(
     `stop_on_interrupt`: SIGINT or SIGTERM ends training after the current step with a checkpoint there
     (status "stopped", resumed exactly by the next call, `signum` set) instead of aborting it
     (callbacks.StopOnInterrupt).
+
+    `evaluations(cfg, run)` makes the callbacks that evaluate the run as it trains (the caller chooses them:
+    `lab.eval.training.evaluation_callbacks`); ConfigError when `eval.enabled` asks for them and none is given.
     """
     check_placement(cfg)
+    if cfg.eval.enabled and evaluations is None:
+        raise ConfigError("eval.enabled asks for evaluation during training, and run_training was given no "
+                          "evaluations; pass evaluations=lab.eval.training.evaluation_callbacks")
     run_id = config_hash(cfg)
     results = Path(results).resolve() if results is not None else results_root()
     run = run_dir_for(run_id, out, results)
     # Rank zero holds the folder; the other ranks are its own children.
     with RunLock(run) if rank_zero_only.rank == 0 else nullcontext():
         if not stop_on_interrupt:
-            return _run_in_folder(cfg, run, run_id, results, callbacks, progress, argv)
+            return _run_in_folder(cfg, run, run_id, results, callbacks, progress, argv, evaluations)
         stopper = StopOnInterrupt()
         with stopper.installed():
-            result = _run_in_folder(cfg, run, run_id, results, [*callbacks, stopper], progress, argv)
+            result = _run_in_folder(cfg, run, run_id, results, [*callbacks, stopper], progress, argv, evaluations)
         if result.status == "stopped":
             result.signum = stopper.signum
         return result
 
 
 def _run_in_folder(cfg: RunConfig, run: RunDir, run_id: str, results: Path, callbacks: Sequence[Callback],
-                   progress: bool | None, argv: Sequence[str] | None) -> RunResult:
+                   progress: bool | None, argv: Sequence[str] | None,
+                   evaluations: Callable[[RunConfig, RunDir], Sequence[Callback]] | None) -> RunResult:
     if run.config.exists():
         held = config_hash(from_dict(read_yaml(run.config)))
         if held != run_id:
@@ -139,7 +147,7 @@ def _run_in_folder(cfg: RunConfig, run: RunDir, run_id: str, results: Path, call
         run.write_state(steps=step)
         registry.upsert(run_id, steps=step)
 
-    callbacks = [*callbacks, *evaluation_callbacks(cfg, run)]
+    callbacks = [*callbacks, *(evaluations(cfg, run) if evaluations is not None else ())]
     trainer = make_trainer(cfg, run, callbacks, progress, on_checkpoint=saved)
     data = LabData(cfg)
     try:
@@ -148,7 +156,7 @@ def _run_in_folder(cfg: RunConfig, run: RunDir, run_id: str, results: Path, call
         module.check_finite()
         if step >= cfg.train.max_steps:
             for callback in callbacks:
-                # What a resumed run whose checkpoint is its last step still owes (lab.eval.callback).
+                # What a resumed run whose checkpoint is its last step still owes (the evaluations).
                 getattr(callback, "complete", lambda *_: None)(trainer, module)
         if step % cfg.train.ckpt_every:
             trainer.save_checkpoint(run.last_checkpoint, weights_only=False)
@@ -170,7 +178,7 @@ def _run_in_folder(cfg: RunConfig, run: RunDir, run_id: str, results: Path, call
     status = "finished" if step >= cfg.train.max_steps else "stopped"
     metrics = final_metrics(read_metrics(run.metrics))
     for callback in callbacks:
-        # Evaluation callbacks (lab.eval.callback) add their summary: the best and the last evaluation.
+        # Evaluation callbacks add their summary: the best and the last evaluation.
         metrics.update(getattr(callback, "run_metrics", dict)())
     if rank0:
         _end(run, run_id, registry, status, steps=step, metrics=metrics)
@@ -187,8 +195,6 @@ def _start(cfg: RunConfig, run: RunDir, run_id: str, registry: Registry, state: 
     """Write config.yaml, provenance.json, run.json and the registry row of a starting run."""
     run.checkpoints.mkdir(parents=True, exist_ok=True)
     atomic_write_text(run.config, dump_yaml(cfg))
-    from mixers import default_options
-
     accelerator = resolve_accelerator(cfg)
     # Every mixer option, defaults included: what the run computed even if a default changes later.
     options = {**default_options(cfg.mixer), **cfg.model.mixer_options}

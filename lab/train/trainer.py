@@ -14,7 +14,7 @@ from lightning.pytorch.strategies import DDPStrategy, Strategy
 from torch.nn import Module
 from torch.nn.parallel import DistributedDataParallel
 
-from lab.config import ConfigError, RunConfig, config_hash
+from lab.config import SEQUENCE_TASKS, ConfigError, RunConfig, config_hash
 from lab.runs import RunDir
 from lab.train.callbacks import LinePrinter, MetricsLogger, StepCheckpoint, StepProgressBar
 from lab.train.checkpoint_io import AtomicCheckpointIO
@@ -106,8 +106,6 @@ def make_loggers(cfg: RunConfig, run: RunDir) -> list[Logger]:
 
 def has_validation(cfg: RunConfig) -> bool:
     """Whether the task has a validation set (random tokens have nothing to validate)."""
-    from lab.config import SEQUENCE_TASKS
-
     return cfg.task in ("addition", "fineweb", *SEQUENCE_TASKS)
 
 
