@@ -51,14 +51,14 @@ class ModelConfig:
     """Model shape: width, depth, heads, options passed to the mixer, and μP-style width scaling.
 
     `abacus` (addition only): None, or digit-position embeddings (each digit's significance, the Abacus
-    embeddings of McLeish et al., 2024; `mixers.model`) whose indices are shifted in training by a random
+    embeddings of McLeish et al., 2024; `mixers.positions`) whose indices are shifted in training by a random
     offset of at most `abacus` per row (per sample with `isolate_samples`).
 
     `isolate_samples` (addition): the samples packed in a row do not see each other, and each draws its own
     digit-position offset; without it a sample attends to those packed before it (a recurrent state carries
     into it). The packed rows stay: attention mixers mask attention to each sample (block-diagonal, causal),
     the Falcon mixers restart their fast weights and convolutions at each sample (packed sequences for the
-    rule), any other mixer mixes each sample laid on a row of its own (`mixers.model.samples_apart`)."""
+    rule), any other mixer mixes each sample laid on a row of its own (`mixers.positions.samples_apart`)."""
 
     d_model: int = 64
     n_layers: int = 2

@@ -6,7 +6,8 @@
 
 from mixers.attention import FalconAttention
 from mixers.model import LanguageModel, LMConfig
+from mixers.positions import PositionsConfig
 from mixers.registry import MIXERS, build_mixer, default_options, masks_samples, resets_at_samples
 
-__all__ = ["FalconAttention", "MIXERS", "LMConfig", "LanguageModel", "build_mixer", "default_options",
-           "masks_samples", "resets_at_samples"]
+__all__ = ["FalconAttention", "MIXERS", "LMConfig", "LanguageModel", "PositionsConfig", "build_mixer",
+           "default_options", "masks_samples", "resets_at_samples"]

@@ -80,13 +80,13 @@ MIXERS: dict[str, MixerBuilder] = {b.name: b for b in _entries()}
 
 def masks_samples(name: str) -> bool:
     """Whether mixer ``name`` takes an attention mask that keeps the samples of a packed row apart
-    (``forward(x, mask=...)``; ``LMConfig.sample_end``)."""
+    (``forward(x, mask=...)``; ``PositionsConfig.sample_end``)."""
     return name in MIXERS and bool(getattr(MIXERS[name].make, "masks_samples", False))
 
 
 def resets_at_samples(name: str) -> bool:
     """Whether mixer ``name`` restarts its state and short convolutions at every sample of a packed row
-    (``forward(x, samples=...)`` with the ``sample_index`` of each token; ``LMConfig.sample_end``)."""
+    (``forward(x, samples=...)`` with the ``sample_index`` of each token; ``PositionsConfig.sample_end``)."""
     return name in MIXERS and bool(getattr(MIXERS[name].make, "resets_at_samples", False))
 
 

@@ -33,7 +33,7 @@ class Attention(Mixer):
     """``softmax(q kᵀ / sqrt(D) + causal mask) v`` per head, RoPE on q and k (unless NoPE), no bias.
 
     ``forward(x, mask)`` takes a boolean ``[B, 1, L, L]`` mask (True: attend) in place of the causal one,
-    as isolated samples give it (``mixers.model.sample_mask``); RoPE is relative, so a sample's attention
+    as isolated samples give it (``mixers.positions.sample_mask``); RoPE is relative, so a sample's attention
     under that mask does not depend on where its row places it."""
 
     masks_samples = True

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import pytest
 import torch
+from torch import nn
 
 from lab.config import ConfigError, config_hash, load_config
 from lab.eval.addition import greedy
 from lab.eval.free_running import greedy_correct
 from lab.train.module import lm_config
-from mixers import LanguageModel, LMConfig
-from mixers.model import digit_significance
+from mixers import LanguageModel, LMConfig, PositionsConfig
+from mixers.positions import digit_significance
 from tasks.addition import generate_records
 from tasks.addition.batches import make_batch
 from tasks.addition.vocab import DIGIT_0, EOS, EQUALS, PAD, VOCAB_SIZE, encode
@@ -38,8 +39,8 @@ def test_a_digit_keeps_its_index_as_the_answer_grows() -> None:
 
 def abacus_model(mixer: str = "transformer", offset: int = 4, seed: int = 0) -> LanguageModel:
     torch.manual_seed(seed)
-    cfg = LMConfig(vocab_size=VOCAB_SIZE, d_model=32, n_layers=2, n_heads=2, mixer=mixer, abacus=offset,
-                   abacus_size=offset + 20, digit_ids=DIGITS, answer_marker=EQUALS)
+    cfg = LMConfig(vocab_size=VOCAB_SIZE, d_model=32, n_layers=2, n_heads=2, mixer=mixer, positions=PositionsConfig(
+        abacus=offset, abacus_size=offset + 20, digit_ids=DIGITS, answer_marker=EQUALS))
     return LanguageModel(cfg).double()
 
 
@@ -47,13 +48,13 @@ def abacus_model(mixer: str = "transformer", offset: int = 4, seed: int = 0) -> 
 def test_the_digit_positions_change_the_digits_only_and_train_with_a_random_offset(mixer: str) -> None:
     lm = abacus_model(mixer).eval()
     ids = make_batch(seed=0, step=0, batch_size=3, digits=(1, 5), seq_len=40, pack=True).input_ids
-    plain = LanguageModel(lm.cfg.__class__(**{**lm.cfg.to_dict(), "abacus": None})).double()
-    plain.load_state_dict({k: v for k, v in lm.state_dict().items() if not k.startswith("digit_embed")})
+    plain = LanguageModel(lm.cfg.__class__(**{**lm.cfg.to_dict(), "positions": None})).double()
+    plain.load_state_dict({k: v for k, v in lm.state_dict().items() if not k.startswith("positions.")})
     # The first token of every row is a digit, so the models part from position 0; with the digit vectors
     # zeroed they agree everywhere.
     assert not torch.allclose(lm(ids), plain(ids))
     with torch.no_grad():
-        lm.digit_embed.weight.zero_()
+        lm.positions.digit_embed.weight.zero_()
     torch.testing.assert_close(lm(ids), plain(ids))
     # Eval: one index per digit, so the same logits every call; training: a random offset per row.
     lm = abacus_model(mixer)
@@ -63,7 +64,7 @@ def test_the_digit_positions_change_the_digits_only_and_train_with_a_random_offs
     torch.manual_seed(1)
     first = lm(ids)
     assert any(not torch.allclose(first, lm(ids)) for _ in range(5))
-    index = lm.digit_positions(ids)
+    index = lm.positions.digit_positions(ids)
     shift = index - digit_significance(ids, DIGITS, EQUALS)
     assert ((shift >= 0) & (shift <= 4)).all() and (shift[index == 0] == 0).all()
     assert all(len(set(row[row > 0].tolist())) == 1 for row in shift)  # one offset a row
@@ -73,7 +74,8 @@ def test_the_vector_of_non_digits_stays_zero() -> None:
     lm = abacus_model().train()
     ids = make_batch(seed=0, step=0, batch_size=2, digits=(1, 4), seq_len=30, pack=True).input_ids
     lm(ids).sum().backward()
-    assert lm.digit_embed.weight.grad[0].abs().sum() == 0 and lm.digit_embed.weight[0].abs().sum() == 0
+    embed = lm.positions.digit_embed
+    assert embed.weight.grad[0].abs().sum() == 0 and embed.weight[0].abs().sum() == 0
 
 
 def test_generation_reruns_the_prefix_and_agrees_with_one_forward_pass() -> None:
@@ -101,15 +103,28 @@ def test_a_run_longer_than_the_table_is_named() -> None:
 
 def test_the_configuration() -> None:
     cfg = load_config(preset="addition-tiny", overrides=["model.abacus=8"])
-    lm = lm_config(cfg)
+    lm = lm_config(cfg).positions
     assert (lm.abacus, lm.digit_ids, lm.answer_marker) == (8, DIGITS, EQUALS)
     assert lm.abacus_size == 8 + 2 + 128
     # Off by default, and then absent from the run id: runs made before the option keep their ids.
     plain = load_config(preset="addition-tiny")
-    assert plain.model.abacus is None and lm_config(plain).abacus is None
+    assert plain.model.abacus is None and lm_config(plain).positions is None
     assert config_hash(plain) != config_hash(cfg)
     assert config_hash(plain) == config_hash(load_config(preset="addition-tiny", overrides=["model.abacus=null"]))
     with pytest.raises(ConfigError, match="model.abacus must be null"):
         load_config(preset="addition-tiny", overrides=["model.abacus=-1"])
     with pytest.raises(ConfigError, match="is for task addition"):
         load_config(preset="tiny", overrides=["task=random", "model.abacus=4"])
+
+
+def test_weights_saved_with_the_digit_positions_on_the_model_still_load() -> None:
+    # before the positions were a component of their own, the model held them as `digit_embed.weight`
+    saved = abacus_model(seed=1).state_dict()
+    older = {("digit_embed.weight" if k == "positions.digit_embed.weight" else k): v for k, v in saved.items()}
+    assert "digit_embed.weight" in older
+    lm = abacus_model(seed=2)
+    lm.load_state_dict(older)
+    torch.testing.assert_close(lm.positions.digit_embed.weight, saved["positions.digit_embed.weight"])
+    wrapped = nn.ModuleDict({"model": abacus_model(seed=3)})  # as lab's LabModule holds it: model.digit_embed.weight
+    wrapped.load_state_dict({f"model.{k}": v for k, v in older.items()})
+    torch.testing.assert_close(wrapped["model"].positions.digit_embed.weight, saved["positions.digit_embed.weight"])

@@ -19,8 +19,8 @@ from lab.eval.free_running import greedy_correct
 from lab.eval.training import evaluation_callbacks
 from lab.train import run_training
 from lab.train.module import lm_config
-from mixers import LanguageModel, LMConfig
-from mixers.model import digit_significance, sample_index, sample_mask
+from mixers import LanguageModel, LMConfig, PositionsConfig
+from mixers.positions import digit_significance, sample_index, sample_mask
 from tasks.addition import generate_records
 from tasks.addition.batches import make_batch
 from tasks.addition.vocab import DIGIT_0, EOS, EQUALS, PAD, VOCAB_SIZE, encode
@@ -36,8 +36,9 @@ def model(isolate: bool = True, abacus: int | None = 4, rope: bool = True, eval_
     torch.manual_seed(seed)
     digits = {} if abacus is None else {"abacus": abacus, "abacus_size": abacus + 20, "digit_ids": DIGITS,
                                         "answer_marker": EQUALS, "abacus_eval_offset": eval_offset}
+    positions = PositionsConfig(sample_end=EOS if isolate else None, **digits)
     cfg = LMConfig(vocab_size=VOCAB_SIZE, d_model=32, n_layers=2, n_heads=2, mixer="transformer",
-                   mixer_options={"rope": rope}, sample_end=EOS if isolate else None, **digits)
+                   mixer_options={"rope": rope}, positions=positions)
     return LanguageModel(cfg).double()
 
 
@@ -73,7 +74,7 @@ def test_each_packed_sample_draws_its_own_offset_in_training() -> None:
     samples = sample_index(ids, EOS)
     lm = model(abacus=16).train()
     torch.manual_seed(3)
-    shift = lm.digit_positions(ids, samples) - digit_significance(ids, DIGITS, EQUALS)
+    shift = lm.positions.digit_positions(ids, samples) - digit_significance(ids, DIGITS, EQUALS)
     digit = digit_significance(ids, DIGITS, EQUALS) > 0
     assert (shift[~digit] == 0).all() and (shift[digit] >= 0).all() and (shift[digit] <= 16).all()
     offsets = [{k: set(shift[r][digit[r] & (samples[r] == k)].tolist()) for k in samples[r].unique().tolist()}
@@ -91,8 +92,8 @@ def test_the_evaluation_offset_shifts_every_digit_outside_training() -> None:
     ids = torch.tensor([sample("4821+0937=", "85750")])
     plain, shifted = model(abacus=8).eval(), model(abacus=8, eval_offset=5).eval()
     base = digit_significance(ids, DIGITS, EQUALS)
-    assert torch.equal(shifted.digit_positions(ids), torch.where(base > 0, base + 5, 0))
-    assert torch.equal(plain.digit_positions(ids), base)
+    assert torch.equal(shifted.positions.digit_positions(ids), torch.where(base > 0, base + 5, 0))
+    assert torch.equal(plain.positions.digit_positions(ids), base)
     with torch.no_grad():
         assert not torch.allclose(plain(ids), shifted(ids))
     shifted(torch.tensor([encode("1" * 19 + "+" + "2" * 19 + "=")]))  # index 19 + 5 of a table of 28: fine
@@ -112,7 +113,7 @@ def test_an_isolated_model_generates_by_rerunning_the_prefix() -> None:
 
 def test_lmconfig_names_what_it_rejects() -> None:
     with pytest.raises(ValueError, match="abacus_eval_offset shifts digit positions: it needs abacus"):
-        LMConfig(vocab_size=VOCAB_SIZE, d_model=32, n_layers=1, n_heads=2, abacus_eval_offset=2)
+        PositionsConfig(abacus_eval_offset=2)
     with pytest.raises(ValueError, match="abacus_eval_offset must be an integer >= 0"):
         model(eval_offset=-1)
 
@@ -121,9 +122,9 @@ def test_the_configuration() -> None:
     plain = load_config(preset="addition-tiny", overrides=["model.abacus=8"])
     cfg = load_config(preset="addition-tiny",
                       overrides=["model.abacus=8", "model.isolate_samples=true", "eval.abacus_offset=3"])
-    lm = lm_config(cfg)
+    lm = lm_config(cfg).positions
     assert (lm.sample_end, lm.abacus_eval_offset) == (EOS, 3)
-    assert (lm_config(plain).sample_end, lm_config(plain).abacus_eval_offset) == (None, 0)
+    assert (lm_config(plain).positions.sample_end, lm_config(plain).positions.abacus_eval_offset) == (None, 0)
     # Off by default, and then absent from the run id: runs made before the options keep their ids.
     assert config_hash(plain) == config_hash(load_config(
         preset="addition-tiny", overrides=["model.abacus=8", "model.isolate_samples=false", "eval.abacus_offset=0"]))
@@ -140,7 +141,7 @@ def test_the_configuration() -> None:
     # Every mixer keeps the packed rows; the model reads the samples from them.
     for mixer in ("falcon-1.3", "deltanet"):
         isolated = load_config(preset="addition-tiny", mixer=mixer, overrides=["model.isolate_samples=true"])
-        assert lm_config(isolated).sample_end == EOS
+        assert lm_config(isolated).positions.sample_end == EOS
     with pytest.raises(ConfigError, match="model.isolate_samples is for task addition"):
         load_config(preset="tiny", overrides=["task=random", "model.isolate_samples=true"])
 
@@ -225,7 +226,8 @@ def test_a_recurrent_mixer_over_packed_samples_gives_the_loss_of_its_samples_apa
 
     torch.manual_seed(0)
     cfg = dict(vocab_size=VOCAB_SIZE, d_model=32, n_layers=2, n_heads=2, mixer=mixer)
-    restarting, plain = LanguageModel(LMConfig(**cfg, sample_end=EOS)).double(), LanguageModel(LMConfig(**cfg)).double()
+    restarting = LanguageModel(LMConfig(**cfg, positions=PositionsConfig(sample_end=EOS))).double()
+    plain = LanguageModel(LMConfig(**cfg)).double()
     plain.load_state_dict(restarting.state_dict())
     packed = make_batch(seed=0, step=3, batch_size=4, digits=(1, 6), seq_len=48, pack=True)
     apart = make_batch(seed=0, step=3, batch_size=4, digits=(1, 6), seq_len=48, pack=True, apart=True)

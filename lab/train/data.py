@@ -66,7 +66,7 @@ def train_widths(cfg: RunConfig, step: int) -> tuple[int, int]:
 
 def train_batch(cfg: RunConfig, step: int, rank: int, world_size: int) -> Batch:
     """(input_ids, labels) of `step` for `rank`: [batch_size / world_size, seq_len] int64 each (isolated
-    addition samples keep their packed rows: the model keeps them apart, `mixers.model`)."""
+    addition samples keep their packed rows: the model keeps them apart, `mixers.positions`)."""
     local = cfg.train.batch_size // world_size
     if cfg.task == "addition":
         d = cfg.data

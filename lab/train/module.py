@@ -24,7 +24,7 @@ from lab.config import RunConfig, from_dict, to_dict
 from lab.train import graphs
 from lab.train.data import seq_len, vocab_size
 from lab.train.optim import make_optimizer
-from mixers import LanguageModel, LMConfig
+from mixers import LanguageModel, LMConfig, PositionsConfig
 from tasks.addition import IGNORE_INDEX, suffix_accuracy
 from tasks.addition.vocab import DIGIT_0, EOS, EQUALS
 
@@ -40,18 +40,24 @@ class NonFiniteError(RuntimeError):
 def lm_config(cfg: RunConfig) -> Any:
     """The mixers' LMConfig for this run."""
     m = cfg.model
-    digits: dict[str, Any] = {}
+    return LMConfig(vocab_size=vocab_size(cfg), d_model=m.d_model, n_layers=m.n_layers, n_heads=m.n_heads,
+                    mixer=cfg.mixer, mixer_options=dict(m.mixer_options), mup=m.mup, positions=positions(cfg))
+
+
+def positions(cfg: RunConfig) -> PositionsConfig | None:
+    """The model's input features for this run (`model.abacus`, `model.isolate_samples`); None without them."""
+    m = cfg.model
+    features: dict[str, Any] = {}
     if m.abacus is not None:
         # Indices for answers of up to max(128, twice the trained width) digits at evaluation, past any offset.
-        digits = {"abacus": m.abacus, "abacus_size": m.abacus + 2 + max(128, 2 * cfg.data.widths[1]),
-                  "digit_ids": (DIGIT_0, DIGIT_0 + 9), "answer_marker": EQUALS,
-                  "abacus_eval_offset": cfg.eval.abacus_offset}
+        features = {"abacus": m.abacus, "abacus_size": m.abacus + 2 + max(128, 2 * cfg.data.widths[1]),
+                    "digit_ids": (DIGIT_0, DIGIT_0 + 9), "answer_marker": EQUALS,
+                    "abacus_eval_offset": cfg.eval.abacus_offset}
     if m.isolate_samples:
         # The packed rows stay: attention masks them, the Falcon mixers restart at each sample, any other mixer
-        # mixes each sample on a row of its own (mixers.model).
-        digits["sample_end"] = EOS
-    return LMConfig(vocab_size=vocab_size(cfg), d_model=m.d_model, n_layers=m.n_layers, n_heads=m.n_heads,
-                    mixer=cfg.mixer, mixer_options=dict(m.mixer_options), mup=m.mup, **digits)
+        # mixes each sample on a row of its own (mixers.positions).
+        features["sample_end"] = EOS
+    return PositionsConfig(**features) if features else None
 
 
 def token_loss_sum(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
