@@ -118,8 +118,8 @@ class FalconMixer(Mixer):
         self.per_channel = rule in ("falcon-2", "falcon-2a")
         # falcon-3's chunk form solves one (C·B) × (C·B) block-triangular system per chunk and head, and
         # autograd keeps it: at B = 8 and C = 64 that is 512 × 512 per chunk. Shorter chunks keep C·B near
-        # window_block; the result is the same (up to rounding), the memory and time fall (on the CPU, one
-        # layer at batch 16: 1.6 GiB and 3.2 s at C = 64 against 0.7 GiB and 0.7 s at C = 8).
+        # window_block; the result is the same (up to rounding), the memory and time fall (the rules sweep ran
+        # out of memory at B = 8 with C = 64: records/sweeps/rules/report.md).
         self.chunk_size = (min(opts.chunk_size, max(4, opts.window_block // opts.window)) if rule == "falcon-3"
                            else opts.chunk_size)
         self.q_proj = nn.Linear(d_model, inner, bias=False)
