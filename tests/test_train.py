@@ -3,6 +3,8 @@ factory, and `lab train` for every registered mixer."""
 
 import math
 import re
+import signal
+import time
 from pathlib import Path
 
 import pytest
@@ -22,7 +24,7 @@ from lab.train.callbacks import (
     read_metrics,
 )
 from lab.train.checkpoint_io import AtomicCheckpointIO
-from lab.train.data import TrainBatches, seq_len, train_batch, vocab_size
+from lab.train.data import TrainBatches, loader_worker_init, seq_len, train_batch, vocab_size
 from lab.train.module import token_loss_sum
 from lab.train.optim import lr_factor, make_optimizer
 from lab.train.trainer import CurrentStreamDDP, make_strategy, resolve_precision, resolve_strategy
@@ -76,6 +78,28 @@ def test_loss_counts_only_labelled_positions() -> None:
     expected = torch.nn.functional.cross_entropy(logits[keep], labels[keep], reduction="sum")
     assert count.item() == 3
     assert total.item() == pytest.approx(expected.item(), rel=1e-6)
+
+
+def test_the_loader_process_outlives_a_sigint_to_the_process_group() -> None:
+    """Ctrl-C in a terminal signals every process of the group: the trainer stops after its step and saves, so
+    its loader process must ignore the signal and go on serving batches (a loader that died with it would leave
+    the trainer's last fetch waiting)."""
+    import os
+
+    from torch.utils.data import DataLoader
+
+    batches = TrainBatches(tiny(), rank=0, world_size=1)
+    loader = DataLoader(batches, batch_size=None, num_workers=1, prefetch_factor=2,
+                        persistent_workers=True, worker_init_fn=loader_worker_init)
+    stream = iter(loader)
+    first = next(stream)
+    os.kill(stream._workers[0].pid, signal.SIGINT)
+    time.sleep(0.5)
+    assert stream._workers[0].is_alive()
+    for _ in range(4):  # past the batches the worker had queued before the signal
+        batch = next(stream)
+    assert batch[0].shape == first[0].shape
+    del stream, loader
 
 
 @pytest.mark.parametrize("task", ["addition", "random"])

@@ -7,6 +7,7 @@ sees exactly the batches an uninterrupted one would.
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Iterator
 from functools import lru_cache
 
@@ -139,8 +140,13 @@ class ShardValBatches(IterableDataset):
         return iter(self.batches)
 
 
-def _one_thread(worker: int) -> None:
+def loader_worker_init(worker: int) -> None:
+    """A loader process computes with one thread and leaves SIGINT to the trainer: Ctrl-C in a terminal (or
+    `timeout --signal=INT`) signals the whole process group, and the trainer, which stops after the step in
+    hand and saves a checkpoint there, needs its loader to keep serving until it has. The loader ends with
+    the trainer."""
     torch.set_num_threads(1)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 class LabData(pl.LightningDataModule):
@@ -160,7 +166,7 @@ class LabData(pl.LightningDataModule):
         # batch of 256 rows takes ~4 ms of Python, a packed one ~15 ms); the batches stay the same,
         # they are a function of the step alone.
         return DataLoader(batches, batch_size=None, num_workers=1, prefetch_factor=8, pin_memory=True,
-                          persistent_workers=True, worker_init_fn=_one_thread)
+                          persistent_workers=True, worker_init_fn=loader_worker_init)
 
     def val_dataloader(self) -> DataLoader | list:
         if self.cfg.task == "fineweb":
