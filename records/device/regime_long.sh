@@ -13,14 +13,14 @@ VARIANT=${1:-plain}
 export PYTHONUNBUFFERED=1
 [ "$VARIANT" = plain ] && export OMP_NUM_THREADS=4
 W=/tmp/long; mkdir -p $W/runs
-STEPS=${STEPS:-5000}; RUN_S=${RUN_S:-235}; ISO_S=${ISO_S:-70}
+STEPS=${STEPS:-5000}; RUN_S=${RUN_S:-235}; ISO_S=${ISO_S:-70}; KILL_S=${KILL_S:-20}
 BASE="--task addition --preset addition-paper --seed 0 --set data.curriculum=linear --set data.start_width=1
   --set data.packing=true --set data.seq_len=256 --set train.ckpt_every=100000 --set eval.n_per_length=50
   --set eval.free_per_length=0 --set optim.lr=3e-3 --no-progress"
 one() {  # name seconds mixer settings...
   local name=$1 secs=$2 mixer=$3; shift 3
   local t0=$(date +%s)
-  timeout --signal=INT --kill-after=20 $secs python -m lab train $BASE --mixer $mixer "$@" \
+  timeout --signal=INT --kill-after=$KILL_S $secs python -m lab train $BASE --mixer $mixer "$@" \
     --out $W/runs/$name --results $W/res_$name > $W/$name.log 2>&1
   echo "$name rc=$? wall_s=$(( $(date +%s) - t0 ))" | tee -a $W/times.txt
 }
