@@ -32,7 +32,9 @@ from mixers.options import check_bool, check_choice, check_int, check_range, hea
 
 @dataclass
 class DeltaNetOptions:
-    """head_dim: key width per head (default d_model / n_heads); expand_v: value width / key width."""
+    """head_dim: key width per head (default d_model / n_heads); expand_v: value width / key width;
+    beta_max: β = beta_max·σ(w·x), so the transition I − β k kᵀ has eigenvalue 1 − β along k in (1 − beta_max, 1):
+    1 (default, DeltaNet's β ∈ (0, 1)) or up to 2, where it can be negative (Grazzi et al., 2024)."""
 
     head_dim: int | None = None
     expand_v: int = 1
@@ -44,6 +46,7 @@ class DeltaNetOptions:
     backend: str = "chunk"
     chunk_size: int = 64
     norm_eps: float = 1e-5
+    beta_max: float = 1.0
 
     def check(self, mixer: str) -> None:
         for name in ("expand_v", "conv_size", "chunk_size"):
@@ -54,6 +57,7 @@ class DeltaNetOptions:
         check_choice(mixer, "timing", self.timing, TIMINGS)
         check_choice(mixer, "backend", self.backend, tuple(DELTA_BACKENDS))
         check_range(mixer, "norm_eps", self.norm_eps, 0.0, float("inf"), low_open=True)
+        check_range(mixer, "beta_max", self.beta_max, 0.0, 2.0, low_open=True)
 
 
 @dataclass
@@ -108,7 +112,7 @@ class DeltaNet(Mixer):
         k = l2_norm(k.unflatten(-1, (self.n_heads, self.dk)), eps)
         v = v.unflatten(-1, (self.n_heads, self.dv))
         dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
-        beta = torch.sigmoid(self.b_proj(x).to(dtype))
+        beta = self.opts.beta_max * torch.sigmoid(self.b_proj(x).to(dtype))
         if self.gated:
             g = -torch.exp(self.A_log.to(dtype)) * F.softplus(self.a_proj(x).to(dtype) + self.dt_bias.to(dtype))
         else:

@@ -8,8 +8,9 @@ Per token t, from the layer input h_t (paper §4-5, appendix C):
    or ``none``); optional parameter-free VNorm on v (``v_norm``).
 3. Gates, one per head (one per head and value channel for falcon-2/2a), from learned projections of h plus
    learned per-head offsets (initialised as below):
-   - ``ctx_beta``: β_t = 2·σ(w·h + b) ∈ (0, 2), the NLMS gain; the rule normalises η = β/(E + λ + ε).
-     Offsets start at 0, so β = 1.
+   - ``ctx_beta``: β_t = beta_max·σ(w·h + b) ∈ (0, beta_max), the NLMS gain; the rule normalises
+     η = β/(E + λ + ε). beta_max = 2 (default) is the paper's range, where the transition's eigenvalue 1 − β
+     along x can be negative; beta_max = 1 keeps it in [0, 1). Offsets start at 0, so β = beta_max / 2.
    - ``ctx_eta`` (the paper does not define ctxη; this is our reading): the layer emits the step size itself,
      η_t = eta_max·σ(w·h + b) / E_ref, and the rule applies it with no energy normalisation
      (``normalize=False``); the carry is still γ = 1 − min(η λ, 1 − ε_γ). E_ref is the write energy the
@@ -60,6 +61,7 @@ class FalconOptions:
     gain: str = "ctx_eta"
     beta: float = 1.0
     eta_max: float = 2.0
+    beta_max: float = 2.0
     ridge: str = "ctx_lambda"
     lam: float = 0.0
     lam_scale: float = 1.0
@@ -92,6 +94,7 @@ class FalconOptions:
         inf = float("inf")
         check_range(mixer, "beta", self.beta, 0.0, 2.0, low_open=True, high_open=True)
         check_range(mixer, "eta_max", self.eta_max, 0.0, inf, low_open=True)
+        check_range(mixer, "beta_max", self.beta_max, 0.0, 2.0, low_open=True)
         check_range(mixer, "lam", self.lam, 0.0, inf)
         check_range(mixer, "lam_scale", self.lam_scale, 0.0, inf, low_open=True)
         check_range(mixer, "lam_init_min", self.lam_init_min, 0.0, self.lam_scale, low_open=True, high_open=True)
@@ -168,7 +171,7 @@ class FalconMixer(Mixer):
         else:
             pre = self.gain_proj(h).to(dtype).unflatten(-1, self.gain_offset.shape) + self.gain_offset.to(dtype)
             if o.gain == "ctx_beta":
-                gain = 2.0 * torch.sigmoid(pre)
+                gain = o.beta_max * torch.sigmoid(pre)
             else:
                 gain = o.eta_max * torch.sigmoid(pre) / self.energy_ref
         if o.ridge == "const_lambda":

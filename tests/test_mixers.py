@@ -165,7 +165,7 @@ def test_bad_choice_lists_accepted(name, option, value, accepted):
 
 @pytest.mark.parametrize("options", [{"beta": 2.0}, {"beta": 0.0}, {"window": 0}, {"conv": 1},
                                      {"decay_floor": 1.0}, {"lam": -0.1}, {"lam_init_max": 1.5},
-                                     {"eta_max": 0}, {"head_dim": 0}])
+                                     {"eta_max": 0}, {"beta_max": 2.5}, {"beta_max": 0.0}, {"head_dim": 0}])
 def test_bad_falcon_values(options):
     with pytest.raises(ValueError, match=next(iter(options))):
         build_mixer("falcon-1a", D_MODEL, HEADS, **options)
@@ -208,6 +208,27 @@ def test_falcon_gate_ranges(name, gain_shape):
     assert make(name, qk_norm="l2").energy_ref == 1.0
     const, _ = make(name, gain="const_beta", beta=1.5)._gates(h)
     assert torch.all(const == 1.5)
+
+
+def test_gain_range_sets_where_the_transition_eigenvalue_can_go() -> None:
+    """beta_max bounds ctxβ's gain (Falcon) and DeltaNet's β: the transition's eigenvalue along the written key is
+    1 − β, in [0, 1) for beta_max = 1 and down to −1 for beta_max = 2; a saturated gate reaches the bound."""
+    torch.manual_seed(0)
+    h = 8.0 * torch.randn(2, 8, D_MODEL)  # large inputs drive the gates towards both ends (float32 may reach them)
+    for beta_max in (1.0, 2.0):
+        falcon = build_mixer("falcon-1", D_MODEL, HEADS, gain="ctx_beta", beta_max=beta_max)
+        beta, _ = falcon._gates(h)
+        assert ((beta >= 0) & (beta <= beta_max)).all() and beta.max() > 0.9 * beta_max
+        delta = build_mixer("deltanet", D_MODEL, HEADS, beta_max=beta_max)
+        x = torch.randn(2, 8, D_MODEL)
+        with torch.no_grad():
+            delta.b_proj.weight.mul_(1000.0)
+        *_, dbeta = delta._features(x, delta.q_proj(x), delta.k_proj(x), delta.v_proj(x))
+        assert ((dbeta >= 0) & (dbeta <= beta_max)).all() and dbeta.max() > 0.9 * beta_max
+    with pytest.raises(ValueError, match="beta_max"):
+        build_mixer("deltanet", D_MODEL, HEADS, beta_max=3.0)
+    y = build_mixer("deltanet", D_MODEL, HEADS, beta_max=2.0)(torch.randn(2, 8, D_MODEL))
+    assert torch.isfinite(y).all()
 
 
 def test_falcon_initial_gates():
