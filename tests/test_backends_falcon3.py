@@ -12,9 +12,9 @@ import pytest
 import torch
 
 from kernels.falcon.api import fast_weight_rule
-from kernels.falcon.config import RuleConfig
+from kernels.common.config import RuleConfig
 from kernels.falcon.prepare import prepare
-from kernels.falcon.state import fresh_state
+from kernels.common.state import fresh_state
 
 F64 = torch.float64
 TOL = 1e-10

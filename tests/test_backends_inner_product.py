@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from kernels.falcon.api import fast_weight_rule
-from kernels.falcon.config import RuleConfig
+from kernels.common.config import RuleConfig
 from kernels.falcon.prepare import prepare
 
 F64 = torch.float64

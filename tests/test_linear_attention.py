@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from kernels import fast_weight_rule, linear_attention
-from kernels.falcon.state import FastWeightState, fresh_state
+from kernels.common.state import FastWeightState, fresh_state
 
 F64 = torch.float64
 TOL = 1e-10

@@ -127,7 +127,7 @@ def test_autocast_does_not_reach_inside_the_op():
 def test_auto_backend_picks_the_fused_kernels_only_where_they_apply():
     from types import SimpleNamespace
 
-    from kernels.falcon.config import RuleConfig
+    from kernels.common.config import RuleConfig
     from kernels.falcon.fused import auto_backend
 
     def tensor(cuda=True, dtype=torch.bfloat16, d=64):

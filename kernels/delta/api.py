@@ -8,10 +8,10 @@ import torch
 from torch import Tensor
 
 from kernels.delta.naive import recurrent_gated_delta_rule
-from kernels.falcon.config import ALIGNMENTS, TIMINGS
-from kernels.falcon.checks import check_floating_on_one_device, check_qkv, check_shape, start_state
-from kernels.falcon.state import FastWeightState
-from kernels.precision import autocast_off
+from kernels.common.config import ALIGNMENTS, TIMINGS
+from kernels.common.checks import check_floating_on_one_device, check_qkv, check_shape, start_state
+from kernels.common.state import FastWeightState
+from kernels.common.precision import autocast_off, compute_dtype
 
 Backend = Callable[..., tuple[Tensor, Tensor]]
 
@@ -71,7 +71,7 @@ def gated_delta_rule(
     check_shape("beta", beta, (B, T, H), "[B, T, H]")
     check_floating_on_one_device(q=q, k=k, v=v, g=g, beta=beta)
     out_dtype = q.dtype
-    dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
+    dtype = compute_dtype(q.dtype)
     state, fresh = start_state(q, v, initial_state, dtype)
     q, k, v, g, beta = (t.to(dtype) for t in (q, k, v, g, beta))
     if alignment == "shifted":

@@ -7,11 +7,11 @@ from typing import Callable
 import torch
 from torch import Tensor
 
-from kernels.falcon.checks import check_inputs, start_state
-from kernels.falcon.config import RuleConfig
+from kernels.common.checks import check_inputs, start_state
+from kernels.common.config import RuleConfig
 from kernels.falcon.naive import advance, recurrent_forward
-from kernels.falcon.state import FastWeightState
-from kernels.precision import autocast_off
+from kernels.common.state import FastWeightState
+from kernels.common.precision import autocast_off, compute_dtype
 
 Backend = Callable[..., tuple[Tensor, FastWeightState]]
 
@@ -42,11 +42,6 @@ BACKENDS: dict[str, Backend] = {"recurrent": _recurrent, "masked": _masked, "chu
                                 "triton": _triton}
 # backends that take the inputs in their own dtype and fuse the pairing, η and γ themselves
 NATIVE_DTYPE_BACKENDS = ("triton",)
-
-
-def compute_dtype(dtype: torch.dtype) -> torch.dtype:
-    """State and accumulation precision: float64 for float64 inputs, float32 otherwise."""
-    return torch.float64 if dtype == torch.float64 else torch.float32
 
 
 @autocast_off

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from kernels.falcon.config import RuleConfig
-from kernels.falcon.state import FastWeightState
+from kernels.common.config import RuleConfig
+from kernels.common.state import FastWeightState
 
 
 def chunk_forward(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, lam: Tensor, cfg: RuleConfig,

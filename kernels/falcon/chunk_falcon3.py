@@ -17,9 +17,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from kernels.falcon.config import RuleConfig
+from kernels.common.config import RuleConfig
 from kernels.falcon.prepare import final_state, prepare
-from kernels.falcon.state import FastWeightState
+from kernels.common.state import FastWeightState
 from kernels.falcon.window_solve import block_read, exit_weights, previous, solve_pseudo_values, window_inputs
 
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from kernels.falcon.config import RuleConfig
+from kernels.common.config import RuleConfig
 from kernels.falcon.masked_inner_product import write_weight
 from kernels.falcon.prepare import final_state, prepare
-from kernels.falcon.state import FastWeightState
+from kernels.common.state import FastWeightState
 from kernels.linear_attention.chunk import chunk_decayed_attention
 
 

@@ -12,9 +12,9 @@ import torch
 from torch import Tensor
 
 from kernels.delta.wy import wy_forward
-from kernels.falcon.config import RuleConfig
+from kernels.common.config import RuleConfig
 from kernels.falcon.prepare import final_state, prepare
-from kernels.falcon.state import FastWeightState
+from kernels.common.state import FastWeightState
 
 
 def regression_on_core(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, lam: Tensor, cfg: RuleConfig,

@@ -9,8 +9,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from kernels.falcon.config import RuleConfig
-from kernels.falcon.state import FastWeightState
+from kernels.common.config import RuleConfig
+from kernels.common.state import FastWeightState
 
 TRITON_RULES = ("falcon-1", "falcon-2", "falcon-1a", "falcon-2a", "falcon-3a")
 TRITON_CHUNK_SIZES = (16, 32, 64)  # accepted by every fused rule

@@ -10,9 +10,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from kernels.falcon.config import RuleConfig
+from kernels.common.config import RuleConfig
 from kernels.falcon.prepare import final_state, prepare
-from kernels.falcon.state import FastWeightState
+from kernels.common.state import FastWeightState
 from kernels.falcon.window_solve import block_exit, block_read, entry_drive, solve_pseudo_values, window_inputs
 
 

@@ -16,9 +16,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from kernels.falcon.config import RuleConfig
+from kernels.common.config import RuleConfig
 from kernels.falcon.prepare import Prepared, final_state, prepare
-from kernels.falcon.state import FastWeightState
+from kernels.common.state import FastWeightState
 from kernels.linear_attention.chunk import band_window
 
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from kernels.falcon.config import RuleConfig
-from kernels.falcon.state import FastWeightState
+from kernels.common.config import RuleConfig
+from kernels.common.state import FastWeightState
 
 
 def window_energy(cfg: RuleConfig, xw: Tensor, valid: Tensor) -> Tensor:

@@ -12,9 +12,9 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from kernels.falcon.config import RuleConfig
+from kernels.common.config import RuleConfig
 from kernels.falcon.naive import step_size_and_carry
-from kernels.falcon.state import FastWeightState
+from kernels.common.state import FastWeightState
 
 
 class Prepared(NamedTuple):

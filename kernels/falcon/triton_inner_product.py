@@ -27,8 +27,8 @@ import torch
 import triton
 from torch import Tensor
 
-from kernels.falcon.config import RuleConfig
-from kernels.falcon.state import FastWeightState
+from kernels.common.config import RuleConfig
+from kernels.common.state import FastWeightState
 from kernels.falcon.triton_common import chunk_table, interpreting, next_power_of_2
 from kernels.falcon.triton_inner_product_bwd import (_bwd_c_kernel, _bwd_dh_kernel, _bwd_dqdx_kernel, _bwd_dv_kernel,
                                                      _bwd_final_kernel)

@@ -13,8 +13,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from kernels.falcon.config import RuleConfig
-from kernels.falcon.state import FastWeightState
+from kernels.common.config import RuleConfig
+from kernels.common.state import FastWeightState
 from kernels.falcon.triton_common import interpreting
 from kernels.falcon import triton_regression_launch as launch
 from kernels.falcon.triton_regression_launch import (F2_CHUNK, LAUNCH_OVERRIDES, MATMUL_PRECISION,

@@ -7,7 +7,7 @@ import triton
 from torch import Tensor
 
 from kernels.falcon import triton_regression_parts as parts
-from kernels.falcon.config import RuleConfig
+from kernels.common.config import RuleConfig
 from kernels.falcon.triton_common import chunk_table, interpreting, next_power_of_2
 from kernels.falcon.triton_regression_f1 import f1_intra_kernel, f1_prep_kernel, f1_state_kernel
 from kernels.falcon.triton_regression_f1_bwd import f1_dstate_kernel, f1_grad_kernel

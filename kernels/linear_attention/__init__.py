@@ -15,12 +15,12 @@ from typing import Callable
 import torch
 from torch import Tensor
 
-from kernels.falcon.config import ALIGNMENTS, TIMINGS
-from kernels.falcon.checks import check_floating_on_one_device, check_qkv, check_shape, start_state
-from kernels.falcon.state import FastWeightState
+from kernels.common.config import ALIGNMENTS, TIMINGS
+from kernels.common.checks import check_floating_on_one_device, check_qkv, check_shape, start_state
+from kernels.common.state import FastWeightState
 from kernels.linear_attention.chunk import chunk_decayed_attention, chunk_linear_attention
 from kernels.linear_attention.naive import recurrent_linear_attention
-from kernels.precision import autocast_off
+from kernels.common.precision import autocast_off, compute_dtype
 
 LinearAttentionBackend = Callable[..., tuple[Tensor, FastWeightState]]
 
@@ -75,7 +75,7 @@ def linear_attention(
     check_shape("log_decay", log_decay, (B, T, H), "[B, T, H] (one log decay g_t <= 0 per token and head)")
     check_floating_on_one_device(q=q, k=k, v=v, log_decay=log_decay)
     out_dtype = q.dtype
-    dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
+    dtype = compute_dtype(q.dtype)
     state, _ = start_state(q, v, initial_state, dtype)
     q, k, v, log_decay = (t.to(dtype) for t in (q, k, v, log_decay))
     o, final = BACKENDS[backend](q, k, v, log_decay, float(scale), alignment == "shifted", timing == "rbw",

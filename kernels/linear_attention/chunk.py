@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from kernels.falcon.state import FastWeightState
+from kernels.common.state import FastWeightState
 
 
 def band_window(D: Tensor, window: int) -> Tensor:

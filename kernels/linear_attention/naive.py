@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from kernels.falcon.state import FastWeightState
+from kernels.common.state import FastWeightState
 
 
 def recurrent_linear_attention(q: Tensor, k: Tensor, v: Tensor, log_decay: Tensor, scale: float,

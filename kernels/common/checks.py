@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from kernels.falcon.config import RuleConfig
-from kernels.falcon.state import FastWeightState, fresh_state
+from kernels.common.config import RuleConfig
+from kernels.common.state import FastWeightState, fresh_state
 
 
 def check_shape(name: str, t: object, expected: tuple[int, ...], what: str) -> None:

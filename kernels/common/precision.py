@@ -1,4 +1,4 @@
-"""Precision guard shared by the ops: their state, solves and decays run in fp32/fp64 whatever autocast says."""
+"""Precision shared by the ops: their state, solves and decays run in fp32/fp64 whatever autocast says."""
 
 from __future__ import annotations
 
@@ -20,3 +20,8 @@ def autocast_off(fn: F) -> F:
             return fn(*args, **kwargs)
 
     return wrapper  # type: ignore[return-value]
+
+
+def compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    """State and accumulation precision: float64 for float64 inputs, float32 otherwise."""
+    return torch.float64 if dtype == torch.float64 else torch.float32
