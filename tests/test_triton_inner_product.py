@@ -10,8 +10,8 @@ import pytest
 import torch
 from torch import Tensor
 
-import kernels.falcon.triton_inner_product as tip
 from kernels import FastWeightState, fast_weight_rule
+from kernels.common import triton_helpers
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 # the interpreter does every dot in fp32; a GPU runs fp32 dots at full precision too ("ieee"). On the CPU the
@@ -24,8 +24,8 @@ NAMES = ("o", "S", "dq", "dk", "dv", "dbeta", "dlam", "dS0")
 
 @pytest.fixture(autouse=True)
 def poisoned(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(tip, "_alloc", lambda shape, dtype, device: torch.full(shape, float("nan"), dtype=dtype,
-                                                                               device=device))
+    monkeypatch.setattr(triton_helpers, "new_buffer", lambda *shape, dtype, device: torch.full(
+        shape, float("nan"), dtype=dtype, device=device))
 
 
 def inputs(rule: str, B: int, T: int, H: int, D: int, seed: int, lam_scale: float = 1.0) -> dict[str, Tensor]:

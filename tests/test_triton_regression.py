@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from kernels import FastWeightState, fast_weight_rule
-from kernels.falcon import triton_regression_parts as parts
+from kernels.common import triton_helpers
 
 RULES = ("falcon-1", "falcon-2")
 D = 16  # tl.dot needs sizes of at least 16
@@ -26,7 +26,7 @@ def poisoned_buffers(monkeypatch: pytest.MonkeyPatch) -> None:
     def nan_buffer(*shape: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
         return torch.full(shape, float("nan"), dtype=dtype, device=device)
 
-    monkeypatch.setattr(parts, "new_buffer", nan_buffer)
+    monkeypatch.setattr(triton_helpers, "new_buffer", nan_buffer)
 
 
 def rel(out: torch.Tensor | None, ref: torch.Tensor | None) -> float:

@@ -29,11 +29,16 @@ from torch import Tensor
 
 from kernels.common.config import RuleConfig
 from kernels.common.state import FastWeightState
-from kernels.falcon.triton_common import chunk_table, interpreting, next_power_of_2
+from kernels.common import triton_helpers as helpers
+from kernels.common.triton_helpers import chunk_table, interpreting, next_power_of_2
 from kernels.falcon.triton_inner_product_bwd import (_bwd_c_kernel, _bwd_dh_kernel, _bwd_dqdx_kernel, _bwd_dv_kernel,
                                                      _bwd_final_kernel)
 from kernels.falcon.triton_inner_product_fwd import _fwd_h_kernel, _fwd_o_kernel, _prep_kernel
-from kernels.falcon.triton_inner_product_parts import CHUNK_SIZES, MIN_DECAY_FLOOR_PER_CHANNEL, SUB, _alloc
+from kernels.falcon.triton_inner_product_parts import CHUNK_SIZES, MIN_DECAY_FLOOR_PER_CHANNEL, SUB
+
+
+# the kernels' matmul operands, by input dtype: fp32 at full precision, half types as they come (fp32 accumulation)
+PRECISION = {torch.float32: "ieee", torch.bfloat16: "bf16", torch.float16: "fp16"}
 
 
 class _Plan(NamedTuple):
@@ -71,10 +76,11 @@ def _forward(p: _Plan, q: Tensor, k: Tensor, v: Tensor, beta: Tensor, lam: Tenso
     V = v.shape[-1]
     dev = k.device
     gshape = (B, T, H, V) if p.per_channel else (B, T, H)
-    eta, G = _alloc(gshape, torch.float32, dev), _alloc(gshape, torch.float32, dev)
-    h = _alloc((p.NTT + p.N, H, K, V), k.dtype, dev)
-    ST = _alloc((p.N, H, K, V), torch.float32, dev)
-    o = _alloc(tuple(v.shape), q.dtype, dev)
+    eta = helpers.new_buffer(*gshape, dtype=torch.float32, device=dev)
+    G = helpers.new_buffer(*gshape, dtype=torch.float32, device=dev)
+    h = helpers.new_buffer(p.NTT + p.N, H, K, V, dtype=k.dtype, device=dev)
+    ST = helpers.new_buffer(p.N, H, K, V, dtype=torch.float32, device=dev)
+    o = helpers.new_buffer(*v.shape, dtype=q.dtype, device=dev)
     tables = (p.cu_seqlens, p.chunk_indices, p.chunk_offsets)
     rows = p.NT if p.cu_seqlens is None else p.NTT
     _prep_kernel[(rows, B * H)](k, last_key, beta, lam, eta, G, *tables, p.eps, p.floor, T, p.NT, H=H, K=K, V=V,
@@ -97,36 +103,37 @@ def _backward(p: _Plan, q: Tensor, k: Tensor, v: Tensor, beta: Tensor, lam: Tens
     NK, NV = triton.cdiv(K, p.BK), triton.cdiv(V, p.BV)
     tables = (p.cu_seqlens, p.chunk_indices, p.chunk_offsets)
     rows = p.NT if p.cu_seqlens is None else p.NTT
-    dhe = _alloc((p.NTT, H, K, V), q.dtype, dev)
-    dS0 = _alloc((p.N, H, K, V), torch.float32, dev)
-    end = _alloc((NK, p.NTT, H, V), torch.float32, dev)
+    dhe = helpers.new_buffer(p.NTT, H, K, V, dtype=q.dtype, device=dev)
+    dS0 = helpers.new_buffer(p.N, H, K, V, dtype=torch.float32, device=dev)
+    end = helpers.new_buffer(NK, p.NTT, H, V, dtype=torch.float32, device=dev)
     _bwd_dh_kernel[(NK, NV, p.N * H)](q, do, G, h, dST, dhe, dS0, end, p.cu_seqlens, p.chunk_offsets, T, p.NT,
                                       p.NTT, H=H, K=K, V=V, BT=p.BT, BK=p.BK, BV=p.BV, RAW=p.raw,
                                       PER_CHANNEL=p.per_channel, IS_VARLEN=p.cu_seqlens is not None,
                                       HAS_DST=dST is not None, PREC=p.prec)
     pshape = (B, T, H, V) if p.per_channel else (B, T, NV, H)
-    dv = _alloc(tuple(v.shape), v.dtype, dev)
-    P, deta = _alloc(pshape, torch.float32, dev), _alloc(pshape, torch.float32, dev)
+    dv = helpers.new_buffer(*v.shape, dtype=v.dtype, device=dev)
+    P = helpers.new_buffer(*pshape, dtype=torch.float32, device=dev)
+    deta = helpers.new_buffer(*pshape, dtype=torch.float32, device=dev)
     _bwd_dv_kernel[(NV, rows * (p.BT // p.BR), B * H)](q, k, v, last_key, eta, G, h, dhe, do, dv, P, deta, *tables,
                                                         T, p.NT, H=H, K=K, V=V, BT=p.BT, BR=p.BR, BK=p.BK,
                                                         BV=p.BV, NV=NV, RAW=p.raw, PREC=p.prec, **_flags(p))
     C = None
     if p.per_channel:
-        C = _alloc((B, T, H, p.BT), torch.float32, dev)
+        C = helpers.new_buffer(B, T, H, p.BT, dtype=torch.float32, device=dev)
         _bwd_c_kernel[(rows * (p.BT // p.BR), B * H)](v, eta, G, do, C, *tables, T, p.NT, H=H, V=V, BT=p.BT,
                                                        BR=p.BR, BV=p.BV, RAW=p.raw,
                                                        IS_VARLEN=p.cu_seqlens is not None, PREC=p.prec)
-    dq = _alloc(tuple(q.shape), q.dtype, dev)
-    dxd = _alloc(tuple(k.shape), torch.float32, dev)
+    dq = helpers.new_buffer(*q.shape, dtype=q.dtype, device=dev)
+    dxd = helpers.new_buffer(*k.shape, dtype=torch.float32, device=dev)
     # falcon-2a's per-channel tiles in fp32 overflow Hopper's 227 KiB of shared memory at D = 128 when the
     # value loop is pipelined three deep (262,656 bytes asked on the H200): these two go unpipelined.
     lean = dict(num_stages=1) if p.per_channel and q.element_size() == 4 else {}
     _bwd_dqdx_kernel[(NK, rows, B * H)](q, k, v, last_key, eta, G, h, dhe, do, C, dq, dxd, *tables, T, p.NT, H=H,
                                         K=K, V=V, BT=p.BT, BK=p.BK, BV=p.BV, RAW=p.raw, PREC=p.prec, **_flags(p),
                                         **lean)
-    dk = _alloc(tuple(k.shape), k.dtype, dev)
-    dbeta = _alloc(tuple(beta.shape), beta.dtype, dev)
-    dlam = _alloc(tuple(lam.shape), lam.dtype, dev)
+    dk = helpers.new_buffer(*k.shape, dtype=k.dtype, device=dev)
+    dbeta = helpers.new_buffer(*beta.shape, dtype=beta.dtype, device=dev)
+    dlam = helpers.new_buffer(*lam.shape, dtype=lam.dtype, device=dev)
     _bwd_final_kernel[(rows, B * H)](k, last_key, beta, lam, eta, G, P, deta, end, dxd, dk, dbeta, dlam, *tables,
                                      p.eps, p.floor, T, p.NT, p.NTT, H=H, K=K, V=V, BT=p.BT, BK=p.BK, BV=p.BV,
                                      NK=NK, NV=NV, RAW=p.raw, NORMALIZE=p.normalize, SCALE_RIDGE=p.scale_ridge,
@@ -193,7 +200,7 @@ def triton_inner_product(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, lam: Ten
                  floor=float(cfg.decay_floor), BT=chunk_size, BR=SUB if cfg.per_channel else chunk_size,
                  BK=min(next_power_of_2(Dk), 64), BV=min(next_power_of_2(Dv), 64), T=T, NT=NT, NTT=NTT, N=N,
                  cu_seqlens=cu_seqlens, chunk_indices=chunk_indices, chunk_offsets=chunk_offsets,
-                 prec="ieee" if q.dtype == torch.float32 else "tf32")
+                 prec=PRECISION[q.dtype])
     S0 = state.S.to(torch.float32).contiguous()
     last_key = state.last_key.to(torch.float32).contiguous()
     o, ST = _InnerProduct.apply(q.contiguous(), k.contiguous(), v.contiguous(), beta.contiguous(), lam.contiguous(),

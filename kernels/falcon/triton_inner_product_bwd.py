@@ -6,10 +6,10 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from kernels.falcon.triton_inner_product_parts import (NEG_INF, _dot, _gate_at, _gates, _load_x, _outputs,
-                                                      _read_gates, _rows, _sees, _seq, _seq_n, _source_grads,
-                                                      _store_rows)
-
+from kernels.common.triton_helpers import (chunk_at, first_chunk, is_pair, load_pairs, load_rows, mm, seq_bounds,
+                                           store_rows)
+from kernels.falcon.triton_inner_product_parts import (NEG_INF, _carries, _carry_at, _outputs, _read_carries, _sees,
+                                                      _source_grads)
 
 
 @triton.jit
@@ -20,7 +20,9 @@ def _bwd_dh_kernel(q, do, G, h, dST, dhe, dS0, end, cu_seqlens, chunk_offsets, T
     """Backwards over chunks: dhe[c] = ∂L/∂(state after chunk c), dS0, and Σ_keys dhe[c] ⊙ S_end(c)."""
     i_k, i_v, i_nh = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     i_n, i_h = i_nh // H, i_nh % H
-    bos, L, boh, first = _seq_n(i_n, cu_seqlens, chunk_offsets, T, NT, IS_VARLEN)
+    bos, L = seq_bounds(i_n, cu_seqlens, T, IS_VARLEN)
+    first = first_chunk(i_n, chunk_offsets, T, BT, IS_VARLEN)
+    boh = first + i_n  # h holds one more state per sequence: its final one
     DT: tl.constexpr = q.dtype.element_ty
     d = i_k * BK + tl.arange(0, BK)
     j = i_v * BV + tl.arange(0, BV)
@@ -39,15 +41,15 @@ def _bwd_dh_kernel(q, do, G, h, dST, dhe, dS0, end, cu_seqlens, chunk_offsets, T
         tl.store(dhe + ((first + c) * H + i_h).to(tl.int64) * K * V + tile, dS.to(dhe.dtype.element_ty), mask=tm)
         t0 = c * BT
         t = t0 + tl.arange(0, BT)
-        qb = _rows(q, bos, i_h, t, L, d, H, K)
-        dob = _rows(do, bos, i_h, t, L, j, H, V).to(tl.float32)
-        Gr = _read_gates(G, bos, i_h, t, t0, L, j, H, V, RAW, PER_CHANNEL)
-        Gl = _gate_at(G, bos, i_h, tl.minimum(t0 + BT, L) - 1, L, j, H, V, PER_CHANNEL)
+        qb = load_rows(q, bos, i_h, t, L, d, H, K)
+        dob = load_rows(do, bos, i_h, t, L, j, H, V).to(tl.float32)
+        Gr = _read_carries(G, bos, i_h, t, t0, L, j, H, V, RAW, PER_CHANNEL)
+        Gl = _carry_at(G, bos, i_h, tl.minimum(t0 + BT, L) - 1, L, j, H, V, PER_CHANNEL)
         if PER_CHANNEL:
-            dS = dS * tl.exp(Gl)[None, :] + _dot(tl.trans(qb.to(DT)), (dob * tl.exp(Gr)).to(DT), PREC)
+            dS = dS * tl.exp(Gl)[None, :] + mm(tl.trans(qb.to(DT)), (dob * tl.exp(Gr)).to(DT), PREC)
         else:
             qg = (qb.to(tl.float32) * tl.exp(Gr)[:, None]).to(DT)
-            dS = dS * tl.exp(Gl) + _dot(tl.trans(qg), dob.to(DT), PREC)
+            dS = dS * tl.exp(Gl) + mm(tl.trans(qg), dob.to(DT), PREC)
     tl.store(dS0 + (i_n * H + i_h) * K * V + tile, dS, mask=tm)
 
 
@@ -61,7 +63,9 @@ def _bwd_dv_kernel(q, k, v, last_key, eta, G, h, dhe, do, dv, P, deta, cu_seqlen
     i_v, i_tr, i_bh = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     i_t, i_s = i_tr // (BT // BR), i_tr % (BT // BR)
     i_b, i_h = i_bh // H, i_bh % H
-    i_n, i_c, bos, L, boh, gch = _seq(i_t, i_b, cu_seqlens, chunk_indices, chunk_offsets, T, NT, IS_VARLEN)
+    i_n, i_c, bos, L, first = chunk_at(i_b * NT + i_t, chunk_indices, cu_seqlens, chunk_offsets, T, NT, BT, IS_VARLEN)
+    boh = first + i_n  # h holds one more state per sequence: its final one
+    gch = first + i_c
     DT: tl.constexpr = k.dtype.element_ty
     t0 = i_c * BT
     b0 = t0 + i_s * BR
@@ -77,28 +81,28 @@ def _bwd_dv_kernel(q, k, v, last_key, eta, G, h, dhe, do, dv, P, deta, cu_seqlen
     for i_k in range(tl.cdiv(K, BK)):
         d = i_k * BK + tl.arange(0, BK)
         tm = (d < K)[:, None] & (j < V)[None, :]
-        q_r = _rows(q, bos, i_h, tr, L, d, H, K).to(DT)
-        x_r = _load_x(k, last_key, i_n, i_h, bos, tr, L, d, H, K, SHIFTED, FRESH).to(DT)
-        q_c = _rows(q, bos, i_h, tc, L, d, H, K).to(DT)
-        x_c = _load_x(k, last_key, i_n, i_h, bos, tc, L, d, H, K, SHIFTED, FRESH).to(DT)
+        q_r = load_rows(q, bos, i_h, tr, L, d, H, K).to(DT)
+        x_r = load_pairs(k, last_key, bos, tr, L, i_n, i_h, d, H, K, SHIFTED, FRESH).to(DT)
+        q_c = load_rows(q, bos, i_h, tc, L, d, H, K).to(DT)
+        x_c = load_pairs(k, last_key, bos, tc, L, i_n, i_h, d, H, K, SHIFTED, FRESH).to(DT)
         hb = tl.load(hc + d[:, None] * V + j[None, :], mask=tm, other=0.0).to(DT)
         dhb = tl.load(dhc + d[:, None] * V + j[None, :], mask=tm, other=0.0).to(DT)
-        qh += _dot(q_r, hb, PREC)
-        A += _dot(q_r, tl.trans(x_c), PREC)
-        xdh += _dot(x_r, dhb, PREC)
-        At += _dot(x_r, tl.trans(q_c), PREC)
-    Gr_r = _read_gates(G, bos, i_h, tr, t0, L, j, H, V, RAW, PER_CHANNEL)
-    Gr_c = _read_gates(G, bos, i_h, tc, t0, L, j, H, V, RAW, PER_CHANNEL)
-    G_r = _gates(G, bos, i_h, tr, L, j, H, V, PER_CHANNEL)
-    G_c = _gates(G, bos, i_h, tc, L, j, H, V, PER_CHANNEL)
-    Gl = _gate_at(G, bos, i_h, tl.minimum(t0 + BT, L) - 1, L, j, H, V, PER_CHANNEL)
-    v_r = _rows(v, bos, i_h, tr, L, j, H, V).to(tl.float32)
-    v_c = _rows(v, bos, i_h, tc, L, j, H, V).to(tl.float32)
-    do_r = _rows(do, bos, i_h, tr, L, j, H, V).to(tl.float32)
-    do_c = _rows(do, bos, i_h, tc, L, j, H, V).to(tl.float32)
+        qh += mm(q_r, hb, PREC)
+        A += mm(q_r, tl.trans(x_c), PREC)
+        xdh += mm(x_r, dhb, PREC)
+        At += mm(x_r, tl.trans(q_c), PREC)
+    Gr_r = _read_carries(G, bos, i_h, tr, t0, L, j, H, V, RAW, PER_CHANNEL)
+    Gr_c = _read_carries(G, bos, i_h, tc, t0, L, j, H, V, RAW, PER_CHANNEL)
+    G_r = _carries(G, bos, i_h, tr, L, j, H, V, PER_CHANNEL)
+    G_c = _carries(G, bos, i_h, tc, L, j, H, V, PER_CHANNEL)
+    Gl = _carry_at(G, bos, i_h, tl.minimum(t0 + BT, L) - 1, L, j, H, V, PER_CHANNEL)
+    v_r = load_rows(v, bos, i_h, tr, L, j, H, V).to(tl.float32)
+    v_c = load_rows(v, bos, i_h, tc, L, j, H, V).to(tl.float32)
+    do_r = load_rows(do, bos, i_h, tr, L, j, H, V).to(tl.float32)
+    do_c = load_rows(do, bos, i_h, tc, L, j, H, V).to(tl.float32)
     if PER_CHANNEL:
-        e_r = _rows(eta, bos, i_h, tr, L, j, H, V)
-        e_c = _rows(eta, bos, i_h, tc, L, j, H, V)
+        e_r = load_rows(eta, bos, i_h, tr, L, j, H, V)
+        e_c = load_rows(eta, bos, i_h, tc, L, j, H, V)
     else:
         e_r = tl.load(eta + (bos + tr) * H + i_h, mask=tr < L, other=0.0)
         e_c = tl.load(eta + (bos + tc) * H + i_h, mask=tc < L, other=0.0)
@@ -107,11 +111,11 @@ def _bwd_dv_kernel(q, k, v, last_key, eta, G, h, dhe, do, dv, P, deta, cu_seqlen
     dvp = _source_grads(xdh, At, G_r, Gr_c, Gl, do_c, G, bos, i_h, tr, tc, b0, L, j, H, V, BR, RAW,
                         PER_CHANNEL, DT, PREC)
     if PER_CHANNEL:
-        _store_rows(dv, dvp * e_r, bos, i_h, tr, L, j, H, V)
-        _store_rows(P, o_r * do_r, bos, i_h, tr, L, j, H, V)
-        _store_rows(deta, v_r * dvp, bos, i_h, tr, L, j, H, V)
+        store_rows(dv, dvp * e_r, bos, i_h, tr, L, j, H, V)
+        store_rows(P, o_r * do_r, bos, i_h, tr, L, j, H, V)
+        store_rows(deta, v_r * dvp, bos, i_h, tr, L, j, H, V)
     else:
-        _store_rows(dv, dvp * e_r[:, None], bos, i_h, tr, L, j, H, V)
+        store_rows(dv, dvp * e_r[:, None], bos, i_h, tr, L, j, H, V)
         rm = tr < L
         # one partial sum per value block; the last kernel adds them
         tl.store(P + ((bos + tr) * NV + i_v) * H + i_h, tl.sum(o_r * do_r, 1), mask=rm)
@@ -126,7 +130,7 @@ def _bwd_c_kernel(v, eta, G, do, C, cu_seqlens, chunk_indices, chunk_offsets, T,
     i_tr, i_bh = tl.program_id(0), tl.program_id(1)
     i_t, i_s = i_tr // (BT // BR), i_tr % (BT // BR)
     i_b, i_h = i_bh // H, i_bh % H
-    i_n, i_c, bos, L, _, _ = _seq(i_t, i_b, cu_seqlens, chunk_indices, chunk_offsets, T, NT, IS_VARLEN)
+    i_n, i_c, bos, L, _ = chunk_at(i_b * NT + i_t, chunk_indices, cu_seqlens, chunk_offsets, T, NT, BT, IS_VARLEN)
     DT: tl.constexpr = do.dtype.element_ty
     t0 = i_c * BT
     b0 = t0 + i_s * BR
@@ -138,20 +142,20 @@ def _bwd_c_kernel(v, eta, G, do, C, cu_seqlens, chunk_indices, chunk_offsets, T,
     C_d = tl.zeros([BR, BT], dtype=tl.float32)
     for i_v in range(tl.cdiv(V, BV)):
         j = i_v * BV + tl.arange(0, BV)
-        do_r = _rows(do, bos, i_h, tr, L, j, H, V).to(tl.float32)
-        ve = _rows(v, bos, i_h, tc, L, j, H, V).to(tl.float32) * _rows(eta, bos, i_h, tc, L, j, H, V)
-        Gr = _read_gates(G, bos, i_h, tr, t0, L, j, H, V, RAW, True)
-        Gc = _gates(G, bos, i_h, tc, L, j, H, V, True)
-        Gref = _gate_at(G, bos, i_h, tl.maximum(b0 - 1, t0), L, j, H, V, True)
+        do_r = load_rows(do, bos, i_h, tr, L, j, H, V).to(tl.float32)
+        ve = load_rows(v, bos, i_h, tc, L, j, H, V).to(tl.float32) * load_rows(eta, bos, i_h, tc, L, j, H, V)
+        Gr = _read_carries(G, bos, i_h, tr, t0, L, j, H, V, RAW, True)
+        Gc = _carries(G, bos, i_h, tc, L, j, H, V, True)
+        Gref = _carry_at(G, bos, i_h, tl.maximum(b0 - 1, t0), L, j, H, V, True)
         lhs = do_r * tl.exp(tl.where(b0 > t0, Gr - Gref[None, :], NEG_INF))
         rhs = ve * tl.exp(tl.where(before, Gref[None, :] - Gc, NEG_INF))
-        C_off += _dot(lhs.to(DT), tl.trans(rhs.to(DT)), PREC)
-        Gm = _gate_at(G, bos, i_h, b0 + BR // 2 - 1, L, j, H, V, True)
+        C_off += mm(lhs.to(DT), tl.trans(rhs.to(DT)), PREC)
+        Gm = _carry_at(G, bos, i_h, b0 + BR // 2 - 1, L, j, H, V, True)
         lhs_d = do_r * tl.exp(Gr - Gm[None, :])
         rhs_d = tl.where(inblk, ve * tl.exp(tl.where(inblk, Gm[None, :] - Gc, 0.0)), 0.0)
-        C_d += _dot(lhs_d.to(DT), tl.trans(rhs_d.to(DT)), PREC)
+        C_d += mm(lhs_d.to(DT), tl.trans(rhs_d.to(DT)), PREC)
     out = C_off + tl.where(_sees(tr, tc, RAW), C_d, 0.0)
-    _store_rows(C, out, bos, i_h, tr, L, tl.arange(0, BT), H, BT)
+    store_rows(C, out, bos, i_h, tr, L, tl.arange(0, BT), H, BT)
 
 
 @triton.jit
@@ -162,51 +166,53 @@ def _bwd_dqdx_kernel(q, k, v, last_key, eta, G, h, dhe, do, C, dq, dxd, cu_seqle
     """dq = S_r(t) do_t and the direct part of dx = D_t v'_t for one chunk, one key block."""
     i_k, i_t, i_bh = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     i_b, i_h = i_bh // H, i_bh % H
-    i_n, i_c, bos, L, boh, gch = _seq(i_t, i_b, cu_seqlens, chunk_indices, chunk_offsets, T, NT, IS_VARLEN)
+    i_n, i_c, bos, L, first = chunk_at(i_b * NT + i_t, chunk_indices, cu_seqlens, chunk_offsets, T, NT, BT, IS_VARLEN)
+    boh = first + i_n  # h holds one more state per sequence: its final one
+    gch = first + i_c
     DT: tl.constexpr = k.dtype.element_ty
     t0 = i_c * BT
     tc = t0 + tl.arange(0, BT)
     d = i_k * BK + tl.arange(0, BK)
     hc = h + ((boh + i_c) * H + i_h).to(tl.int64) * K * V
     dhc = dhe + (gch * H + i_h).to(tl.int64) * K * V
-    q_c = _rows(q, bos, i_h, tc, L, d, H, K).to(DT)
-    x_c = _load_x(k, last_key, i_n, i_h, bos, tc, L, d, H, K, SHIFTED, FRESH).to(DT)
+    q_c = load_rows(q, bos, i_h, tc, L, d, H, K).to(DT)
+    x_c = load_pairs(k, last_key, bos, tc, L, i_n, i_h, d, H, K, SHIFTED, FRESH).to(DT)
     dq_acc = tl.zeros([BT, BK], dtype=tl.float32)
     dx_acc = tl.zeros([BT, BK], dtype=tl.float32)
     if PER_CHANNEL:
-        Cm = _rows(C, bos, i_h, tc, L, tl.arange(0, BT), H, BT)
+        Cm = load_rows(C, bos, i_h, tc, L, tl.arange(0, BT), H, BT)
     else:
         Cm = tl.zeros([BT, BT], dtype=tl.float32)
-        Gr = _read_gates(G, bos, i_h, tc, t0, L, d, H, V, RAW, False)
-        Gc = _gates(G, bos, i_h, tc, L, d, H, V, False)
-        Gl = _gate_at(G, bos, i_h, tl.minimum(t0 + BT, L) - 1, L, d, H, V, False)
+        Gr = _read_carries(G, bos, i_h, tc, t0, L, d, H, V, RAW, False)
+        Gc = _carries(G, bos, i_h, tc, L, d, H, V, False)
+        Gl = _carry_at(G, bos, i_h, tl.minimum(t0 + BT, L) - 1, L, d, H, V, False)
         e_c = tl.load(eta + (bos + tc) * H + i_h, mask=tc < L, other=0.0)
     for i_v in range(tl.cdiv(V, BV)):
         j = i_v * BV + tl.arange(0, BV)
         tm = (d < K)[:, None] & (j < V)[None, :]
         hb = tl.load(hc + d[:, None] * V + j[None, :], mask=tm, other=0.0).to(DT)
         dhb = tl.load(dhc + d[:, None] * V + j[None, :], mask=tm, other=0.0).to(DT)
-        do_c = _rows(do, bos, i_h, tc, L, j, H, V).to(tl.float32)
-        v_c = _rows(v, bos, i_h, tc, L, j, H, V).to(tl.float32)
+        do_c = load_rows(do, bos, i_h, tc, L, j, H, V).to(tl.float32)
+        v_c = load_rows(v, bos, i_h, tc, L, j, H, V).to(tl.float32)
         if PER_CHANNEL:
-            Gr = _read_gates(G, bos, i_h, tc, t0, L, j, H, V, RAW, True)
-            Gc = _gates(G, bos, i_h, tc, L, j, H, V, True)
-            Gl = _gate_at(G, bos, i_h, tl.minimum(t0 + BT, L) - 1, L, j, H, V, True)
-            ve = v_c * _rows(eta, bos, i_h, tc, L, j, H, V)
-            dq_acc += _dot((do_c * tl.exp(Gr)).to(DT), tl.trans(hb), PREC)
-            dx_acc += _dot((ve * tl.exp(Gl[None, :] - Gc)).to(DT), tl.trans(dhb), PREC)
+            Gr = _read_carries(G, bos, i_h, tc, t0, L, j, H, V, RAW, True)
+            Gc = _carries(G, bos, i_h, tc, L, j, H, V, True)
+            Gl = _carry_at(G, bos, i_h, tl.minimum(t0 + BT, L) - 1, L, j, H, V, True)
+            ve = v_c * load_rows(eta, bos, i_h, tc, L, j, H, V)
+            dq_acc += mm((do_c * tl.exp(Gr)).to(DT), tl.trans(hb), PREC)
+            dx_acc += mm((ve * tl.exp(Gl[None, :] - Gc)).to(DT), tl.trans(dhb), PREC)
         else:
             ve = v_c * e_c[:, None]
-            dq_acc += _dot((do_c * tl.exp(Gr)[:, None]).to(DT), tl.trans(hb), PREC)
-            dx_acc += _dot((ve * tl.exp(Gl - Gc)[:, None]).to(DT), tl.trans(dhb), PREC)
-            Cm += _dot(do_c.to(DT), tl.trans(ve.to(DT)), PREC)
+            dq_acc += mm((do_c * tl.exp(Gr)[:, None]).to(DT), tl.trans(hb), PREC)
+            dx_acc += mm((ve * tl.exp(Gl - Gc)[:, None]).to(DT), tl.trans(dhb), PREC)
+            Cm += mm(do_c.to(DT), tl.trans(ve.to(DT)), PREC)
     if not PER_CHANNEL:
         Cm = Cm * tl.exp(tl.where(_sees(tc, tc, RAW), Gr[:, None] - Gc[None, :], NEG_INF))
     Cd = Cm.to(DT)
-    dq_acc += _dot(Cd, x_c, PREC)
-    dx_acc += _dot(tl.trans(Cd), q_c, PREC)
-    _store_rows(dq, dq_acc, bos, i_h, tc, L, d, H, K)
-    _store_rows(dxd, dx_acc, bos, i_h, tc, L, d, H, K)
+    dq_acc += mm(Cd, x_c, PREC)
+    dx_acc += mm(tl.trans(Cd), q_c, PREC)
+    store_rows(dq, dq_acc, bos, i_h, tc, L, d, H, K)
+    store_rows(dxd, dx_acc, bos, i_h, tc, L, d, H, K)
 
 
 @triton.jit
@@ -219,7 +225,8 @@ def _bwd_final_kernel(k, last_key, beta, lam, eta, G, P, deta, end, dxd, dk, dbe
     """Per chunk: d log γ (reverse cumulative sum of dG), then dβ, dλ, d‖x‖² and dk (shifted back to k)."""
     i_t, i_bh = tl.program_id(0), tl.program_id(1)
     i_b, i_h = i_bh // H, i_bh % H
-    i_n, i_c, bos, L, _, gch = _seq(i_t, i_b, cu_seqlens, chunk_indices, chunk_offsets, T, NT, IS_VARLEN)
+    i_n, i_c, bos, L, first = chunk_at(i_b * NT + i_t, chunk_indices, cu_seqlens, chunk_offsets, T, NT, BT, IS_VARLEN)
+    gch = first + i_c
     t0 = i_c * BT
     t = t0 + tl.arange(0, BT)
     rm = t < L
@@ -232,11 +239,9 @@ def _bwd_final_kernel(k, last_key, beta, lam, eta, G, P, deta, end, dxd, dk, dbe
     energy = tl.zeros([BT], dtype=tl.float32)
     for i_k in range(NK):
         d = i_k * BK + tl.arange(0, BK)
-        x = _load_x(k, last_key, i_n, i_h, bos, t, L, d, H, K, SHIFTED, FRESH).to(tl.float32)
+        x = load_pairs(k, last_key, bos, t, L, i_n, i_h, d, H, K, SHIFTED, FRESH).to(tl.float32)
         energy += tl.sum(x * x, 1)
-    valid = rm
-    if SHIFTED and FRESH:
-        valid = valid & (t > 0)
+    valid = is_pair(t, rm, SHIFTED, FRESH)
     energy = tl.where(valid, energy, 0.0)
     lam_raw = tl.load(lam + (bos + t) * H + i_h, mask=rm, other=0.0).to(tl.float32)
     if SCALE_RIDGE:
@@ -250,9 +255,9 @@ def _bwd_final_kernel(k, last_key, beta, lam, eta, G, P, deta, end, dxd, dk, dbe
     if PER_CHANNEL:
         for i_v in range(NV):
             j = i_v * BV + tl.arange(0, BV)
-            e = _rows(eta, bos, i_h, t, L, j, H, V)
-            de = _rows(deta, bos, i_h, t, L, j, H, V)
-            Pt = tl.where(pm[:, None], _rows(P, bos, i_h, tp, L, j, H, V), 0.0)
+            e = load_rows(eta, bos, i_h, t, L, j, H, V)
+            de = load_rows(deta, bos, i_h, t, L, j, H, V)
+            Pt = tl.where(pm[:, None], load_rows(P, bos, i_h, tp, L, j, H, V), 0.0)
             e_end = tl.zeros([BV], dtype=tl.float32)
             for i_k in range(NK):
                 e_end += tl.load(end + ((i_k * NTT + gch) * H + i_h) * V + j, mask=j < V, other=0.0)
@@ -268,7 +273,7 @@ def _bwd_final_kernel(k, last_key, beta, lam, eta, G, P, deta, end, dxd, dk, dbe
                 dden -= tl.sum(db * e, 1)
             else:
                 db = de
-            _store_rows(dbeta, db, bos, i_h, t, L, j, H, V)
+            store_rows(dbeta, db, bos, i_h, t, L, j, H, V)
     else:
         Pt = tl.zeros([BT], dtype=tl.float32)
         de = tl.zeros([BT], dtype=tl.float32)
@@ -306,16 +311,13 @@ def _bwd_final_kernel(k, last_key, beta, lam, eta, G, P, deta, end, dxd, dk, dbe
     tl.store(dlam + (bos + t) * H + i_h, dl.to(dlam.dtype.element_ty), mask=rm)
     for i_k in range(NK):
         d = i_k * BK + tl.arange(0, BK)
-        x = _load_x(k, last_key, i_n, i_h, bos, t, L, d, H, K, SHIFTED, FRESH).to(tl.float32)
-        dx = _rows(dxd, bos, i_h, t, L, d, H, K) + 2.0 * dE[:, None] * x
+        x = load_pairs(k, last_key, bos, t, L, i_n, i_h, d, H, K, SHIFTED, FRESH).to(tl.float32)
+        dx = load_rows(dxd, bos, i_h, t, L, d, H, K) + 2.0 * dE[:, None] * x
         if SHIFTED:
             # x_t = k_{t−1}; row −1 is the state's last key, and padded rows write nothing
-            _store_rows(dk, dx, bos, i_h, tl.where(rm, t - 1, -1), L, d, H, K)
+            store_rows(dk, dx, bos, i_h, tl.where(rm, t - 1, -1), L, d, H, K)
             if t0 + BT >= L:  # the sequence's last key writes no pair inside it
                 tl.store(dk + ((bos + L - 1) * H + i_h) * K + d, tl.zeros([BK], dtype=tl.float32).to(
                     dk.dtype.element_ty), mask=d < K)
         else:
-            _store_rows(dk, dx, bos, i_h, t, L, d, H, K)
-
-
-# ---------------------------------------------------------------- the autograd function
+            store_rows(dk, dx, bos, i_h, t, L, d, H, K)

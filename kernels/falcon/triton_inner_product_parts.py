@@ -1,12 +1,12 @@
-"""Shared pieces of the falcon-1a/2a Triton kernels: constants, allocation, and the @triton.jit helpers
-(sequence bounds, rows, the shifted write feature, gates and the read/write masks)."""
+"""Pieces of the falcon-1a/2a Triton kernels of their own: constants, the chunk-local log-carries, the read/write
+masks, and the outputs and source gradients of a block of rows (the rest is in kernels/common/triton_helpers.py)."""
 
 from __future__ import annotations
 
-import torch
 import triton
 import triton.language as tl
-from torch import Tensor
+
+from kernels.common.triton_helpers import mm
 
 SUB = 16  # falcon-2a's intra-chunk block: the midpoint factors stay below e^{8 |log ε_γ|}
 MIN_DECAY_FLOOR_PER_CHANNEL = 1e-3
@@ -14,80 +14,8 @@ CHUNK_SIZES = (16, 32, 64, 128)
 NEG_INF = tl.constexpr(float("-inf"))  # kernels may read only constexpr globals
 
 
-def _alloc(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> Tensor:
-    """Every buffer the kernels write (tests replace this with a NaN-filled allocation)."""
-    return torch.empty(shape, dtype=dtype, device=device)
-
-
-# ---------------------------------------------------------------- device helpers
-
-
 @triton.jit
-def _seq(i_t, i_b, cu_seqlens, chunk_indices, chunk_offsets, T, NT, IS_VARLEN: tl.constexpr):
-    """Sequence n, chunk c inside it, first token, length, first h slot and global chunk row of program i_t."""
-    if IS_VARLEN:
-        i_n = tl.load(chunk_indices + i_t * 2).to(tl.int32)
-        i_c = tl.load(chunk_indices + i_t * 2 + 1).to(tl.int32)
-        bos = tl.load(cu_seqlens + i_n).to(tl.int32)
-        L = tl.load(cu_seqlens + i_n + 1).to(tl.int32) - bos
-        first = tl.load(chunk_offsets + i_n).to(tl.int32)
-    else:
-        i_n = i_b
-        i_c = i_t
-        bos = i_b * T
-        L = T
-        first = i_b * NT
-    return i_n, i_c, bos, L, first + i_n, first + i_c
-
-
-@triton.jit
-def _seq_n(i_n, cu_seqlens, chunk_offsets, T, NT, IS_VARLEN: tl.constexpr):
-    """First token, length, first h slot and first global chunk row of sequence n."""
-    if IS_VARLEN:
-        bos = tl.load(cu_seqlens + i_n).to(tl.int32)
-        L = tl.load(cu_seqlens + i_n + 1).to(tl.int32) - bos
-        first = tl.load(chunk_offsets + i_n).to(tl.int32)
-    else:
-        bos = i_n * T
-        L = T
-        first = i_n * NT
-    return bos, L, first + i_n, first
-
-
-@triton.jit
-def _dot(a, b, PREC: tl.constexpr):
-    return tl.dot(a, b, input_precision=PREC)
-
-
-@triton.jit
-def _rows(ptr, bos, i_h, t, L, col, H, D: tl.constexpr):
-    """``[len(t), len(col)]`` of a ``[tokens, H, D]`` tensor; rows outside [0, L) and columns >= D read 0."""
-    m = ((t >= 0) & (t < L))[:, None] & (col < D)[None, :]
-    return tl.load(ptr + ((bos + t)[:, None] * H + i_h) * D + col[None, :], mask=m, other=0.0)
-
-
-@triton.jit
-def _store_rows(ptr, val, bos, i_h, t, L, col, H, D: tl.constexpr):
-    m = ((t >= 0) & (t < L))[:, None] & (col < D)[None, :]
-    tl.store(ptr + ((bos + t)[:, None] * H + i_h) * D + col[None, :], val.to(ptr.dtype.element_ty), mask=m)
-
-
-@triton.jit
-def _load_x(k, last_key, i_n, i_h, bos, t, L, d, H, K: tl.constexpr, SHIFTED: tl.constexpr,
-            FRESH):
-    """Write features x_t: k_{t−1} (shifted; the state's last key at t = 0, or 0 on a fresh sequence) or k_t."""
-    if SHIFTED:
-        x = _rows(k, bos, i_h, t - 1, L, d, H, K)
-        if not FRESH:
-            lk = tl.load(last_key + (i_n * H + i_h) * K + d, mask=d < K, other=0.0).to(x.dtype)
-            x = tl.where((t == 0)[:, None], lk[None, :], x)
-    else:
-        x = _rows(k, bos, i_h, t, L, d, H, K)
-    return x
-
-
-@triton.jit
-def _gates(G, bos, i_h, t, L, j, H, V: tl.constexpr, PER_CHANNEL: tl.constexpr):
+def _carries(G, bos, i_h, t, L, j, H, V: tl.constexpr, PER_CHANNEL: tl.constexpr):
     """Chunk-local cumulative log-carries at tokens t (``[len(t)]``, or ``[len(t), len(j)]`` per channel).
     Tokens past the end repeat the last one: they carry γ = 1."""
     tc = tl.minimum(t, L - 1)
@@ -98,7 +26,7 @@ def _gates(G, bos, i_h, t, L, j, H, V: tl.constexpr, PER_CHANNEL: tl.constexpr):
 
 
 @triton.jit
-def _gate_at(G, bos, i_h, idx, L, j, H, V: tl.constexpr, PER_CHANNEL: tl.constexpr):
+def _carry_at(G, bos, i_h, idx, L, j, H, V: tl.constexpr, PER_CHANNEL: tl.constexpr):
     """The cumulative log-carry at one token (a scalar, or ``[len(j)]`` per channel)."""
     ic = tl.minimum(idx, L - 1)
     if PER_CHANNEL:
@@ -108,13 +36,12 @@ def _gate_at(G, bos, i_h, idx, L, j, H, V: tl.constexpr, PER_CHANNEL: tl.constex
 
 
 @triton.jit
-def _read_gates(G, bos, i_h, t, t0, L, j, H, V: tl.constexpr, RAW: tl.constexpr,
-                PER_CHANNEL: tl.constexpr):
+def _read_carries(G, bos, i_h, t, t0, L, j, H, V: tl.constexpr, RAW: tl.constexpr, PER_CHANNEL: tl.constexpr):
     """G_{r(t)}: through t (RAW) or through t − 1 (RBW; 0 at the chunk's first token, which reads h_c)."""
     if RAW:
-        g = _gates(G, bos, i_h, t, L, j, H, V, PER_CHANNEL)
+        g = _carries(G, bos, i_h, t, L, j, H, V, PER_CHANNEL)
     else:
-        g = _gates(G, bos, i_h, tl.maximum(t - 1, t0), L, j, H, V, PER_CHANNEL)
+        g = _carries(G, bos, i_h, tl.maximum(t - 1, t0), L, j, H, V, PER_CHANNEL)
         if PER_CHANNEL:
             g = tl.where((t == t0)[:, None], 0.0, g)
         else:
@@ -148,20 +75,20 @@ def _outputs(qh, A, Gr, Gc, ec, vc, G, bos, i_h, tr, tc, b0, t0, L, j, H, V: tl.
     if PER_CHANNEL:
         ve = vc * ec
         # sources in earlier blocks, through the token before this block: e^{G_r − G_ref} e^{G_ref − G_s}
-        Gref = _gate_at(G, bos, i_h, tl.maximum(b0 - 1, t0), L, j, H, V, PER_CHANNEL)
+        Gref = _carry_at(G, bos, i_h, tl.maximum(b0 - 1, t0), L, j, H, V, PER_CHANNEL)
         before = (tc < b0)[:, None]
         v_off = ve * tl.exp(tl.where(before, Gref[None, :] - Gc, NEG_INF))
-        out = _dot(A.to(DT), v_off.to(DT), PREC) * tl.exp(tl.where(b0 > t0, Gr - Gref[None, :], NEG_INF))
+        out = mm(A.to(DT), v_off.to(DT), PREC) * tl.exp(tl.where(b0 > t0, Gr - Gref[None, :], NEG_INF))
         # sources in this block, through its midpoint
-        Gm = _gate_at(G, bos, i_h, b0 + BR // 2 - 1, L, j, H, V, PER_CHANNEL)
+        Gm = _carry_at(G, bos, i_h, b0 + BR // 2 - 1, L, j, H, V, PER_CHANNEL)
         inblk = (tc >= b0) & (tc < b0 + BR)
         v_d = tl.where(inblk[:, None], ve * tl.exp(tl.where(inblk[:, None], Gm[None, :] - Gc, 0.0)), 0.0)
         A_d = tl.where(_sees(tr, tc, RAW) & inblk[None, :], A, 0.0)
-        out += _dot(A_d.to(DT), v_d.to(DT), PREC) * tl.exp(Gr - Gm[None, :])
+        out += mm(A_d.to(DT), v_d.to(DT), PREC) * tl.exp(Gr - Gm[None, :])
         out += qh * tl.exp(Gr)
     else:
         dec = tl.exp(tl.where(_sees(tr, tc, RAW), Gr[:, None] - Gc[None, :], NEG_INF))
-        out = qh * tl.exp(Gr)[:, None] + _dot((A * dec * ec[None, :]).to(DT), vc.to(DT), PREC)
+        out = qh * tl.exp(Gr)[:, None] + mm((A * dec * ec[None, :]).to(DT), vc.to(DT), PREC)
     return out
 
 
@@ -172,21 +99,18 @@ def _source_grads(xdh, At, Gs, Grc, Gl, doc, G, bos, i_h, ts, tc, b0, L, j, H,
     """dv' = Dᵀx at source rows ts from xdh = x dh_end and At = x qᵀ over the chunk's readers tc."""
     if PER_CHANNEL:
         # readers in later blocks, through this block's last token
-        Ge = _gate_at(G, bos, i_h, b0 + BR - 1, L, j, H, V, PER_CHANNEL)
+        Ge = _carry_at(G, bos, i_h, b0 + BR - 1, L, j, H, V, PER_CHANNEL)
         after = (tc >= b0 + BR)[:, None]
         do_off = doc * tl.exp(tl.where(after, Grc - Ge[None, :], NEG_INF))
-        out = _dot(At.to(DT), do_off.to(DT), PREC) * tl.exp(Ge[None, :] - Gs)
+        out = mm(At.to(DT), do_off.to(DT), PREC) * tl.exp(Ge[None, :] - Gs)
         # readers in this block, through its midpoint
-        Gm = _gate_at(G, bos, i_h, b0 + BR // 2 - 1, L, j, H, V, PER_CHANNEL)
+        Gm = _carry_at(G, bos, i_h, b0 + BR // 2 - 1, L, j, H, V, PER_CHANNEL)
         inblk = (tc >= b0) & (tc < b0 + BR)
         do_d = tl.where(inblk[:, None], doc * tl.exp(tl.where(inblk[:, None], Grc - Gm[None, :], 0.0)), 0.0)
         At_d = tl.where(_seen_by(ts, tc, RAW) & inblk[None, :], At, 0.0)
-        out += _dot(At_d.to(DT), do_d.to(DT), PREC) * tl.exp(Gm[None, :] - Gs)
+        out += mm(At_d.to(DT), do_d.to(DT), PREC) * tl.exp(Gm[None, :] - Gs)
         out += xdh * tl.exp(Gl[None, :] - Gs)
     else:
         dec = tl.exp(tl.where(_seen_by(ts, tc, RAW), Grc[None, :] - Gs[:, None], NEG_INF))
-        out = xdh * tl.exp(Gl - Gs)[:, None] + _dot((At * dec).to(DT), doc.to(DT), PREC)
+        out = xdh * tl.exp(Gl - Gs)[:, None] + mm((At * dec).to(DT), doc.to(DT), PREC)
     return out
-
-
-# ---------------------------------------------------------------- forward kernels

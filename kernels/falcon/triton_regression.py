@@ -15,7 +15,7 @@ from torch import Tensor
 
 from kernels.common.config import RuleConfig
 from kernels.common.state import FastWeightState
-from kernels.falcon.triton_common import interpreting
+from kernels.common.triton_helpers import interpreting
 from kernels.falcon import triton_regression_launch as launch
 from kernels.falcon.triton_regression_launch import (F2_CHUNK, LAUNCH_OVERRIDES, MATMUL_PRECISION,
                                                      SOLVE_PRECISION, Layout,

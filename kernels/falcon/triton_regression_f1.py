@@ -15,8 +15,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from kernels.falcon.triton_regression_parts import (chunk_of, first_chunk, gates, is_pair, load_pairs, mm,
-                                                    seq_bounds)
+from kernels.common.triton_helpers import chunk_of, first_chunk, gates, is_pair, load_pairs, mm, seq_bounds
 
 
 @triton.jit
@@ -62,7 +61,7 @@ def f1_prep_kernel(k_ptr, v_ptr, beta_ptr, lam_ptr, lk_ptr, cu_ptr, cidx_ptr,
     energy = tl.zeros([C], dtype=tl.float32)
     gram = tl.zeros([C, C], dtype=tl.float32)
     for i_k in range(0, tl.cdiv(Dk, BK)):
-        x = load_pairs(k_ptr, lk_ptr, bos, t, valid, i_n, i_h, i_k * BK + tl.arange(0, BK), H, Dk,
+        x = load_pairs(k_ptr, lk_ptr, bos, t, T_n, i_n, i_h, i_k * BK + tl.arange(0, BK), H, Dk,
                        SHIFTED, FRESH)
         energy += tl.sum(x * x, 1)
         gram += mm(x, tl.trans(x), PREC)
@@ -81,7 +80,7 @@ def f1_prep_kernel(k_ptr, v_ptr, beta_ptr, lam_ptr, lk_ptr, cu_ptr, cidx_ptr,
     scale_w = eta * tl.exp(Gp)
     for i_k in range(0, tl.cdiv(Dk, BK)):
         offs_k = i_k * BK + tl.arange(0, BK)
-        x = load_pairs(k_ptr, lk_ptr, bos, t, valid, i_n, i_h, offs_k, H, Dk, SHIFTED, FRESH)
+        x = load_pairs(k_ptr, lk_ptr, bos, t, T_n, i_n, i_h, offs_k, H, Dk, SHIFTED, FRESH)
         w = mm(A, scale_w[:, None] * x, PREC)
         tl.store(W_ptr + (rows * H + i_h)[:, None] * Dk + offs_k[None, :], w.to(W_ptr.dtype.element_ty),
                  mask=valid[:, None] & (offs_k < Dk)[None, :])
@@ -126,7 +125,7 @@ def f1_state_kernel(k_ptr, lk_ptr, W_ptr, Ut_ptr, G_ptr, S0_ptr, cu_ptr, coff_pt
         G = tl.load(G_ptr + rows * H + i_h, mask=valid, other=0.0)
         last = tl.minimum(C, T_n - i_c * C) - 1
         G_last = tl.load(G_ptr + (bos + i_c * C + last) * H + i_h)
-        x = load_pairs(k_ptr, lk_ptr, bos, t, valid, i_n, i_h, offs_k, H, Dk, SHIFTED, FRESH)
+        x = load_pairs(k_ptr, lk_ptr, bos, t, T_n, i_n, i_h, offs_k, H, Dk, SHIFTED, FRESH)
         carry = tl.where(valid, tl.exp(tl.where(valid, G_last - G, 0.0)), 0.0)
         S = tl.exp(G_last) * S + mm(tl.trans(x), carry[:, None] * u, PREC)
     tl.store(Sf_ptr + (i_n * H + i_h) * Dk * Dv + p_S, S, mask=m_kv)
@@ -155,7 +154,7 @@ def f1_intra_kernel(q_ptr, k_ptr, lk_ptr, h_ptr, src_ptr, G_ptr, g_ptr, cu_ptr, 
         mk = offs_k < Dk
         qk = tl.load(q_ptr + (rows * H + i_h)[:, None] * Dk + offs_k[None, :], mask=valid[:, None] & mk[None, :],
                      other=0.0).to(tl.float32)
-        x = load_pairs(k_ptr, lk_ptr, bos, t, valid, i_n, i_h, offs_k, H, Dk, SHIFTED, FRESH)
+        x = load_pairs(k_ptr, lk_ptr, bos, t, T_n, i_n, i_h, offs_k, H, Dk, SHIFTED, FRESH)
         qx += mm(qk, tl.trans(x), PREC)
         if not BACKWARD:
             S = tl.load(h_ptr + (pid * H + i_h) * Dk * Dv + offs_k[:, None] * Dv + offs_v[None, :],

@@ -14,8 +14,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from kernels.falcon.triton_regression_parts import (chunk_of, first_chunk, gates, gates_grad, is_pair, load_pairs, mm,
-                                                    rev_cumsum, seq_bounds)
+from kernels.common.triton_helpers import (chunk_of, first_chunk, gates, gates_grad, is_pair, load_pairs, mm,
+                                           rev_cumsum, seq_bounds)
 
 
 @triton.jit
@@ -52,7 +52,7 @@ def f1_dstate_kernel(q_ptr, k_ptr, lk_ptr, do_ptr, dul_ptr, A_ptr, eta_ptr, G_pt
         eta = tl.load(eta_ptr + rows * H + i_h, mask=valid, other=0.0)
         last = tl.minimum(C, T_n - i_c * C) - 1
         G_last = tl.load(G_ptr + (bos + i_c * C + last) * H + i_h)
-        x = load_pairs(k_ptr, lk_ptr, bos, t, valid, i_n, i_h, offs_k, H, Dk, SHIFTED, FRESH)
+        x = load_pairs(k_ptr, lk_ptr, bos, t, T_n, i_n, i_h, offs_k, H, Dk, SHIFTED, FRESH)
         qk = tl.load(q_ptr + (rows * H + i_h)[:, None] * Dk + offs_k[None, :], mask=m_k, other=0.0)
         do = tl.load(do_ptr + (rows * H + i_h)[:, None] * Dv + offs_v[None, :], mask=m_v, other=0.0)
         carry = tl.where(valid, tl.exp(tl.where(valid, G_last - G, 0.0)), 0.0)
@@ -90,7 +90,7 @@ def f1_grad_kernel(q_ptr, k_ptr, v_ptr, beta_ptr, lam_ptr, lk_ptr, do_ptr, U_ptr
     # the gates again (cheaper than storing them): energy needs the whole write feature
     energy = tl.zeros([C], dtype=tl.float32)
     for i_k in range(0, tl.cdiv(Dk, BK)):
-        x = load_pairs(k_ptr, lk_ptr, bos, t, valid, i_n, i_h, i_k * BK + tl.arange(0, BK), H, Dk,
+        x = load_pairs(k_ptr, lk_ptr, bos, t, T_n, i_n, i_h, i_k * BK + tl.arange(0, BK), H, Dk,
                        SHIFTED, FRESH)
         energy += tl.sum(x * x, 1)
     beta = tl.load(beta_ptr + rows * H + i_h, mask=valid, other=0.0).to(tl.float32)
@@ -144,7 +144,7 @@ def f1_grad_kernel(q_ptr, k_ptr, v_ptr, beta_ptr, lam_ptr, lk_ptr, do_ptr, U_ptr
         m_k = valid[:, None] & mk[None, :]
         pk = (rows * H + i_h)[:, None] * Dk + offs_k[None, :]
         qk = tl.load(q_ptr + pk, mask=m_k, other=0.0).to(tl.float32)
-        x = load_pairs(k_ptr, lk_ptr, bos, t, valid, i_n, i_h, offs_k, H, Dk, SHIFTED, FRESH)
+        x = load_pairs(k_ptr, lk_ptr, bos, t, T_n, i_n, i_h, offs_k, H, Dk, SHIFTED, FRESH)
         qx += mm(qk, tl.trans(x), PREC)
         gram += mm(x, tl.trans(x), PREC)
         do_h = tl.zeros([C, BK], dtype=tl.float32)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from kernels.falcon.triton_regression_parts import first_chunk, gates, is_pair, load_pairs, mm, seq_bounds
+from kernels.common.triton_helpers import first_chunk, gates, is_pair, load_pairs, mm, seq_bounds
 
 
 @triton.jit
@@ -28,7 +28,7 @@ def f2_front(q_ptr, k_ptr, lk_ptr, bos, T_n, i_c, i_n, i_h, H: tl.constexpr, Dk:
     valid = t < T_n
     rows = bos + t
     offs_k = tl.arange(0, BK)
-    x = load_pairs(k_ptr, lk_ptr, bos, t, valid, i_n, i_h, offs_k, H, Dk, SHIFTED, FRESH)
+    x = load_pairs(k_ptr, lk_ptr, bos, t, T_n, i_n, i_h, offs_k, H, Dk, SHIFTED, FRESH)
     qk = tl.load(q_ptr + (rows * H + i_h)[:, None] * Dk + offs_k[None, :],
                  mask=valid[:, None] & (offs_k < Dk)[None, :], other=0.0).to(tl.float32)
     energy = tl.sum(x * x, 1)

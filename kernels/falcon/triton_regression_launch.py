@@ -6,14 +6,14 @@ import torch
 import triton
 from torch import Tensor
 
-from kernels.falcon import triton_regression_parts as parts
+from kernels.common import triton_helpers as helpers
 from kernels.common.config import RuleConfig
-from kernels.falcon.triton_common import chunk_table, interpreting, next_power_of_2
+from kernels.common.triton_helpers import chunk_table, interpreting, next_power_of_2
+from kernels.falcon.triton_regression_dk import finish_dk_kernel
 from kernels.falcon.triton_regression_f1 import f1_intra_kernel, f1_prep_kernel, f1_state_kernel
 from kernels.falcon.triton_regression_f1_bwd import f1_dstate_kernel, f1_grad_kernel
 from kernels.falcon.triton_regression_f2 import f2_dstate_kernel, f2_fwd_kernel
 from kernels.falcon.triton_regression_f2_bwd import f2_grad_kernel
-from kernels.falcon.triton_regression_parts import finish_dk_kernel
 
 # The matmul operands inside the kernels, by input dtype, on a GPU: "tf32x3" (three tf32 passes, about fp32),
 # "tf32" (one pass) or "bf16" (operands rounded to bf16, about 2x faster; on an H200 the relative RMS error
@@ -93,11 +93,11 @@ def _default_config(kernel: str, Dk: int, Dv: int, C: int) -> dict:
 
 
 def _f32(*shape: int, device: torch.device) -> Tensor:
-    return parts.new_buffer(*shape, dtype=torch.float32, device=device)
+    return helpers.new_buffer(*shape, dtype=torch.float32, device=device)
 
 
 def _like(t: Tensor) -> Tensor:
-    return parts.new_buffer(*t.shape, dtype=t.dtype, device=t.device)
+    return helpers.new_buffer(*t.shape, dtype=t.dtype, device=t.device)
 
 
 def _flags(cfg: RuleConfig, fresh: bool, lay: Layout, prec: str) -> dict:
@@ -113,7 +113,7 @@ def _f1_chunks(k, v, beta, lam, lk, cfg, fresh, lay, prec):
     rows, Dk, Dv, dev = k.shape[0] * k.shape[1], k.shape[-1], v.shape[-1], k.device
     A = _f32(rows, lay.H, lay.C, device=dev)
     # W only ever enters matmuls: with bf16 operands it is stored in bf16
-    W = parts.new_buffer(rows, lay.H, Dk, dtype=torch.bfloat16 if prec == "bf16" else torch.float32, device=dev)
+    W = helpers.new_buffer(rows, lay.H, Dk, dtype=torch.bfloat16 if prec == "bf16" else torch.float32, device=dev)
     Ut = _f32(rows, lay.H, Dv, device=dev)
     eta, G, g = (_f32(rows, lay.H, device=dev) for _ in range(3))
     f1_prep_kernel[(lay.n_chunks, lay.H)](
@@ -150,7 +150,7 @@ def f1_forward(q, k, v, beta, lam, S0, lk, cfg, fresh, lay, keep=False):
     A, W, Ut, eta, G, g = _f1_chunks(k, v, beta, lam, lk, cfg, fresh, lay, prec)
     U, Sf, h = _f1_states(k, lk, W, Ut, G, S0, cfg, fresh, lay, prec)
     del W, Ut
-    o = parts.new_buffer(*v.shape, dtype=q.dtype, device=q.device)
+    o = helpers.new_buffer(*v.shape, dtype=q.dtype, device=q.device)
     _f1_intra(q, k, lk, h, U, G, g, o, cfg, fresh, lay, prec, backward=False)
     return o, Sf, ((A, eta, G, g, U, h) if keep else ())
 
@@ -190,7 +190,7 @@ def _f2_states(q, k, v, beta, lam, S0, lk, cfg, fresh, lay, prec, write_o, store
     (``store``)."""
     rows, Dk, Dv, dev = k.shape[0] * k.shape[1], k.shape[-1], v.shape[-1], k.device
     Sf = _f32(lay.N, lay.H, Dk, Dv, device=dev)
-    o = parts.new_buffer(*v.shape, dtype=q.dtype, device=dev) if write_o else Sf
+    o = helpers.new_buffer(*v.shape, dtype=q.dtype, device=dev) if write_o else Sf
     U = _f32(rows, lay.H, Dv, device=dev) if store else Sf
     h = _f32(lay.n_chunks, lay.H, Dk, Dv, device=dev) if store else Sf
     conf = launch_config("f2_fwd", Dk, Dv, lay.C)
