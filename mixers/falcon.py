@@ -12,8 +12,8 @@ Per token t, from the layer input h_t (paper §4-5, appendix C):
      η = β/(E + λ + ε). beta_max = 2 (default) is the paper's range, where the transition's eigenvalue 1 − β
      along x can be negative; beta_max = 1 keeps it in [0, 1). Offsets start at 0, so β = beta_max / 2.
    - ``ctx_eta`` (the paper does not define ctxη; this is our reading): the layer emits the step size itself,
-     η_t = eta_max·σ(w·h + b) / E_ref, and the rule applies it with no energy normalisation
-     (``normalize=False``); the carry is still γ = 1 − min(η λ, 1 − ε_γ). E_ref is the write energy the
+     η_t = eta_max·σ(w·h + b) / E_ref, and the rule takes it as its step size (``eta=``, no energy
+     normalisation); the carry is still γ = 1 − min(η λ, 1 − ε_γ). E_ref is the write energy the
      QK-norm gives a key: Dk for ``rmsnorm`` (and ``none``, nominally), 1 for ``l2``. Why: with QK-RMSNorm
      ‖x‖² ≤ Dk, so η‖x‖² < eta_max; with eta_max = 2 (default) the emitted η spans the same range as
      ctxβ's normalised step and the regression rules keep their transition eigenvalue 1 − η‖x‖² in (−1, 1),
@@ -146,8 +146,11 @@ class FalconMixer(Mixer):
     def _rule_options(self) -> dict:
         o = self.opts
         return {"rule": self.rule, "window": o.window, "eps": o.eps, "decay_floor": o.decay_floor,
-                "scale_coupled_ridge": o.scale_coupled_ridge, "alignment": o.alignment, "timing": o.timing,
-                "normalize": o.gain != "ctx_eta"}
+                "scale_coupled_ridge": o.scale_coupled_ridge, "alignment": o.alignment, "timing": o.timing}
+
+    def _drive(self, gain: Tensor, suffix: str = "") -> dict:
+        """The gates' first tensor as the op takes it: the gain β (ctxβ, constant β), or the step size η (ctxη)."""
+        return {("eta" if self.opts.gain == "ctx_eta" else "beta") + suffix: gain}
 
     def _featurise(self, q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """``[..., H·D]`` -> per-head ``[..., H, D]`` with QK-norm and optional VNorm."""
@@ -209,8 +212,8 @@ class FalconMixer(Mixer):
             cu_seqlens = torch.cat([starts, starts.new_full((1,), B * L)])
             q, k, v, gain, lam = (t.flatten(0, 1)[None] for t in (q, k, v, gain, lam))
         with full_precision(q):
-            o, _ = fast_weight_rule(q, k, v, gain, lam, backend=self.opts.backend, chunk_size=self.chunk_size,
-                                    cu_seqlens=cu_seqlens, **self._rule_options())
+            o, _ = fast_weight_rule(q, k, v, lam=lam, **self._drive(gain), backend=self.opts.backend,
+                                    chunk_size=self.chunk_size, cu_seqlens=cu_seqlens, **self._rule_options())
         return o if samples is None else o[0].unflatten(0, samples.shape)
 
     def forward_cached(self, x: Tensor, cache: dict) -> tuple[Tensor, dict]:
@@ -229,9 +232,9 @@ class FalconMixer(Mixer):
         q, k, v = self._featurise(q, k, v)
         gain, lam = self._gates(x)
         with full_precision(q):
-            o, state = fast_weight_rule(q, k, v, gain, lam, backend=self.opts.backend, chunk_size=self.chunk_size,
-                                        initial_state=cache["state"], output_final_state=True,
-                                        **self._rule_options())
+            o, state = fast_weight_rule(q, k, v, lam=lam, **self._drive(gain), backend=self.opts.backend,
+                                        chunk_size=self.chunk_size, initial_state=cache["state"],
+                                        output_final_state=True, **self._rule_options())
         return self._output(o, x), {"conv": windows, "state": state}
 
     def init_cache(self, batch: int, device: torch.device | str, dtype: torch.dtype) -> dict:
@@ -245,7 +248,8 @@ class FalconMixer(Mixer):
         q, k, v = self._featurise(q, k, v)
         gain, lam = self._gates(x_t)
         with full_precision(q):
-            o, state = fast_weight_step(cache["state"], q, k, v, gain, lam, **self._rule_options())
+            o, state = fast_weight_step(cache["state"], q, k, v, lam_t=lam, **self._drive(gain, "_t"),
+                                        **self._rule_options())
         return self._output(o, x_t), {"conv": convs, "state": state}
 
 

@@ -38,3 +38,9 @@ def rel_err(out: Tensor, ref: Tensor) -> float:
 
 def slice_time(inputs: dict[str, Tensor], start: int, stop: int) -> dict[str, Tensor]:
     return {name: t[:, start:stop] for name, t in inputs.items()}
+
+
+def gain(t: Tensor, normalize: bool = True) -> dict[str, Tensor]:
+    """The op's keyword for the tensor that drives the step: ``beta`` (the gain, normalised by the write
+    energy) or, without normalisation, ``eta`` (the step size itself, the ctxη reading)."""
+    return {"beta": t} if normalize else {"eta": t}

@@ -11,10 +11,12 @@ import zlib
 import pytest
 import torch
 
-from kernels.falcon.api import fast_weight_rule
 from kernels.common.config import RuleConfig
-from kernels.falcon.prepare import prepare
+from kernels.common.prepare import prepare
 from kernels.common.state import fresh_state
+from kernels.falcon.api import fast_weight_rule
+from kernels.window.eigen import top_eigenvalue
+from tests.rules_util import gain
 
 F64 = torch.float64
 TOL = 1e-10
@@ -50,9 +52,10 @@ def inputs(gen: torch.Generator, T: int, batch: int = 2, heads: int = 2, dk: int
     return q, k, v, beta, lam, S0
 
 
-def run(backend: str, q, k, v, beta, lam, initial_state, chunk_size: int = 64, **opts):
-    return fast_weight_rule(q, k, v, beta, lam, rule="falcon-3", backend=backend, chunk_size=chunk_size,
-                            initial_state=initial_state, output_final_state=True, **opts)
+def run(backend: str, q, k, v, beta, lam, initial_state, chunk_size: int = 64, normalize: bool = True,
+        **opts):
+    return fast_weight_rule(q, k, v, lam=lam, **gain(beta, normalize), rule="falcon-3", backend=backend,
+                            chunk_size=chunk_size, initial_state=initial_state, output_final_state=True, **opts)
 
 
 def assert_same(out, final, ref_out, ref_final, what: str) -> None:
@@ -88,7 +91,7 @@ def test_inputs_reach_the_clamp_and_gains_above_one() -> None:
     for coupled in (False, True):
         cfg = RuleConfig(rule="falcon-3", window=4, scale_coupled_ridge=coupled)
         state = fresh_state(2, 2, 4, 3, cfg.span, F64, "cpu", S0)
-        prep = prepare(k, v, beta, lam, cfg, state, fresh=True)
+        prep = prepare(k, v, beta, lam, cfg, state, fresh=True, top_eigenvalue=top_eigenvalue)
         ridge = lam * prep.energy if coupled else lam
         assert (prep.eta * ridge > 1 - cfg.decay_floor).any(), "no token hits the decay clamp"
         assert torch.isclose(prep.gamma, torch.tensor(cfg.decay_floor, dtype=F64)).any()
@@ -177,8 +180,8 @@ def test_zero_keys_with_zero_eps_stay_finite(alignment: str, coupled: bool) -> N
 
 @pytest.mark.parametrize("form", ["masked", "chunk"])
 def test_forms_refuse_other_rules(form: str) -> None:
-    from kernels.falcon.chunk_falcon3 import chunk_falcon3
-    from kernels.falcon.masked_falcon3 import masked_falcon3
+    from kernels.window.chunk import chunk_falcon3
+    from kernels.window.masked import masked_falcon3
 
     fn = {"masked": masked_falcon3, "chunk": chunk_falcon3}[form]
     q, k, v, beta, lam, S0 = inputs(generator("refuse"), 3)
@@ -187,10 +190,9 @@ def test_forms_refuse_other_rules(form: str) -> None:
         fn(q, k, v, beta, lam, cfg, fresh_state(2, 2, 4, 3, 1, F64, "cpu", S0), True)
 
 
-def test_chunk_size_is_checked() -> None:
-    from kernels.falcon.chunk_falcon3 import chunk_falcon3
-
+def test_chunk_size_is_checked_at_the_op() -> None:
+    """The op checks chunk_size once, before any form runs (the forms trust it)."""
     q, k, v, beta, lam, S0 = inputs(generator("size"), 3)
-    cfg = RuleConfig(rule="falcon-3")
-    with pytest.raises(ValueError, match="chunk_size"):
-        chunk_falcon3(q, k, v, beta, lam, cfg, fresh_state(2, 2, 4, 3, 4, F64, "cpu", S0), True, chunk_size=0)
+    for chunk_size in (0, -4, 2.5, True):
+        with pytest.raises(ValueError, match="chunk_size must be an integer >= 1"):
+            run("chunk", q, k, v, beta, lam, S0, chunk_size=chunk_size)

@@ -3,7 +3,7 @@
 Outputs and every field of the final state, fresh (from a nonzero bare S) and continuing from a state the
 oracle handed over (last key and window tail must carry), every alignment × timing, odd lengths, chunk sizes
 that do not divide T, windows across chunk boundaries, β > 1, the decay clamp, scale-coupled ridge,
-normalize=False, strong decay over long sequences, gradients, and zero keys with eps = 0.
+η given directly (eta=), strong decay over long sequences, gradients, and zero keys with eps = 0.
 """
 
 from __future__ import annotations
@@ -14,9 +14,10 @@ import zlib
 import pytest
 import torch
 
-from kernels.falcon.api import fast_weight_rule
 from kernels.common.config import RuleConfig
-from kernels.falcon.prepare import prepare
+from kernels.common.prepare import prepare
+from kernels.falcon.api import fast_weight_rule
+from tests.rules_util import gain
 
 F64 = torch.float64
 TOL = 1e-10
@@ -58,7 +59,9 @@ def segment(x: dict[str, torch.Tensor], start: int, stop: int | None = None) -> 
     return {name: t[:, start:stop] for name, t in x.items()}
 
 
-def run(backend: str, x: dict[str, torch.Tensor], initial_state, chunk_size: int = 64, **opts):
+def run(backend: str, x: dict[str, torch.Tensor], initial_state, chunk_size: int = 64, normalize: bool = True,
+        **opts):
+    x = {name: t for name, t in x.items() if name != "beta"} | gain(x["beta"], normalize)
     return fast_weight_rule(**x, backend=backend, chunk_size=chunk_size, initial_state=initial_state,
                             output_final_state=True, **opts)
 
@@ -126,7 +129,7 @@ OPTIONS = list(itertools.product(RULES, (False, True), (False, True)))
 
 @pytest.mark.parametrize("rule,scale_coupled,normalize", OPTIONS)
 def test_ridge_and_normalisation_options(rule: str, scale_coupled: bool, normalize: bool) -> None:
-    """Scale-coupled ridge on/off and normalize=False (β is η), both alignments, windows crossing chunks."""
+    """Scale-coupled ridge on/off and η given directly (eta=), both alignments, windows crossing chunks."""
     for alignment, timing in (("shifted", "raw"), ("same_time", "rbw")):
         gen = generator("options", rule, scale_coupled, normalize, alignment)
         x = inputs(gen, rule, PREFIX + 23, normalize=normalize)

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from kernels import fast_weight_rule
+from tests.rules_util import gain
 
 RULES = ("falcon-1", "falcon-2")
 FORMS = (("masked", 64), ("chunk", 1), ("chunk", 4), ("chunk", 16), ("chunk", 64))
@@ -32,8 +33,8 @@ def inputs(rule: str, T: int, seed: int, B: int = 2, H: int = 2, Dk: int = 4, Dv
     return dict(q=randn(B, T, H, Dk), k=k, v=randn(B, T, H, Dv), beta=beta, lam=lam)
 
 
-def run(x: dict, backend: str, chunk_size: int = 64, **opts):
-    return fast_weight_rule(x["q"], x["k"], x["v"], x["beta"], x["lam"], backend=backend,
+def run(x: dict, backend: str, chunk_size: int = 64, normalize: bool = True, **opts):
+    return fast_weight_rule(x["q"], x["k"], x["v"], lam=x["lam"], **gain(x["beta"], normalize), backend=backend,
                             chunk_size=chunk_size, output_final_state=True, **opts)
 
 

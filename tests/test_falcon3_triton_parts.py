@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernels.falcon import prepare, window_solve
+from kernels.window import eigen, solve
 from mixers import build_mixer
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -32,18 +32,18 @@ def test_a_falcon3_layer_with_the_triton_parts_matches_the_reference(parts: str,
     x = torch.randn(2, 40, 32, device=DEVICE)  # 40 tokens: chunks of 16, the last one short
     if DEVICE == "cuda":  # left to itself, the layer takes both kernels on a GPU
         seen = []
-        for module, name in ((prepare, "takes_triton_eigen"), (window_solve, "takes_triton_solve")):
+        for module, name in ((eigen, "takes_triton_eigen"), (solve, "takes_triton_solve")):
             real = getattr(module, name)
             monkeypatch.setattr(module, name, lambda *t, real=real: seen.append(real(*t)) or seen[-1])
         forward_backward(layer, x)
         assert len(seen) >= 2 and all(seen)
-    monkeypatch.setattr(prepare, "takes_triton_eigen", lambda gram: False)
-    monkeypatch.setattr(window_solve, "takes_triton_solve", lambda system, rhs: False)
+    monkeypatch.setattr(eigen, "takes_triton_eigen", lambda gram: False)
+    monkeypatch.setattr(solve, "takes_triton_solve", lambda system, rhs: False)
     reference = forward_backward(layer, x)
     if parts in ("eigen", "both"):
-        monkeypatch.setattr(prepare, "takes_triton_eigen", lambda gram: True)
+        monkeypatch.setattr(eigen, "takes_triton_eigen", lambda gram: True)
     if parts in ("solve", "both"):
-        monkeypatch.setattr(window_solve, "takes_triton_solve", lambda system, rhs: True)
+        monkeypatch.setattr(solve, "takes_triton_solve", lambda system, rhs: True)
     out = forward_backward(layer, x)
     assert len(out) == len(reference)
     for got, ref in zip(out, reference):  # relative to each tensor's norm: rounding is ~1e-7, a wrong part O(1)

@@ -97,13 +97,13 @@ def test_fresh_shifted_first_token_writes_nothing(backend: str) -> None:
 @pytest.mark.parametrize("timing", TIMINGS)
 @pytest.mark.parametrize("alignment", ALIGNMENTS)
 def test_is_falcon_1a_with_given_step_sizes(alignment: str, timing: str) -> None:
-    """falcon-1a with normalize=False is linear attention with v ← η v and g = log(1 − min(ηλ, 1 − ε_γ))."""
+    """falcon-1a given its step sizes (eta=) is linear attention with v ← η v and g = log(1 − min(ηλ, 1 − ε_γ))."""
     gen = generator("falcon-1a", alignment, timing)
     x = inputs(gen, 20)
     eta = 0.05 + 0.5 * torch.rand(B, 20, H, generator=gen, dtype=F64)
     lam = 3.0 * torch.rand(B, 20, H, generator=gen, dtype=F64)
     S0 = torch.randn(B, H, DK, DV, generator=gen, dtype=F64)
-    ref, ref_final = fast_weight_rule(x["q"], x["k"], x["v"], eta, lam, rule="falcon-1a", normalize=False,
+    ref, ref_final = fast_weight_rule(x["q"], x["k"], x["v"], lam=lam, eta=eta, rule="falcon-1a",
                                       alignment=alignment, timing=timing, initial_state=S0,
                                       output_final_state=True)
     g = torch.log(1.0 - torch.clamp(eta * lam, max=1.0 - 1e-3))

@@ -128,7 +128,7 @@ def test_auto_backend_picks_the_fused_kernels_only_where_they_apply():
     from types import SimpleNamespace
 
     from kernels.common.config import RuleConfig
-    from kernels.falcon.fused import auto_backend
+    from kernels.falcon.dispatch import auto_backend
 
     def tensor(cuda=True, dtype=torch.bfloat16, d=64):
         return SimpleNamespace(is_cuda=cuda, dtype=dtype, shape=(1, 8, 2, d))

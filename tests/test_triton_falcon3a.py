@@ -1,4 +1,4 @@
-"""backend="triton" for falcon-3a (W falcon-1a recurrences over the window's lags, kernels/falcon/triton_falcon3a.py)
+"""backend="triton" for falcon-3a (W falcon-1a recurrences over the window's lags, kernels/window/fused.py)
 against the float64 recurrent oracle: outputs, final state and every gradient. Without CUDA the kernels run in
 Triton's interpreter at tiny sizes; every buffer the kernels write is allocated full of NaN here.
 """
@@ -27,7 +27,7 @@ def test_forward_and_gradients_match_the_oracle(window: int, timing: str, alignm
 
 @pytest.mark.parametrize("variant", ["scale_coupled_ridge", "ctx_eta", "clamped"])
 def test_ridge_options_and_the_decay_clamp(variant: str) -> None:
-    """λ̄·Ē, η given directly (normalize=False), and λ large enough that α = min(ηλ, 1 − ε_γ) clamps."""
+    """λ̄·Ē, η given directly (eta=), and λ large enough that α = min(ηλ, 1 − ε_γ) clamps."""
     clamped = variant == "clamped"
     x = inputs(RULE, B=1, T=26, H=2, D=16, seed=len(variant), lam_scale=40.0 if clamped else 1.0)
     opts = dict(rule=RULE, window=3, scale_coupled_ridge=variant == "scale_coupled_ridge",

@@ -12,6 +12,7 @@ from torch import Tensor
 
 from kernels import FastWeightState, fast_weight_rule
 from kernels.common import triton_helpers
+from tests.rules_util import gain
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 # the interpreter does every dot in fp32; a GPU runs fp32 dots at full precision too ("ieee"). On the CPU the
@@ -53,7 +54,10 @@ def run(x: dict[str, Tensor], backend: str, dtype: torch.dtype, state: FastWeigh
     if state is not None:
         init = FastWeightState(S0, init.last_key.to(sdtype), init.x_tail.to(sdtype), init.v_tail.to(sdtype),
                                init.tail_mask)
-    o, final = fast_weight_rule(*leaves, backend=backend, initial_state=init, output_final_state=True, **opts)
+    normalize = opts.pop("normalize", True)
+    q, k, v, beta, lam = leaves
+    o, final = fast_weight_rule(q, k, v, lam=lam, **gain(beta, normalize), backend=backend, initial_state=init,
+                                output_final_state=True, **opts)
     loss = (o.double() * x["w"].to(DEVICE, torch.float64)).sum() + \
         (final.S.double() * x["wS"].to(DEVICE, torch.float64)).sum()
     loss.backward()
@@ -131,7 +135,7 @@ def test_packed_sequences_match_one_call_each(rule: str) -> None:
 @pytest.mark.parametrize("rule", ["falcon-1a", "falcon-2a"])
 @pytest.mark.parametrize("variant", ["scale_coupled_ridge", "ctx_eta", "clamped", "timing_rbw_clamped"])
 def test_ridge_options_and_the_decay_clamp(rule: str, variant: str) -> None:
-    """λ̄·‖x‖², η given directly (normalize=False), and λ large enough that α = min(ηλ, 1 − ε_γ) clamps."""
+    """λ̄·‖x‖², η given directly (eta=), and λ large enough that α = min(ηλ, 1 − ε_γ) clamps."""
     clamped = variant.endswith("clamped")
     x = inputs(rule, B=1, T=26, H=2, D=16, seed=len(variant), lam_scale=40.0 if clamped else 1.0)
     opts = dict(rule=rule, scale_coupled_ridge=variant == "scale_coupled_ridge", normalize=variant != "ctx_eta",
@@ -195,11 +199,11 @@ def test_real_sizes_on_the_gpu(rule: str, dtype: torch.dtype, shape: tuple[int, 
 def test_batch_sliced_past_the_grid_limit(rule: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """A batch whose B·H passes the launch-axis limit runs in slices: the same outputs, state and gradients as
     one launch (the limit lowered to 4, the launch rows of one chunk, so that each of the three rows is a slice)."""
-    import kernels.falcon.fused as fused
+    import kernels.falcon.dispatch as dispatch
 
     x = inputs(rule, B=3, T=12, H=2, D=8, seed=5)
     whole = run(x, "triton", torch.float32, rule=rule, chunk_size=16)
-    monkeypatch.setattr(fused, "MAX_GRID_ROWS", 4)
+    monkeypatch.setattr(dispatch, "MAX_GRID_ROWS", 4)
     sliced = run(x, "triton", torch.float32, rule=rule, chunk_size=16)
     for name, a, b in zip(NAMES, whole, sliced):
         torch.testing.assert_close(b, a, rtol=1e-6, atol=1e-6, msg=name)
@@ -209,7 +213,7 @@ def test_batch_sliced_past_the_grid_limit(rule: str, monkeypatch: pytest.MonkeyP
 def test_packed_sequences_sliced_past_the_grid_limit(rule: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Packed sequences past the launch-axis limit run in groups of whole sequences: the same outputs, final
     states and gradients as one launch (the limit lowered so that the four sequences make three groups)."""
-    import kernels.falcon.fused as fused
+    import kernels.falcon.dispatch as dispatch
 
     bounds = [0, 5, 21, 22, 40]
     x = inputs(rule, B=1, T=40, H=2, D=8, seed=21)
@@ -217,8 +221,8 @@ def test_packed_sequences_sliced_past_the_grid_limit(rule: str, monkeypatch: pyt
     x["wS"] = torch.randn(len(bounds) - 1, 2, 8, 8, generator=torch.Generator().manual_seed(23))
     cu = torch.tensor(bounds, device=DEVICE)
     whole = run(x, "triton", torch.float32, chunk_size=16, cu_seqlens=cu, rule=rule)
-    monkeypatch.setattr(fused, "MAX_GRID_ROWS", 8)
-    assert fused._sequence_groups(bounds, 2, 16) == [(0, 2), (2, 3), (3, 4)]  # 4 launch rows a chunk
+    monkeypatch.setattr(dispatch, "MAX_GRID_ROWS", 8)
+    assert dispatch._sequence_groups(bounds, 2, 16) == [(0, 2), (2, 3), (3, 4)]  # 4 launch rows a chunk
     sliced = run(x, "triton", torch.float32, chunk_size=16, cu_seqlens=cu, rule=rule)
     for name, a, b in zip(NAMES, whole, sliced):
         torch.testing.assert_close(b, a, rtol=1e-6, atol=1e-6, msg=name)

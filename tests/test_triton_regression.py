@@ -13,6 +13,7 @@ import torch
 
 from kernels import FastWeightState, fast_weight_rule
 from kernels.common import triton_helpers
+from tests.rules_util import gain
 
 RULES = ("falcon-1", "falcon-2")
 D = 16  # tl.dot needs sizes of at least 16
@@ -56,6 +57,12 @@ def draw(rule: str, B: int, T: int, H: int, seed: int, beta=(0.1, 1.9), lam=(0.0
     return [t.double() for t in (q, k, v, b, lm)]
 
 
+def op(xs, normalize: bool = True, **opts):
+    """The op on (q, k, v, β, λ), or on (q, k, v, η, λ) without normalisation (η given as ``eta``)."""
+    q, k, v, b, lam = xs
+    return fast_weight_rule(q, k, v, lam=lam, **gain(b, normalize), **opts)
+
+
 def start_state(kind: str, rule: str, N: int, H: int, seed: int, **opts):
     """None (fresh), a bare S (fresh from S), or the float64 state after a first recurrent segment."""
     g = torch.Generator().manual_seed(seed + 1000)
@@ -64,7 +71,7 @@ def start_state(kind: str, rule: str, N: int, H: int, seed: int, **opts):
     if kind == "S":
         return torch.randn(N, H, D, D, generator=g, dtype=torch.float64)
     first = draw(rule, N, 6, H, seed + 2000)
-    _, st = fast_weight_rule(*first, rule=rule, backend="recurrent", output_final_state=True, **opts)
+    _, st = op(first, rule=rule, backend="recurrent", output_final_state=True, **opts)
     return st
 
 
@@ -88,8 +95,7 @@ def run(rule: str, inputs, state, dtype: torch.dtype, backend: str, seed: int, c
     if st is not None:
         st = st.to(device) if isinstance(st, torch.Tensor) else FastWeightState(*(t.to(device) for t in st))
     cu = None if cu_seqlens is None else cu_seqlens.to(device)
-    o, fin = fast_weight_rule(*xs, rule=rule, backend=backend, initial_state=st, output_final_state=True,
-                              cu_seqlens=cu, **opts)
+    o, fin = op(xs, rule=rule, backend=backend, initial_state=st, output_final_state=True, cu_seqlens=cu, **opts)
     g = torch.Generator().manual_seed(seed + 3000)
     go = torch.randn(o.shape, generator=g, dtype=torch.float64).to(device=device, dtype=o.dtype)
     gS = torch.randn(fin.S.shape, generator=g, dtype=torch.float64).to(device=device, dtype=fin.S.dtype)
@@ -143,7 +149,7 @@ def test_regimes(rule, regime):
         draw_opts = dict(beta=(1.2, 1.95), lam=(0.0, 0.1))
     elif regime == "coupled":
         draw_opts, opts = dict(lam=(0.0, 3.0)), dict(scale_coupled_ridge=True)
-    elif regime == "ctx_eta":  # the tensor passed as beta is η itself
+    elif regime == "ctx_eta":  # the step size η itself, given as eta
         draw_opts, opts = dict(beta=(0.05, 0.6), lam=(0.0, 4.0)), dict(normalize=False)
     else:
         opts = dict(eps=0.0)
@@ -237,7 +243,7 @@ def test_kept_forward_quantities_give_the_recomputed_gradients(rule: str, monkey
     """KEEP_FOR_BACKWARD: the backward takes the UT transform, U and the chunk states from the forward and
     launches neither a second UT transform and state pass (falcon-1) nor a second solve (falcon-2); the
     gradients are those of the recomputing backward."""
-    from kernels.falcon import triton_regression_launch as launch
+    from kernels.regression import triton_launch as launch
 
     calls: dict[str, int] = {}
 

@@ -1,12 +1,109 @@
-"""Input validation for the rule ops: every error names the argument and what is accepted."""
+"""Validation at the ops' boundary: every option and tensor is checked here once, and every error names the
+argument and what is accepted. The mixers check their options with these same functions."""
 
 from __future__ import annotations
+
+import numbers
+import os
 
 import torch
 from torch import Tensor
 
-from kernels.common.config import RuleConfig
+from kernels.common.config import (ALIGNMENTS, CHUNK_SIZES, FUSED_MAX_HEAD_DIM, FUSED_MIN_DECAY_FLOOR_PER_CHANNEL,
+                                   FUSED_RULES, RULES, TIMINGS, RuleConfig)
 from kernels.common.state import FastWeightState, fresh_state
+
+
+def check_choice(name: str, value: object, accepted: tuple[str, ...]) -> None:
+    """``value`` must be one of ``accepted``."""
+    if value not in accepted:
+        raise ValueError(f"{name}={value!r}; accepted: {', '.join(accepted)}")
+
+
+def check_int(name: str, value: object, minimum: int) -> None:
+    """``value`` must be an integer >= ``minimum`` (booleans are not integers here)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+
+
+def check_real(name: str, value: object, low: float = float("-inf"), high: float = float("inf"), *,
+               low_open: bool = False, high_open: bool = False, what: str = "") -> None:
+    """``value`` must be a real number in [low, high] (open at either end when asked); ``what`` names it."""
+    ok = isinstance(value, numbers.Real) and not isinstance(value, bool)
+    if ok:
+        ok = (value > low if low_open else value >= low) and (value < high if high_open else value <= high)
+    if not ok:
+        interval = f"{'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
+        where = "" if (low, high) == (float("-inf"), float("inf")) else f" in {interval}"
+        raise ValueError(f"{name}{what} must be a real number{where}, got {value!r}")
+
+
+def check_rule_options(*, window: int, eps: float, decay_floor: float) -> None:
+    """The numbers of a Falcon rule: a window B >= 1, ε >= 0 and a decay floor ε_γ in (0, 1)."""
+    check_int("window", window, 1)
+    check_real("eps", eps, 0.0)
+    check_real("decay_floor", decay_floor, 0.0, 1.0, low_open=True, high_open=True, what=" (ε_γ)")
+
+
+def check_sequence_options(*, alignment: str, timing: str, backend: str | None = None,
+                           backends: tuple[str, ...] = (), chunk_size: int | None = None) -> None:
+    """What every sequence op takes: an alignment and a timing; a backend among ``backends`` and a chunk size
+    >= 1 where the op takes them."""
+    check_choice("alignment", alignment, ALIGNMENTS)
+    check_choice("timing", timing, TIMINGS)
+    if backend is not None:
+        check_choice("backend", backend, backends)
+    if chunk_size is not None:
+        check_int("chunk_size", chunk_size, 1)
+
+
+def interpreting() -> bool:
+    """True when Triton runs its CPU interpreter (``TRITON_INTERPRET=1``)."""
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def fused_refusal(q: Tensor, v: Tensor, cfg: RuleConfig, chunk_size: int, packed: bool,
+                  beta: Tensor | None = None, lam: Tensor | None = None) -> str | None:
+    """Why ``backend="triton"`` cannot run these inputs, or None when it can: a rule with fused kernels, inputs
+    (and gates, when given) in bf16/fp16/fp32, a chunk size of ``CHUNK_SIZES``, Dk and Dv up to 256, falcon-2a's
+    decay floor, falcon-3a without packed sequences, CUDA tensors (or Triton's interpreter)."""
+    if cfg.rule not in FUSED_RULES:
+        return f"backend='triton' covers {', '.join(FUSED_RULES)}; for {cfg.rule} use backend='chunk'"
+    fused_dtypes = (torch.bfloat16, torch.float16, torch.float32)
+    if q.dtype not in fused_dtypes:
+        return (f"backend='triton' takes q, k, v in bf16, fp16 or fp32; got {q.dtype} (use backend='recurrent' or "
+                f"'chunk' for float64)")
+    for name, t in (("beta" if cfg.normalize else "eta", beta), ("lam", lam)):
+        if t is not None and t.dtype not in fused_dtypes:
+            return f"backend='triton' takes {name} in bf16, fp16 or fp32; got {t.dtype}"
+    if chunk_size not in CHUNK_SIZES:
+        return f"chunk_size={chunk_size} for backend='triton'; accepted: {', '.join(map(str, CHUNK_SIZES))}"
+    if max(q.shape[-1], v.shape[-1]) > FUSED_MAX_HEAD_DIM:
+        return (f"backend='triton' takes Dk, Dv up to {FUSED_MAX_HEAD_DIM}; got Dk={q.shape[-1]}, "
+                f"Dv={v.shape[-1]}")
+    if cfg.rule == "falcon-2a" and cfg.decay_floor < FUSED_MIN_DECAY_FLOOR_PER_CHANNEL:
+        return (f"falcon-2a on backend='triton' needs decay_floor >= {FUSED_MIN_DECAY_FLOOR_PER_CHANNEL} (its "
+                f"16-token blocks factor the per-channel carry around their midpoint), got {cfg.decay_floor}; use "
+                f"backend='chunk' for smaller floors")
+    if cfg.rule == "falcon-3a" and packed:
+        return ("backend='triton' for falcon-3a takes no cu_seqlens (each sequence's window would need its own "
+                "tail); use backend='chunk', which runs packed sequences one by one")
+    if not (q.is_cuda or interpreting()):
+        return "backend='triton' needs CUDA tensors (or TRITON_INTERPRET=1 for Triton's CPU interpreter)"
+    return None
+
+
+def check_cu_seqlens(cu_seqlens: Tensor, q: Tensor) -> list[int]:
+    """Offsets of packed sequences: 1-D integers, 0 first, T last, strictly increasing; batch of one."""
+    if not isinstance(cu_seqlens, Tensor) or cu_seqlens.dim() != 1 or cu_seqlens.is_floating_point() \
+            or cu_seqlens.numel() < 2:
+        raise ValueError("cu_seqlens must be a 1-D integer tensor of N + 1 offsets [0, ..., T]")
+    if q.shape[0] != 1:
+        raise ValueError(f"cu_seqlens packs sequences along T of a batch of one; q has batch {q.shape[0]}")
+    bounds = [int(b) for b in cu_seqlens.tolist()]
+    if bounds[0] != 0 or bounds[-1] != q.shape[1] or any(b >= e for b, e in zip(bounds, bounds[1:])):
+        raise ValueError(f"cu_seqlens must rise strictly from 0 to T = {q.shape[1]}, got {bounds}")
+    return bounds
 
 
 def check_shape(name: str, t: object, expected: tuple[int, ...], what: str) -> None:
@@ -83,25 +180,27 @@ def start_state(q: Tensor, v: Tensor, initial_state: FastWeightState | Tensor | 
 
 def check_inputs(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, lam: Tensor, cfg: RuleConfig,
                  validate: bool) -> None:
-    """Shapes and dtypes always; value ranges (β ∈ (0, 2), λ ≥ 0, finite) only when ``validate``."""
+    """Shapes and dtypes always; value ranges (β ∈ (0, 2), or η >= 0 without normalisation; λ ≥ 0; finite)
+    only when ``validate``. ``beta`` holds η itself when ``cfg.normalize`` is False."""
+    name = "beta" if cfg.normalize else "eta"
     B, T, H, Dk, Dv = check_qkv(q, k, v)
     if cfg.per_channel:
         if not isinstance(beta, Tensor) or tuple(beta.shape) not in ((B, T, H, Dv), (B, T, H)):
             got = tuple(beta.shape) if isinstance(beta, Tensor) else type(beta).__name__
-            raise ValueError(f"beta has shape {got}; {cfg.rule} expects [B, T, H, Dv] = {(B, T, H, Dv)} "
+            raise ValueError(f"{name} has shape {got}; {cfg.rule} expects [B, T, H, Dv] = {(B, T, H, Dv)} "
                              f"(or [B, T, H], shared by all channels)")
     else:
-        check_shape("beta", beta, (B, T, H), f"[B, T, H] for {cfg.rule}")
+        check_shape(name, beta, (B, T, H), f"[B, T, H] for {cfg.rule}")
     check_shape("lam", lam, (B, T, H), "[B, T, H]")
-    check_floating_on_one_device(q=q, k=k, v=v, beta=beta, lam=lam)
+    check_floating_on_one_device(q=q, k=k, v=v, **{name: beta}, lam=lam)
     if validate:
-        for name, t in (("q", q), ("k", k), ("v", v), ("beta", beta), ("lam", lam)):
+        for label, t in (("q", q), ("k", k), ("v", v), (name, beta), ("lam", lam)):
             if not torch.isfinite(t).all():
-                raise ValueError(f"{name} holds NaN or inf values")
+                raise ValueError(f"{label} holds NaN or inf values")
         if cfg.normalize and not ((beta > 0) & (beta < 2)).all():
             raise ValueError(f"beta must lie in (0, 2) (the NLMS gain); got values in "
                              f"[{beta.min().item():.4g}, {beta.max().item():.4g}]")
-        if cfg.normalize is False and not (beta >= 0).all():
-            raise ValueError("beta (used directly as the step size η when normalize=False) must be >= 0")
+        if not cfg.normalize and not (beta >= 0).all():
+            raise ValueError(f"eta (the step size η) must be >= 0; got a minimum of {beta.min().item():.4g}")
         if not (lam >= 0).all():
             raise ValueError(f"lam (the ridge λ) must be >= 0; got a minimum of {lam.min().item():.4g}")

@@ -1,4 +1,4 @@
-"""The rule configuration shared by every backend of the Falcon rules."""
+"""The rule configuration shared by every backend of the Falcon rules, and the names every op accepts."""
 
 from __future__ import annotations
 
@@ -7,14 +7,24 @@ from dataclasses import dataclass
 RULES = ("falcon-1", "falcon-2", "falcon-3", "falcon-1a", "falcon-2a", "falcon-3a")
 ALIGNMENTS = ("shifted", "same_time")
 TIMINGS = ("raw", "rbw")
+BACKENDS = ("recurrent", "masked", "chunk", "triton")
+# backend="triton": the rules with fused kernels, the chunk sizes every one of them takes (falcon-2 and
+# falcon-2a work in blocks of 16 tokens inside a chunk) and the widest head they take
+FUSED_RULES = ("falcon-1", "falcon-2", "falcon-1a", "falcon-2a", "falcon-3a")
+CHUNK_SIZES = (16, 32, 64)
+FUSED_MAX_HEAD_DIM = 256
+# falcon-2a's fused kernels factor its per-channel carry around the midpoint of each block of 16 tokens: the
+# factors stay below e^{8 |log ε_γ|} only for floors this large
+FUSED_MIN_DECAY_FLOOR_PER_CHANNEL = 1e-3
 
 
 @dataclass(frozen=True)
 class RuleConfig:
-    """Everything that fixes the recurrence of one rule, apart from the tensors.
+    """Everything that fixes the recurrence of one rule, apart from the tensors. The op checks the options
+    (``kernels.common.checks.check_rule_options``) before it builds one.
 
-    ``normalize=False`` is the ctxη reading: the tensor passed as ``beta`` is the step size η itself and no
-    energy normalisation is applied (the carry is still ``γ = 1 − min(η λ, 1 − ε_γ)``).
+    ``normalize=False`` is the ctxη reading: the op was given the step size η itself (``eta=``) in place of the
+    gain β, and no energy normalisation is applied (the carry is still ``γ = 1 − min(η λ, 1 − ε_γ)``).
     """
 
     rule: str
@@ -25,20 +35,6 @@ class RuleConfig:
     alignment: str = "shifted"
     timing: str = "raw"
     normalize: bool = True
-
-    def __post_init__(self) -> None:
-        if self.rule not in RULES:
-            raise ValueError(f"rule={self.rule!r} is not a Falcon rule; accepted: {', '.join(RULES)}")
-        if self.alignment not in ALIGNMENTS:
-            raise ValueError(f"alignment={self.alignment!r}; accepted: {', '.join(ALIGNMENTS)}")
-        if self.timing not in TIMINGS:
-            raise ValueError(f"timing={self.timing!r}; accepted: {', '.join(TIMINGS)}")
-        if isinstance(self.window, bool) or not isinstance(self.window, int) or self.window < 1:
-            raise ValueError(f"window must be an integer >= 1, got {self.window!r}")
-        if not self.eps >= 0:
-            raise ValueError(f"eps must be >= 0, got {self.eps!r}")
-        if not 0 < self.decay_floor < 1:
-            raise ValueError(f"decay_floor (ε_γ) must lie in (0, 1), got {self.decay_floor!r}")
 
     @property
     def regression(self) -> bool:

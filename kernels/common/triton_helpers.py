@@ -13,17 +13,10 @@ scale-coupled ridge), and the carry's log g_t = log(1 − min(η_t λ_t, 1 − �
 
 from __future__ import annotations
 
-import os
-
 import torch
 import triton
 import triton.language as tl
 from torch import Tensor
-
-
-def interpreting() -> bool:
-    """True when Triton runs its CPU interpreter (``TRITON_INTERPRET=1``)."""
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
 def next_power_of_2(n: int) -> int:

@@ -7,11 +7,11 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from kernels.delta.naive import recurrent_gated_delta_rule
-from kernels.common.config import ALIGNMENTS, TIMINGS
-from kernels.common.checks import check_floating_on_one_device, check_qkv, check_shape, start_state
-from kernels.common.state import FastWeightState
+from kernels.common.checks import (check_floating_on_one_device, check_qkv, check_real, check_sequence_options,
+                                   check_shape, start_state)
 from kernels.common.precision import autocast_off, compute_dtype
+from kernels.common.state import FastWeightState
+from kernels.delta.naive import recurrent_gated_delta_rule
 
 Backend = Callable[..., tuple[Tensor, Tensor]]
 
@@ -56,16 +56,9 @@ def gated_delta_rule(
         o ``[B, T, H, Dv]`` in q's dtype, and the final ``FastWeightState`` (or None). The state is fp32
         (float64 for float64 inputs).
     """
-    if alignment not in ALIGNMENTS:
-        raise ValueError(f"alignment={alignment!r}; accepted: {', '.join(ALIGNMENTS)}")
-    if timing not in TIMINGS:
-        raise ValueError(f"timing={timing!r}; accepted: {', '.join(TIMINGS)}")
-    if backend not in DELTA_BACKENDS:
-        raise ValueError(f"backend={backend!r}; accepted: {', '.join(DELTA_BACKENDS)}")
-    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
-        raise ValueError(f"chunk_size must be an integer >= 1, got {chunk_size!r}")
-    if isinstance(scale, bool) or not isinstance(scale, (int, float)):
-        raise ValueError(f"scale must be a real number, got {scale!r}")
+    check_sequence_options(alignment=alignment, timing=timing, backend=backend, backends=tuple(DELTA_BACKENDS),
+                           chunk_size=chunk_size)
+    check_real("scale", scale)
     B, T, H, _, _ = check_qkv(q, k, v)
     check_shape("g", g, (B, T, H), "[B, T, H]")
     check_shape("beta", beta, (B, T, H), "[B, T, H]")

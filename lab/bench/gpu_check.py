@@ -172,7 +172,7 @@ def profile(rule: str, shape) -> list:
 def warm(job) -> str:
     """Compile one (rule, dtype, shape, launch variant) family of kernels at a small T in a worker process."""
     rule, dtype_name, D, H, names, variant = job
-    from kernels.falcon import triton_regression as tr
+    from kernels.regression import fused as tr
 
     dtype = getattr(torch, dtype_name)
     tr.LAUNCH_OVERRIDES.update({name: variant for name in names})
@@ -196,7 +196,7 @@ def run(out: str | os.PathLike, *, commit: str = "unknown", skip_check: bool = F
     check_shapes, time_shapes = (SMOKE_SHAPES, SMOKE_SHAPES) if smoke else (CHECK_SHAPES, TIME_SHAPES)
     if quick:
         check_shapes = check_shapes[:1]
-    from kernels.falcon import triton_regression as tr
+    from kernels.regression import fused as tr
 
     os.makedirs(out, exist_ok=True)
     log_path = os.path.join(out, "regression_gpu_check.log")

@@ -17,7 +17,7 @@ Floors. The time no implementation can beat on this GPU, from two counts per row
       intra scores q xᵀ C·K, scores·v C·V: fwd = 4KV + C(K + V). The per-channel carry of 2a adds only
       elementwise work.
     - ``linear_window`` (falcon-3a, window B = 4): B times ``linear``, one decayed linear attention per lag
-      of the window (kernels/falcon/triton_falcon3a.py).
+      of the window (kernels/window/fused.py).
     - ``delta`` (falcon-1, delta rule, gated delta rule; WY form): Gram k kᵀ C·K, the unit-triangular
       inverse 2C²/3, w = T k C·K, u = T v C·V, pseudo-values u − w h 2KV, state update 2KV, q·h 2KV,
       q kᵀ C·K, scores·values C·V: fwd = 6KV + C(3K + 2V) + 2C²/3.

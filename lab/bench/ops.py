@@ -81,8 +81,8 @@ def _falcon(rule: str, lam_positive: bool) -> tuple[Callable, Callable]:
 
 def rule_ops(rules: tuple[str, ...]) -> list[Op]:
     """falcon-1 (λ = 0 and λ > 0), falcon-2, falcon-1a, falcon-2a, falcon-3a (B = 4) on backend="triton"."""
-    regression = _module_missing("kernels.falcon.triton_regression", "not built (kernels/falcon/triton_regression.py)")
-    inner = _module_missing("kernels.falcon.triton_inner_product", "not built")
+    regression = _module_missing("kernels.regression.fused", "not built (kernels/regression/fused.py)")
+    inner = _module_missing("kernels.inner_product.fused", "not built")
     rows = [("falcon-1", "falcon-1 λ=0", False, "delta", regression),
             ("falcon-1", "falcon-1 λ>0", True, "delta", regression),
             ("falcon-2", "falcon-2", True, "delta_per_channel", regression),
@@ -103,7 +103,7 @@ def rule_chunk_ops(rules: tuple[str, ...]) -> list[Op]:
     ops = []
     for op in rule_ops(rules):
         make, call = _falcon(op.name.split()[0], "λ=0" not in op.name)
-        ops.append(Op(f"{op.name} PyTorch chunk", op.family, _module_missing("kernels.falcon.chunk", "not built"),
+        ops.append(Op(f"{op.name} PyTorch chunk", op.family, _module_missing("kernels.falcon.dispatch", "not built"),
                       make, lambda x, call=call: call(x, backend="chunk")))
     return ops
 
@@ -111,7 +111,7 @@ def rule_chunk_ops(rules: tuple[str, ...]) -> list[Op]:
 def torch_chunk_op() -> Op:
     """This project's pure-PyTorch chunk form of falcon-1a (autograd backward)."""
     make, call = _falcon("falcon-1a", True)
-    return Op("falcon-1a PyTorch chunk", "linear", _module_missing("kernels.falcon.chunk_inner_product", "not built"),
+    return Op("falcon-1a PyTorch chunk", "linear", _module_missing("kernels.inner_product.chunk", "not built"),
               make, lambda x: call(x, backend="chunk"), anchor=True)
 
 

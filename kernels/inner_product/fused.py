@@ -27,15 +27,14 @@ import torch
 import triton
 from torch import Tensor
 
+from kernels.common import triton_helpers as helpers
 from kernels.common.config import RuleConfig
 from kernels.common.state import FastWeightState
-from kernels.common import triton_helpers as helpers
-from kernels.common.triton_helpers import chunk_table, interpreting, next_power_of_2
-from kernels.falcon.triton_inner_product_bwd import (_bwd_c_kernel, _bwd_dh_kernel, _bwd_dqdx_kernel, _bwd_dv_kernel,
-                                                     _bwd_final_kernel)
-from kernels.falcon.triton_inner_product_fwd import _fwd_h_kernel, _fwd_o_kernel, _prep_kernel
-from kernels.falcon.triton_inner_product_parts import CHUNK_SIZES, MIN_DECAY_FLOOR_PER_CHANNEL, SUB
-
+from kernels.common.triton_helpers import chunk_table, next_power_of_2
+from kernels.inner_product.triton_bwd import (_bwd_c_kernel, _bwd_dh_kernel, _bwd_dqdx_kernel, _bwd_dv_kernel,
+                                              _bwd_final_kernel)
+from kernels.inner_product.triton_fwd import _fwd_h_kernel, _fwd_o_kernel, _prep_kernel
+from kernels.inner_product.triton_parts import SUB
 
 # the kernels' matmul operands, by input dtype: fp32 at full precision, half types as they come (fp32 accumulation)
 PRECISION = {torch.float32: "ieee", torch.bfloat16: "bf16", torch.float16: "fp16"}
@@ -158,24 +157,6 @@ class _InnerProduct(torch.autograd.Function):
         return (*grads, None, None)
 
 
-def _check(q: Tensor, v: Tensor, cfg: RuleConfig, chunk_size: int) -> None:
-    if cfg.rule not in ("falcon-1a", "falcon-2a"):
-        raise ValueError(f"triton_inner_product covers falcon-1a and falcon-2a, got rule={cfg.rule!r}")
-    if q.dtype not in (torch.bfloat16, torch.float16, torch.float32):
-        raise ValueError(f"backend='triton' takes bfloat16, float16 or float32 inputs, got {q.dtype}; "
-                         f"use backend='chunk' for float64")
-    if chunk_size not in CHUNK_SIZES:
-        raise ValueError(f"chunk_size={chunk_size} for backend='triton'; accepted: {CHUNK_SIZES}")
-    if q.shape[-1] > 256 or v.shape[-1] > 256:
-        raise ValueError(f"backend='triton' takes Dk, Dv <= 256, got Dk={q.shape[-1]}, Dv={v.shape[-1]}")
-    if cfg.per_channel and cfg.decay_floor < MIN_DECAY_FLOOR_PER_CHANNEL:
-        raise ValueError(f"falcon-2a on backend='triton' needs decay_floor >= {MIN_DECAY_FLOOR_PER_CHANNEL} "
-                         f"(its 16-token blocks factor the per-channel carry around their midpoint), got "
-                         f"{cfg.decay_floor}; use backend='chunk' for smaller floors")
-    if not (q.is_cuda or interpreting()):
-        raise ValueError("backend='triton' needs CUDA tensors (or TRITON_INTERPRET=1 for Triton's CPU interpreter)")
-
-
 def triton_inner_product(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, lam: Tensor, cfg: RuleConfig,
                          state: FastWeightState, fresh: bool, chunk_size: int = 64,
                          cu_seqlens: Tensor | None = None) -> tuple[Tensor, FastWeightState]:
@@ -183,9 +164,9 @@ def triton_inner_product(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, lam: Ten
 
     q, k ``[B, T, H, Dk]``, v ``[B, T, H, Dv]``, beta ``[B, T, H]`` (``[B, T, H, Dv]`` for 2a), lam ``[B, T, H]``
     in their own dtype; ``state`` a full fp32 state (one row per packed sequence with ``cu_seqlens``).
-    Returns o in q's dtype and the final state (S in fp32).
+    Returns o in q's dtype and the final state (S in fp32). The op has checked that the kernels take the inputs
+    (``kernels.common.checks.fused_refusal``).
     """
-    _check(q, v, cfg, chunk_size)
     B, T, H, Dk = q.shape
     Dv = v.shape[-1]
     if cu_seqlens is None:

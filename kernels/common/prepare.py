@@ -7,13 +7,13 @@ recurrent oracle computes the same quantities inside its loop; the tests hold th
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 import torch
 from torch import Tensor
 
 from kernels.common.config import RuleConfig
-from kernels.falcon.naive import step_size_and_carry
+from kernels.common.recurrent import step_size_and_carry
 from kernels.common.state import FastWeightState
 
 
@@ -52,32 +52,10 @@ def windows(t: Tensor, span: int) -> Tensor:
     return t.unfold(1, span, 1).movedim(-1, 2)
 
 
-# cuSOLVER's batched symmetric eigensolver fails beyond ~32k matrices per call (seen on an H200)
-EIG_BATCH = 16384
-
-
-def takes_triton_eigen(gram: Tensor) -> bool:
-    """Whether ``top_eigenvalue`` takes the Triton kernel: float32 matrices of at most 4 × 4 on a GPU."""
-    return gram.is_cuda and gram.shape[-1] <= 4 and gram.dtype == torch.float32
-
-
-def top_eigenvalue(gram: Tensor) -> Tensor:
-    """λ_max of a batch of small symmetric matrices ``[..., W, W]``: on a GPU for W ≤ 4 in float32 by the
-    Triton Jacobi kernel (kernels/falcon/triton_eig4.py), else by ``eigvalsh`` in slices it accepts."""
-    if takes_triton_eigen(gram):
-        from kernels.falcon.triton_eig4 import top_eigenvalue_small
-
-        return top_eigenvalue_small(gram)
-    flat = gram.reshape(-1, *gram.shape[-2:])
-    if flat.shape[0] <= EIG_BATCH:
-        return torch.linalg.eigvalsh(flat)[..., -1].reshape(gram.shape[:-2])
-    parts = [torch.linalg.eigvalsh(part)[..., -1] for part in flat.split(EIG_BATCH)]
-    return torch.cat(parts).reshape(gram.shape[:-2])
-
-
-def prepare(k: Tensor, v: Tensor, beta: Tensor, lam: Tensor, cfg: RuleConfig, state: FastWeightState,
-            fresh: bool) -> Prepared:
-    """Everything the parallel forms need besides q (inputs already in the compute dtype)."""
+def prepare(k: Tensor, v: Tensor, beta: Tensor, lam: Tensor, cfg: RuleConfig, state: FastWeightState, fresh: bool,
+            top_eigenvalue: Callable[[Tensor], Tensor] | None = None) -> Prepared:
+    """Everything the parallel forms need besides q (inputs already in the compute dtype). falcon-3's μ_t takes
+    ``top_eigenvalue``, λ_max of a batch of small symmetric matrices (``kernels/window/eigen.py``)."""
     x, valid = write_pairs(k, state, cfg, fresh)
     W = cfg.span
     x_ext = torch.cat([state.x_tail.transpose(1, 2), x], dim=1)  # [B, T+W−1, H, Dk]
@@ -88,6 +66,8 @@ def prepare(k: Tensor, v: Tensor, beta: Tensor, lam: Tensor, cfg: RuleConfig, st
     n_pairs = mask_w.sum(-1)  # B_t
     n = n_pairs.clamp(min=1.0)[..., None]
     if cfg.rule == "falcon-3":
+        if top_eigenvalue is None:
+            raise ValueError("falcon-3's step size needs top_eigenvalue (kernels/window/eigen.py)")
         xw = windows(x_ext, W).transpose(2, 3)  # [B, T, H, W, Dk]
         gram = xw @ xw.transpose(-1, -2)  # the small W×W Gram shares its top eigenvalue with XᵀX
         energy = top_eigenvalue(gram) / n  # μ_t

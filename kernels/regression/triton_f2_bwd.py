@@ -10,7 +10,7 @@ import triton
 import triton.language as tl
 
 from kernels.common.triton_helpers import chunk_of, gates_grad, mm, rev_cumsum, seq_bounds
-from kernels.falcon.triton_regression_f2 import f2_front, f2_gates, read_decay, solve_decay
+from kernels.regression.triton_f2 import f2_front, f2_gates, read_decay, solve_decay
 
 
 @triton.jit

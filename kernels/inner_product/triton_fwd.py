@@ -7,7 +7,7 @@ import triton.language as tl
 
 from kernels.common.triton_helpers import (chunk_at, first_chunk, gates, is_pair, load_pairs, load_rows, mm,
                                            seq_bounds, store_rows)
-from kernels.falcon.triton_inner_product_parts import _carries, _carry_at, _outputs, _read_carries
+from kernels.inner_product.triton_parts import _carries, _carry_at, _outputs, _read_carries
 
 
 @triton.jit

@@ -8,7 +8,7 @@ import triton.language as tl
 
 from kernels.common.triton_helpers import (chunk_at, first_chunk, is_pair, load_pairs, load_rows, mm, seq_bounds,
                                            store_rows)
-from kernels.falcon.triton_inner_product_parts import (NEG_INF, _carries, _carry_at, _outputs, _read_carries, _sees,
+from kernels.inner_product.triton_parts import (NEG_INF, _carries, _carry_at, _outputs, _read_carries, _sees,
                                                       _source_grads)
 
 

@@ -26,7 +26,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from kernels.falcon.prepare import Prepared, windows
+from kernels.common.prepare import Prepared, windows
 
 
 class WindowInputs(NamedTuple):
@@ -97,9 +97,9 @@ def takes_triton_solve(system: Tensor, rhs: Tensor) -> bool:
 
 def unit_lower_triangular_solve(system: Tensor, rhs: Tensor) -> Tensor:
     """``(I + strict_lower(system))⁻¹ rhs``: on a GPU in float32 for systems of up to 64 by the Triton inverse
-    (kernels/falcon/triton_tril_inverse.py), else by ``solve_triangular``."""
+    (kernels/window/triton_tril_inverse.py), else by ``solve_triangular``."""
     if takes_triton_solve(system, rhs):
-        from kernels.falcon.triton_tril_inverse import unit_lower_solve
+        from kernels.window.triton_tril_inverse import unit_lower_solve
 
         return unit_lower_solve(system, rhs)
     return torch.linalg.solve_triangular(system, rhs, upper=False, unitriangular=True)

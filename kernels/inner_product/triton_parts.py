@@ -9,8 +9,6 @@ import triton.language as tl
 from kernels.common.triton_helpers import mm
 
 SUB = 16  # falcon-2a's intra-chunk block: the midpoint factors stay below e^{8 |log ε_γ|}
-MIN_DECAY_FLOOR_PER_CHANNEL = 1e-3
-CHUNK_SIZES = (16, 32, 64, 128)
 NEG_INF = tl.constexpr(float("-inf"))  # kernels may read only constexpr globals
 
 

@@ -1,7 +1,7 @@
 """The chunk-parallel form of falcon-3 (paper Algorithm 3, appendix H), in pure PyTorch.
 
 Three phases over chunks of C tokens, with chunk-local log-prefix decays (restarted in every chunk):
-1. in parallel over chunks, the block-strict-causal solve of size C·W (``window_solve``) applied to two
+1. in parallel over chunks, the block-strict-causal solve of size C·W (``kernels.window.solve``) applied to two
    right-hand sides, so each chunk's pseudo-values are affine in its entry state: ``u = U0 − Wm S_in``;
    this gives the chunk's affine map ``S_out = M S_in + b``;
 2. a short sequential pass of the chunk maps gives every chunk's entry state;
@@ -18,9 +18,10 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from kernels.common.config import RuleConfig
-from kernels.falcon.prepare import final_state, prepare
+from kernels.common.prepare import final_state, prepare
 from kernels.common.state import FastWeightState
-from kernels.falcon.window_solve import block_read, exit_weights, previous, solve_pseudo_values, window_inputs
+from kernels.window.eigen import top_eigenvalue
+from kernels.window.solve import block_read, exit_weights, previous, solve_pseudo_values, window_inputs
 
 
 def _chunked(t: Tensor, chunk: int, dims: int) -> Tensor:
@@ -38,10 +39,8 @@ def chunk_falcon3(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, lam: Tensor, cf
     """Falcon-3 over ``[B, T, H, D]`` inputs, chunk by chunk. Returns (o ``[B, T, H, Dv]``, final state)."""
     if cfg.rule != "falcon-3":
         raise ValueError(f"chunk_falcon3 runs rule 'falcon-3' only, got {cfg.rule!r}")
-    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
-        raise ValueError(f"chunk_size must be an integer >= 1, got {chunk_size!r}")
     T, Dv = q.shape[1], v.shape[-1]
-    prep = prepare(k, v, beta, lam, cfg, state, fresh)
+    prep = prepare(k, v, beta, lam, cfg, state, fresh, top_eigenvalue)
     win = window_inputs(prep, cfg.span)
     C = min(chunk_size, T)
     xw, vw = _chunked(win.xw, C, 2), _chunked(win.vw, C, 2)  # [B, H, M, C, W, D]

@@ -7,13 +7,14 @@ import triton
 from torch import Tensor
 
 from kernels.common import triton_helpers as helpers
+from kernels.common.checks import interpreting
 from kernels.common.config import RuleConfig
-from kernels.common.triton_helpers import chunk_table, interpreting, next_power_of_2
-from kernels.falcon.triton_regression_dk import finish_dk_kernel
-from kernels.falcon.triton_regression_f1 import f1_intra_kernel, f1_prep_kernel, f1_state_kernel
-from kernels.falcon.triton_regression_f1_bwd import f1_dstate_kernel, f1_grad_kernel
-from kernels.falcon.triton_regression_f2 import f2_dstate_kernel, f2_fwd_kernel
-from kernels.falcon.triton_regression_f2_bwd import f2_grad_kernel
+from kernels.common.triton_helpers import chunk_table, next_power_of_2
+from kernels.regression.triton_dk import finish_dk_kernel
+from kernels.regression.triton_f1 import f1_intra_kernel, f1_prep_kernel, f1_state_kernel
+from kernels.regression.triton_f1_bwd import f1_dstate_kernel, f1_grad_kernel
+from kernels.regression.triton_f2 import f2_dstate_kernel, f2_fwd_kernel
+from kernels.regression.triton_f2_bwd import f2_grad_kernel
 
 # The matmul operands inside the kernels, by input dtype, on a GPU: "tf32x3" (three tf32 passes, about fp32),
 # "tf32" (one pass) or "bf16" (operands rounded to bf16, about 2x faster; on an H200 the relative RMS error

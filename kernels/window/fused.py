@@ -13,8 +13,8 @@ each a falcon-1a recurrence in the ctxη reading (``normalize=False``: the gain 
 over keys and values delayed by j, same-time aligned. Its carry 1 − min(β λ, 1 − ε_γ) is falcon-3a's when the
 gain passed is a_t and the ridge λ_t B_t (λ̄_t Ē_t B_t with the scale-coupled ridge): their product is η_t λ_t,
 clamped alike. The reads add up the same way, for RAW and RBW alike. So falcon-3a runs as W calls of the fused
-falcon-1a kernels (kernels/falcon/triton_inner_product.py), the initial state going to lag 0, with the
-window's pairs, η_t, B_t and the carry prepared in PyTorch (kernels/falcon/prepare.py, as the chunk form does)
+falcon-1a kernels (kernels/inner_product/fused.py), the initial state going to lag 0, with the
+window's pairs, η_t, B_t and the carry prepared in PyTorch (kernels/common/prepare.py, as the chunk form does)
 and differentiated through both. The final state's window tail comes from the prepared pairs.
 """
 
@@ -24,20 +24,18 @@ import torch
 from torch import Tensor
 
 from kernels.common.config import RuleConfig
-from kernels.falcon.prepare import final_state, prepare
+from kernels.common.prepare import final_state, prepare
 from kernels.common.state import FastWeightState
-from kernels.falcon.triton_inner_product import triton_inner_product
+from kernels.inner_product.fused import triton_inner_product
 
 
 def triton_falcon3a(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, lam: Tensor, cfg: RuleConfig,
                     state: FastWeightState, fresh: bool, chunk_size: int = 64,
                     cu_seqlens: Tensor | None = None) -> tuple[Tensor, FastWeightState]:
-    """falcon-3a over ``[B, T, H, D]`` inputs in their own dtype from a float32 ``state``; o in q's dtype."""
+    """falcon-3a over ``[B, T, H, D]`` inputs in their own dtype from a float32 ``state``; o in q's dtype. Not
+    for packed sequences: the op refuses ``cu_seqlens`` here (``kernels.common.checks.fused_refusal``)."""
     if cfg.rule != "falcon-3a":
         raise ValueError(f"triton_falcon3a runs rule 'falcon-3a' only, got {cfg.rule!r}")
-    if cu_seqlens is not None:
-        raise ValueError("backend='triton' for falcon-3a takes no cu_seqlens (each sequence's window would "
-                         "need its own tail); use backend='chunk', which runs packed sequences one by one")
     f32 = torch.float32
     prep = prepare(k.to(f32), v.to(f32), beta.to(f32), lam.to(f32), cfg, state, fresh)
     n = prep.n_pairs.clamp(min=1.0)[..., None]  # B_t, [B, T, 1]

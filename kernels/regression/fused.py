@@ -2,8 +2,8 @@
 
 The kernels take q, k, v, β, λ in their own dtype (bf16, fp16 or fp32) and fuse the pairing, η, γ and
 the chunk-local decay prefixes; states and the solve stay fp32. falcon-1 runs the UT transform per chunk of
-``chunk_size`` tokens (``triton_regression_f1*.py``); falcon-2 runs one batched per-channel solve sharing
-the chunk Gram per block of 16 tokens (``triton_regression_f2*.py``). The backward takes the forward's
+``chunk_size`` tokens (``triton_f1*.py``); falcon-2 runs one batched per-channel solve sharing
+the chunk Gram per block of 16 tokens (``triton_f2*.py``). The backward takes the forward's
 chunk quantities (UT transform, pseudo-values, chunk entry states) from the forward when
 ``KEEP_FOR_BACKWARD`` (default), or recomputes them (less memory, more time).
 """
@@ -15,16 +15,11 @@ from torch import Tensor
 
 from kernels.common.config import RuleConfig
 from kernels.common.state import FastWeightState
-from kernels.common.triton_helpers import interpreting
-from kernels.falcon import triton_regression_launch as launch
-from kernels.falcon.triton_regression_launch import (F2_CHUNK, LAUNCH_OVERRIDES, MATMUL_PRECISION,
-                                                     SOLVE_PRECISION, Layout,
-                                                     f1_backward, f1_forward, f2_backward, f2_forward)
+from kernels.regression import triton_launch as launch
+from kernels.regression.triton_launch import (F2_CHUNK, LAUNCH_OVERRIDES, MATMUL_PRECISION, SOLVE_PRECISION, Layout,
+                                              f1_backward, f1_forward, f2_backward, f2_forward)
 
 __all__ = ["LAUNCH_OVERRIDES", "MATMUL_PRECISION", "SOLVE_PRECISION", "triton_regression"]
-
-DTYPES = (torch.bfloat16, torch.float16, torch.float32)
-CHUNK_SIZES = (16, 32, 64)
 
 
 class RegressionRule(torch.autograd.Function):
@@ -49,26 +44,11 @@ class RegressionRule(torch.autograd.Function):
         return (*grads, None, None, None, None)
 
 
-def _check(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, lam: Tensor, chunk_size: int) -> None:
-    if q.dtype not in DTYPES or k.dtype != q.dtype or v.dtype != q.dtype:
-        raise ValueError(f"backend='triton' takes q, k, v of one dtype among bf16, fp16 and fp32; got "
-                         f"{q.dtype}, {k.dtype}, {v.dtype} (use backend='recurrent' or 'chunk' for float64)")
-    for name, t in (("beta", beta), ("lam", lam)):
-        if t.dtype not in DTYPES:
-            raise ValueError(f"backend='triton' takes {name} in bf16, fp16 or fp32; got {t.dtype}")
-    if chunk_size not in CHUNK_SIZES:
-        raise ValueError(f"backend='triton' takes chunk_size in {CHUNK_SIZES}; got {chunk_size}")
-    if max(q.shape[-1], v.shape[-1]) > 256:
-        raise ValueError(f"backend='triton' takes Dk, Dv up to 256; got Dk={q.shape[-1]}, Dv={v.shape[-1]}")
-    if not q.is_cuda and not interpreting():
-        raise ValueError("backend='triton' needs CUDA tensors (or TRITON_INTERPRET=1 on the CPU)")
-
-
 def triton_regression(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, lam: Tensor, cfg: RuleConfig,
                       state: FastWeightState, fresh: bool, chunk_size: int = 64,
                       cu_seqlens: Tensor | None = None) -> tuple[Tensor, FastWeightState]:
-    """falcon-1/2 over whole sequences (or packed ones, ``cu_seqlens``); o in q's dtype, the state in fp32."""
-    _check(q, k, v, beta, lam, chunk_size)
+    """falcon-1/2 over whole sequences (or packed ones, ``cu_seqlens``); o in q's dtype, the state in fp32. The
+    op has checked that the kernels take the inputs (``kernels.common.checks.fused_refusal``)."""
     q, k, v, beta, lam = (t.contiguous() for t in (q, k, v, beta, lam))
     S0 = state.S.float().contiguous()
     lk = state.last_key.float().contiguous()

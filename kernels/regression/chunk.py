@@ -11,10 +11,10 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from kernels.delta.wy import wy_forward
 from kernels.common.config import RuleConfig
-from kernels.falcon.prepare import final_state, prepare
+from kernels.common.prepare import final_state, prepare
 from kernels.common.state import FastWeightState
+from kernels.delta.wy import wy_forward
 
 
 def regression_on_core(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, lam: Tensor, cfg: RuleConfig,

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from kernels.common.config import RuleConfig
-from kernels.falcon.prepare import Prepared, final_state, prepare
+from kernels.common.prepare import Prepared, final_state, prepare
 from kernels.common.state import FastWeightState
 from kernels.linear_attention.chunk import band_window
 

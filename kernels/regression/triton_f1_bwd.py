@@ -1,4 +1,4 @@
-"""falcon-1 backward in Triton (paper Algorithms 7, 9), on the chunk graph of ``triton_regression_f1``.
+"""falcon-1 backward in Triton (paper Algorithms 7, 9), on the chunk graph of ``triton_f1``.
 
 Per chunk, with entry state S, exit-state gradient dS_C and B = diag(η)(Y − diag(e^{Gp}) X S) so that
 U = A B:

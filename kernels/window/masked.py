@@ -1,7 +1,7 @@
 """The masked-parallel form of falcon-3: the whole sequence as one block (O(T²W²) memory, one solve).
 
 The pseudo-values of every token and window slot solve a single unit block-lower-triangular system of
-size T·W (see ``window_solve``); outputs and the final state are then masked, decayed linear attention
+size T·W (see ``kernels.window.solve``); outputs and the final state are then masked, decayed linear attention
 over those pseudo-values plus the decayed read of the initial state.
 """
 
@@ -11,9 +11,10 @@ import torch
 from torch import Tensor
 
 from kernels.common.config import RuleConfig
-from kernels.falcon.prepare import final_state, prepare
+from kernels.common.prepare import final_state, prepare
 from kernels.common.state import FastWeightState
-from kernels.falcon.window_solve import block_exit, block_read, entry_drive, solve_pseudo_values, window_inputs
+from kernels.window.eigen import top_eigenvalue
+from kernels.window.solve import block_exit, block_read, entry_drive, solve_pseudo_values, window_inputs
 
 
 def masked_falcon3(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, lam: Tensor, cfg: RuleConfig,
@@ -21,7 +22,7 @@ def masked_falcon3(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, lam: Tensor, c
     """Falcon-3 over ``[B, T, H, D]`` inputs in one masked pass. Returns (o ``[B, T, H, Dv]``, final state)."""
     if cfg.rule != "falcon-3":
         raise ValueError(f"masked_falcon3 runs rule 'falcon-3' only, got {cfg.rule!r}")
-    prep = prepare(k, v, beta, lam, cfg, state, fresh)
+    prep = prepare(k, v, beta, lam, cfg, state, fresh, top_eigenvalue)
     xw, vw, a, log_gamma = window_inputs(prep, cfg.span)
     g = torch.cumsum(log_gamma, dim=-1)  # log-prefix of the carries from S_0
     S0 = state.S

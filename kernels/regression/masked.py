@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from kernels.falcon.chunk_regression import regression_on_core
 from kernels.common.config import RuleConfig
 from kernels.common.state import FastWeightState
+from kernels.regression.chunk import regression_on_core
 
 
 def masked_regression(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, lam: Tensor, cfg: RuleConfig,

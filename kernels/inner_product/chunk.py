@@ -11,9 +11,9 @@ from __future__ import annotations
 from torch import Tensor
 
 from kernels.common.config import RuleConfig
-from kernels.falcon.masked_inner_product import write_weight
-from kernels.falcon.prepare import final_state, prepare
+from kernels.common.prepare import final_state, prepare
 from kernels.common.state import FastWeightState
+from kernels.inner_product.masked import write_weight
 from kernels.linear_attention.chunk import chunk_decayed_attention
 
 

@@ -1,0 +1,128 @@
+"""The one dispatch table of the Falcon rules: which function runs each (rule, backend), and how a backend is
+called. Every form takes ``(q, k, v, beta, lam, cfg, state, fresh)`` in the compute dtype (the fused forms in the
+inputs' own dtype); ``chunk`` forms also take ``chunk_size``, ``triton`` forms ``chunk_size`` and ``cu_seqlens``.
+
+The forms are imported on first use: importing ``kernels`` compiles and imports no Triton code.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Callable
+
+import torch
+from torch import Tensor
+
+from kernels.common.checks import fused_refusal
+from kernels.common.config import CHUNK_SIZES, RuleConfig
+from kernels.common.state import FastWeightState
+
+Form = Callable[..., tuple[Tensor, FastWeightState]]
+
+FORMS: dict[tuple[str, str], str] = {
+    ("falcon-1", "recurrent"): "kernels.regression.naive.recurrent_regression",
+    ("falcon-1", "masked"): "kernels.regression.masked.masked_regression",
+    ("falcon-1", "chunk"): "kernels.regression.chunk.chunk_regression",
+    ("falcon-1", "triton"): "kernels.regression.fused.triton_regression",
+    ("falcon-2", "recurrent"): "kernels.regression.naive.recurrent_regression",
+    ("falcon-2", "masked"): "kernels.regression.masked.masked_regression",
+    ("falcon-2", "chunk"): "kernels.regression.chunk.chunk_regression",
+    ("falcon-2", "triton"): "kernels.regression.fused.triton_regression",
+    ("falcon-1a", "recurrent"): "kernels.inner_product.naive.recurrent_inner_product",
+    ("falcon-1a", "masked"): "kernels.inner_product.masked.masked_inner_product",
+    ("falcon-1a", "chunk"): "kernels.inner_product.chunk.chunk_inner_product",
+    ("falcon-1a", "triton"): "kernels.inner_product.fused.triton_inner_product",
+    ("falcon-2a", "recurrent"): "kernels.inner_product.naive.recurrent_inner_product",
+    ("falcon-2a", "masked"): "kernels.inner_product.masked.masked_inner_product",
+    ("falcon-2a", "chunk"): "kernels.inner_product.chunk.chunk_inner_product",
+    ("falcon-2a", "triton"): "kernels.inner_product.fused.triton_inner_product",
+    ("falcon-3", "recurrent"): "kernels.window.naive.recurrent_window",
+    ("falcon-3", "masked"): "kernels.window.masked.masked_falcon3",
+    ("falcon-3", "chunk"): "kernels.window.chunk.chunk_falcon3",
+    ("falcon-3a", "recurrent"): "kernels.window.naive.recurrent_window",
+    # falcon-3a's parallel forms are the inner-product ones with a window of pairs; its fused form runs W
+    # falcon-1a recurrences, one per lag of the window
+    ("falcon-3a", "masked"): "kernels.inner_product.masked.masked_inner_product",
+    ("falcon-3a", "chunk"): "kernels.inner_product.chunk.chunk_inner_product",
+    ("falcon-3a", "triton"): "kernels.window.fused.triton_falcon3a",
+}
+MAX_GRID_ROWS = 65_535  # CUDA's limit on launch axes 1 and 2, where the fused kernels put B·H (or N·H)
+# the most launch rows one chunk takes: falcon-2a's blocks of 16 tokens in the longest chunk
+SLOTS_PER_CHUNK = max(CHUNK_SIZES) // 16
+
+
+def form(rule: str, backend: str) -> Form:
+    """The function that runs ``rule`` on ``backend`` (ValueError for a pair the table lacks)."""
+    if (rule, backend) not in FORMS:
+        covered = ", ".join(r for r, b in FORMS if b == backend)
+        raise ValueError(f"backend={backend!r} covers {covered}; for {rule} use backend='chunk'")
+    module, name = FORMS[rule, backend].rsplit(".", 1)
+    return getattr(importlib.import_module(module), name)
+
+
+def run(backend: str, q: Tensor, k: Tensor, v: Tensor, beta: Tensor, lam: Tensor, cfg: RuleConfig,
+        state: FastWeightState, fresh: bool, chunk_size: int,
+        cu_seqlens: Tensor | None = None) -> tuple[Tensor, FastWeightState]:
+    """Run the form of (cfg.rule, backend) with what its backend takes."""
+    fn = form(cfg.rule, backend)
+    if backend == "triton":
+        return _fused(fn, q, k, v, beta, lam, cfg, state, fresh, chunk_size, cu_seqlens)
+    if backend == "chunk":
+        return fn(q, k, v, beta, lam, cfg, state, fresh, chunk_size=chunk_size)
+    return fn(q, k, v, beta, lam, cfg, state, fresh)
+
+
+def auto_backend(q: Tensor, v: Tensor, cfg: RuleConfig, chunk_size: int, packed: bool = False) -> str:
+    """``backend="auto"``: the fused kernels where they apply (CUDA, half or single precision, a rule they
+    cover, Dk and Dv ≤ 256, a chunk size they take; falcon-3a not for packed sequences), else the PyTorch
+    chunk form."""
+    return "triton" if q.is_cuda and fused_refusal(q, v, cfg, chunk_size, packed) is None else "chunk"
+
+
+def _fused(fn: Form, q: Tensor, k: Tensor, v: Tensor, beta: Tensor, lam: Tensor, cfg: RuleConfig,
+           state: FastWeightState, fresh: bool, chunk_size: int,
+           cu_seqlens: Tensor | None) -> tuple[Tensor, FastWeightState]:
+    """A fused form within the launch limits. The grids put B·H (N·H packed) and the chunk count (times up to
+    ``SLOTS_PER_CHUNK`` row blocks a chunk) on launch axes 1 and 2, which CUDA caps at 65,535: a batch or a set
+    of packed sequences past that runs in slices that fit (rows and sequences are independent), outputs and
+    final states joined; autograd sees each slice's own graph."""
+    B, T, H = q.shape[0], q.shape[1], q.shape[2]
+    if cu_seqlens is None:
+        per_row = max(H, SLOTS_PER_CHUNK * -(-T // chunk_size))
+        if B * per_row > MAX_GRID_ROWS:
+            rows = max(1, MAX_GRID_ROWS // per_row)
+            return _joined([fn(*(t[i:i + rows] for t in (q, k, v, beta, lam)), cfg,
+                               FastWeightState(*(s[i:i + rows] for s in state)), fresh, chunk_size=chunk_size)
+                            for i in range(0, B, rows)], dim=0)
+    else:
+        bounds = [int(b) for b in cu_seqlens.tolist()]
+        groups = _sequence_groups(bounds, H, chunk_size)
+        if len(groups) > 1:
+            parts = []
+            for i, j in groups:
+                b, e = bounds[i], bounds[j]
+                parts.append(fn(*(t[:, b:e] for t in (q, k, v, beta, lam)), cfg,
+                                FastWeightState(*(s[i:j] for s in state)), fresh, chunk_size=chunk_size,
+                                cu_seqlens=cu_seqlens[i:j + 1] - cu_seqlens[i]))
+            return _joined(parts, dim=1)
+    return fn(q, k, v, beta, lam, cfg, state, fresh, chunk_size=chunk_size, cu_seqlens=cu_seqlens)
+
+
+def _sequence_groups(bounds: list[int], heads: int, chunk_size: int) -> list[tuple[int, int]]:
+    """Runs [i, j) of consecutive packed sequences, each within the launch-axis limits: (j − i)·H sequences
+    and its chunks' launch rows at most MAX_GRID_ROWS."""
+    groups, start, slots = [], 0, 0
+    for n, (b, e) in enumerate(zip(bounds, bounds[1:])):
+        need = SLOTS_PER_CHUNK * -(-(e - b) // chunk_size)
+        if n > start and ((n + 1 - start) * heads > MAX_GRID_ROWS or slots + need > MAX_GRID_ROWS):
+            groups.append((start, n))
+            start, slots = n, 0
+        slots += need
+    groups.append((start, len(bounds) - 1))
+    return groups
+
+
+def _joined(parts: list[tuple[Tensor, FastWeightState]], dim: int) -> tuple[Tensor, FastWeightState]:
+    """Outputs joined along ``dim`` (0: batch rows, 1: packed time), final states along their rows."""
+    outs, finals = zip(*parts)
+    return torch.cat(outs, dim), FastWeightState(*(torch.cat(f, 0) for f in zip(*finals)))
