@@ -40,7 +40,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from kernels import ALIGNMENTS, BACKENDS, TIMINGS, fast_weight_rule, fast_weight_step
+from kernels import BACKENDS, fast_weight_rule, fast_weight_step
+from kernels.common.checks import check_rule_options, check_sequence_options
 from mixers.layers import (Mixer, RMSNorm, ShortConv, full_precision, l2_norm, residual_out, rms_norm,
                            short_conv_step)
 from mixers.options import check_bool, check_choice, check_int, check_range, head_dim_of
@@ -84,12 +85,15 @@ class FalconOptions:
         check_choice(mixer, "qk_norm", self.qk_norm, QK_NORMS)
         check_choice(mixer, "gain", self.gain, GAINS)
         check_choice(mixer, "ridge", self.ridge, RIDGES)
-        check_choice(mixer, "alignment", self.alignment, ALIGNMENTS)
-        check_choice(mixer, "timing", self.timing, TIMINGS)
-        check_choice(mixer, "backend", self.backend, ("auto", *BACKENDS))
+        try:  # the rule's options, by the op's own checks
+            check_sequence_options(alignment=self.alignment, timing=self.timing, backend=self.backend,
+                                   backends=("auto", *BACKENDS), chunk_size=self.chunk_size)
+            check_rule_options(window=self.window, eps=self.eps, decay_floor=self.decay_floor)
+        except ValueError as err:
+            raise ValueError(f"mixer {mixer!r}: {err}") from None
         for name in ("v_norm", "conv", "scale_coupled_ridge", "output_gate"):
             check_bool(mixer, name, getattr(self, name))
-        for name, minimum in (("conv_size", 1), ("window", 1), ("chunk_size", 1), ("window_block", 1)):
+        for name, minimum in (("conv_size", 1), ("window_block", 1)):
             check_int(mixer, name, getattr(self, name), minimum)
         inf = float("inf")
         check_range(mixer, "beta", self.beta, 0.0, 2.0, low_open=True, high_open=True)
@@ -99,8 +103,6 @@ class FalconOptions:
         check_range(mixer, "lam_scale", self.lam_scale, 0.0, inf, low_open=True)
         check_range(mixer, "lam_init_min", self.lam_init_min, 0.0, self.lam_scale, low_open=True, high_open=True)
         check_range(mixer, "lam_init_max", self.lam_init_max, self.lam_init_min, self.lam_scale, high_open=True)
-        check_range(mixer, "eps", self.eps, 0.0, inf)
-        check_range(mixer, "decay_floor", self.decay_floor, 0.0, 1.0, low_open=True, high_open=True)
         check_range(mixer, "norm_eps", self.norm_eps, 0.0, inf, low_open=True)
 
 
