@@ -1,0 +1,91 @@
+"""The layout of kernels/: folders that import one way, one dispatch table, one set of fused chunk sizes."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from kernels import RULES, fast_weight_rule
+from kernels.common.config import BACKENDS, CHUNK_SIZES, FUSED_RULES, RuleConfig
+from kernels.falcon import dispatch
+from tests.rules_util import rule_inputs
+
+KERNELS = Path(__file__).resolve().parents[1] / "kernels"
+BASELINES = ("delta", "linear_attention")
+FAMILIES = ("regression", "inner_product", "window")
+
+
+def folder_imports() -> dict[str, set[str]]:
+    """For each folder of kernels/, the other folders its modules import (``kernels.X`` -> folder X)."""
+    graph: dict[str, set[str]] = {}
+    for path in KERNELS.rglob("*.py"):
+        rel = path.relative_to(KERNELS)
+        folder = rel.parts[0] if len(rel.parts) > 1 else ""
+        found = graph.setdefault(folder, set())
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            for name in names:
+                parts = name.split(".")
+                if parts[0] != "kernels":
+                    top = parts[0]
+                    assert top not in ("lab", "mixers", "tasks", "sweeps"), f"kernels/{rel} imports {name}"
+                elif len(parts) > 1 and parts[1] != folder and (KERNELS / parts[1]).is_dir():
+                    found.add(parts[1])
+    return graph
+
+
+def test_folders_import_one_way() -> None:
+    """common imports no folder; the baselines import common only; the families import common, the baselines
+    and one another without a cycle; only the op's front (falcon) sees them all."""
+    graph = folder_imports()
+    assert graph["common"] == set()
+    for baseline in BASELINES:
+        assert graph[baseline] <= {"common"}, (baseline, graph[baseline])
+    for family in FAMILIES:
+        assert "falcon" not in graph[family], (family, graph[family])
+
+    def reaches(start: str, goal: str, seen: frozenset = frozenset()) -> bool:
+        return any(nxt == goal or (nxt not in seen and reaches(nxt, goal, seen | {nxt}))
+                   for nxt in graph.get(start, ()))
+
+    cycles = [folder for folder in graph if folder and reaches(folder, folder)]
+    assert not cycles, f"import cycles through {cycles}: {graph}"
+
+
+def test_one_table_covers_every_rule_and_backend() -> None:
+    """Every (rule, backend) has one entry, but falcon-3 on triton; the fused rules are the table's."""
+    expected = {(rule, backend) for rule in RULES for backend in BACKENDS} - {("falcon-3", "triton")}
+    assert set(dispatch.FORMS) == expected
+    assert set(FUSED_RULES) == {rule for rule, backend in dispatch.FORMS if backend == "triton"}
+    for rule, backend in dispatch.FORMS:
+        assert callable(dispatch.form(rule, backend))
+
+
+def test_chunk_sizes_are_defined_once() -> None:
+    defined = [str(path.relative_to(KERNELS)) for path in KERNELS.rglob("*.py")
+               for node in ast.walk(ast.parse(path.read_text()))
+               if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and "CHUNK_SIZES" in t.id
+                                                       for t in node.targets)]
+    assert defined == ["common/config.py"]
+
+
+def test_the_fused_kernels_take_the_chunk_sizes_and_no_other() -> None:
+    """CHUNK_SIZES is what backend="triton" takes for every fused rule and what auto picks it for; falcon-2/2a's
+    blocks of 16 tokens fit whole in each, and the launch slicing counts the blocks of the longest."""
+    assert CHUNK_SIZES == (16, 32, 64)
+    assert all(c % 16 == 0 for c in CHUNK_SIZES) and dispatch.SLOTS_PER_CHUNK == max(CHUNK_SIZES) // 16
+    accepted = ", ".join(map(str, CHUNK_SIZES))
+    for rule in FUSED_RULES:
+        x = {name: t.float() for name, t in rule_inputs(rule, T=3, Dk=16, Dv=16, seed=1).items()}
+        for chunk in (8, 24, 48, 128):
+            with pytest.raises(ValueError, match=f"chunk_size={chunk} for backend='triton'; accepted: {accepted}"):
+                fast_weight_rule(**x, rule=rule, backend="triton", chunk_size=chunk)
+        cuda = SimpleNamespace(is_cuda=True, dtype=torch.bfloat16, shape=(1, 8, 2, 64))
+        picks = {chunk: dispatch.auto_backend(cuda, cuda, RuleConfig(rule=rule), chunk)
+                 for chunk in (8, *CHUNK_SIZES, 128)}
+        assert picks == {8: "chunk", 16: "triton", 32: "triton", 64: "triton", 128: "chunk"}, (rule, picks)
