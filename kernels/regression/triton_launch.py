@@ -17,16 +17,12 @@ from kernels.regression.triton_f2 import f2_dstate_kernel, f2_fwd_kernel
 from kernels.regression.triton_f2_bwd import f2_grad_kernel
 
 # The matmul operands inside the kernels, by input dtype, on a GPU: "tf32x3" (three tf32 passes, about fp32),
-# "tf32" (one pass) or "bf16" (operands rounded to bf16, about 2x faster; on an H200 the relative RMS error
-# of outputs and gradients stays under 5e-3 against the float64 reference). The interpreter multiplies in
-# exact fp32.
+# "tf32" (one pass) or "bf16" (operands rounded to bf16, the fastest). bf16 inputs take bf16 operands: their
+# error against the float64 reference stays that of bf16 inputs. The interpreter multiplies in exact fp32.
 MATMUL_PRECISION = {torch.float32: "tf32x3", torch.bfloat16: "bf16", torch.float16: "tf32x3"}
 # The UT transform's inverse, by input dtype: its blocked products feed every later one, so fp32 and fp16
-# inputs keep about fp32 ("tf32x3"). For bf16 inputs bf16 operands hold the same error: on an H200 at
-# (8, 2048, 12, 64) the worst relative RMS error over outputs and gradients was 4.05e-3 at "tf32x3",
-# 4.06e-3 at "tf32" and 4.09e-3 at "bf16", while falcon-1's forward took 1.21 / 0.55 / 0.37 ms and its
-# forward+backward 2.99 / 1.68 / 1.32 ms (records/bench/gpu_check_regression.md;
-# `lab bench gpu-check` re-times and re-checks the three).
+# inputs keep about fp32 ("tf32x3"); for bf16 inputs bf16 operands hold the same error as the other two.
+# The errors and times of the three: records/bench/gpu_check_regression.md (`lab bench gpu-check` remakes them).
 SOLVE_PRECISION = {torch.float32: "tf32x3", torch.bfloat16: "bf16", torch.float16: "tf32x3"}
 # kernel name -> block sizes / warps replacing ``launch_config``'s (for tuning sweeps)
 LAUNCH_OVERRIDES: dict[str, dict] = {}

@@ -2,8 +2,8 @@
 
 Falcon-3 sets its step size from μ_t, the largest eigenvalue of each token's window Gram ``X Xᵀ`` (W × W, W
 the window of pairs, 4 by default): at the packed addition shape 393,216 matrices of 4 × 4 a layer. cuSOLVER's
-batched ``eigvalsh`` takes them in slices of at most ~32k and spends about an eighth of a falcon-3 layer's GPU
-time on them (records/bench/step-packed/, the profile). Here each program takes ``BLOCK`` matrices, one per lane,
+batched ``eigvalsh`` takes them in slices of at most ~32k, a large part of a falcon-3 layer's GPU time (the
+profile in records/bench/step-packed/). Here each program takes ``BLOCK`` matrices, one per lane,
 and runs cyclic Jacobi sweeps on its ten distinct entries in registers: each sweep zeroes the six
 off-diagonal pairs in turn with a plane rotation, and the rotations accumulated give the eigenvectors. Jacobi
 converges quadratically once the off-diagonal mass is small; six sweeps leave a 4 × 4 matrix diagonal to

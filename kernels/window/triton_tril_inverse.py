@@ -2,8 +2,8 @@
 
 Each chunk of Falcon-3 solves ``(I + N) Z = R`` for its pseudo-values, N strictly lower-triangular of size
 C·W (64 at the default chunk of 16 tokens and window of 4), with Dv + Dk right-hand sides
-(kernels/window/solve.py). cuBLAS's batched triangular solve took 14% of a falcon-3 layer's GPU time
-at the packed addition shape, forward and backward (records/bench/step-packed/, the profile). Here one program
+(kernels/window/solve.py). cuBLAS's batched triangular solve is a large part of a falcon-3 layer's GPU
+time at the packed addition shape, forward and backward (the profile in records/bench/step-packed/). Here one program
 inverts one system: the four 16 × 16 diagonal blocks by forward substitution in registers, then the blocks
 below them, ``T_ij = −T_ii Σ_{j ≤ k < i} N_ik T_kj``, by 16 × 16 products; ``Z = T R`` is then one batched
 matrix product, and the backward needs no solve at all:
