@@ -91,6 +91,22 @@ def chunk_at(pid, cidx_ptr, cu_ptr, coff_ptr, T, NT, C: tl.constexpr, IS_VARLEN:
 
 
 @triton.jit
+def state_tile(i_k, i_v, i_nh, cu_ptr, coff_ptr, T, H, Dk: tl.constexpr, Dv: tl.constexpr, C: tl.constexpr,
+               BK: tl.constexpr, BV: tl.constexpr, IS_VARLEN: tl.constexpr):
+    """Where a program of a pass along one sequence works: it holds key block ``i_k`` and value block ``i_v`` of
+    the ``[Dk, Dv]`` state of sequence n and head h, ``i_nh = n H + h``. Returns n, h, the sequence's first row
+    and length, the index of its first chunk (of C tokens) among the batch's, the block's key and value columns,
+    its mask and its offsets in the state."""
+    i_n, i_h = i_nh // H, i_nh % H
+    bos, T_n = seq_bounds(i_n, cu_ptr, T, IS_VARLEN)
+    first = first_chunk(i_n, coff_ptr, T, C, IS_VARLEN)
+    offs_k = i_k * BK + tl.arange(0, BK)
+    offs_v = i_v * BV + tl.arange(0, BV)
+    m_kv = (offs_k < Dk)[:, None] & (offs_v < Dv)[None, :]
+    return i_n, i_h, bos, T_n, first, offs_k, offs_v, m_kv, offs_k[:, None] * Dv + offs_v[None, :]
+
+
+@triton.jit
 def load_rows(ptr, bos, i_h, t, T_n, col, H, D: tl.constexpr):
     """``[len(t), len(col)]`` of a ``[rows, H, D]`` tensor at local tokens ``t`` of the sequence starting at row
     ``bos``; tokens outside [0, T_n) and columns >= D read 0."""

@@ -6,8 +6,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from kernels.common.triton_helpers import (chunk_at, first_chunk, is_pair, load_pairs, load_rows, mm, seq_bounds,
-                                           store_rows)
+from kernels.common.triton_helpers import chunk_at, is_pair, load_pairs, load_rows, mm, state_tile, store_rows
 from kernels.inner_product.triton_parts import (NEG_INF, _carries, _carry_at, _outputs, _read_carries, _sees,
                                                       _source_grads)
 
@@ -19,15 +18,10 @@ def _bwd_dh_kernel(q, do, G, h, dST, dhe, dS0, end, cu_seqlens, chunk_offsets, T
                    PREC: tl.constexpr):
     """Backwards over chunks: dhe[c] = ∂L/∂(state after chunk c), dS0, and Σ_keys dhe[c] ⊙ S_end(c)."""
     i_k, i_v, i_nh = tl.program_id(0), tl.program_id(1), tl.program_id(2)
-    i_n, i_h = i_nh // H, i_nh % H
-    bos, L = seq_bounds(i_n, cu_seqlens, T, IS_VARLEN)
-    first = first_chunk(i_n, chunk_offsets, T, BT, IS_VARLEN)
+    i_n, i_h, bos, L, first, d, j, tm, tile = state_tile(i_k, i_v, i_nh, cu_seqlens, chunk_offsets, T, H, K, V, BT,
+                                                        BK, BV, IS_VARLEN)
     boh = first + i_n  # h holds one more state per sequence: its final one
     DT: tl.constexpr = q.dtype.element_ty
-    d = i_k * BK + tl.arange(0, BK)
-    j = i_v * BV + tl.arange(0, BV)
-    tile = d[:, None] * V + j[None, :]
-    tm = (d < K)[:, None] & (j < V)[None, :]
     if HAS_DST:
         dS = tl.load(dST + (i_n * H + i_h) * K * V + tile, mask=tm, other=0.0).to(tl.float32)
     else:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from kernels.common.triton_helpers import (chunk_at, first_chunk, gates, is_pair, load_pairs, load_rows, mm,
-                                           seq_bounds, store_rows)
+from kernels.common.triton_helpers import (chunk_at, gates, is_pair, load_pairs, load_rows, mm, state_tile,
+                                           store_rows)
 from kernels.inner_product.triton_parts import _carries, _carry_at, _outputs, _read_carries
 
 
@@ -49,15 +49,10 @@ def _fwd_h_kernel(k, v, last_key, eta, G, S0, h, ST, cu_seqlens, chunk_offsets, 
                   IS_VARLEN: tl.constexpr, PREC: tl.constexpr):
     """The state before every chunk (h) and after the last one (ST), one (key block, value block) tile."""
     i_k, i_v, i_nh = tl.program_id(0), tl.program_id(1), tl.program_id(2)
-    i_n, i_h = i_nh // H, i_nh % H
-    bos, L = seq_bounds(i_n, cu_seqlens, T, IS_VARLEN)
-    first = first_chunk(i_n, chunk_offsets, T, BT, IS_VARLEN)
+    i_n, i_h, bos, L, first, d, j, tm, tile = state_tile(i_k, i_v, i_nh, cu_seqlens, chunk_offsets, T, H, K, V, BT,
+                                                        BK, BV, IS_VARLEN)
     boh = first + i_n  # h holds one more state per sequence: its final one
     DT: tl.constexpr = k.dtype.element_ty
-    d = i_k * BK + tl.arange(0, BK)
-    j = i_v * BV + tl.arange(0, BV)
-    tile = d[:, None] * V + j[None, :]
-    tm = (d < K)[:, None] & (j < V)[None, :]
     S = tl.load(S0 + (i_n * H + i_h) * K * V + tile, mask=tm, other=0.0).to(tl.float32)
     for c in range(tl.cdiv(L, BT)):
         tl.store(h + ((boh + c) * H + i_h).to(tl.int64) * K * V + tile, S.to(h.dtype.element_ty), mask=tm)

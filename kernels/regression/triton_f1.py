@@ -15,7 +15,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from kernels.common.triton_helpers import chunk_of, first_chunk, gates, is_pair, load_pairs, mm, seq_bounds
+from kernels.common.triton_helpers import chunk_of, gates, is_pair, load_pairs, mm, seq_bounds, state_tile
 
 
 @triton.jit
@@ -100,14 +100,9 @@ def f1_state_kernel(k_ptr, lk_ptr, W_ptr, Ut_ptr, G_ptr, S0_ptr, cu_ptr, coff_pt
     """The inter-chunk recurrence over one sequence and a block of value columns: U = Ũ − W S per chunk,
     then S ← e^{G_C} S + Xᵀ diag(e^{G_C − G}) U. Stores every chunk's entry state when asked."""
     i_v, i_nh = tl.program_id(0), tl.program_id(1)
-    i_n, i_h = i_nh // H, i_nh % H
-    bos, T_n = seq_bounds(i_n, cu_ptr, T, IS_VARLEN)
-    base = first_chunk(i_n, coff_ptr, T, C, IS_VARLEN)
-    offs_k = tl.arange(0, BK)
-    offs_v = i_v * BV + tl.arange(0, BV)
+    i_n, i_h, bos, T_n, base, offs_k, offs_v, m_kv, p_S = state_tile(0, i_v, i_nh, cu_ptr, coff_ptr, T, H, Dk, Dv,
+                                                                     C, BK, BV, IS_VARLEN)
     mk, mv = offs_k < Dk, offs_v < Dv
-    m_kv = mk[:, None] & mv[None, :]
-    p_S = (offs_k[:, None] * Dv + offs_v[None, :])
     S = tl.load(S0_ptr + (i_n * H + i_h) * Dk * Dv + p_S, mask=m_kv, other=0.0)
     r = tl.arange(0, C)
     for i_c in range(0, tl.cdiv(T_n, C)):

@@ -14,8 +14,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from kernels.common.triton_helpers import (chunk_of, first_chunk, gates, gates_grad, is_pair, load_pairs, mm,
-                                           rev_cumsum, seq_bounds)
+from kernels.common.triton_helpers import (chunk_of, gates, gates_grad, is_pair, load_pairs, mm, rev_cumsum,
+                                           seq_bounds, state_tile)
 
 
 @triton.jit
@@ -27,14 +27,9 @@ def f1_dstate_kernel(q_ptr, k_ptr, lk_ptr, do_ptr, dul_ptr, A_ptr, eta_ptr, G_pt
     """The reverse recurrence over one sequence and a block of value columns: stores every chunk's exit-state
     gradient dS_C and dB = Aᵀ dU, and the gradient of the initial state."""
     i_v, i_nh = tl.program_id(0), tl.program_id(1)
-    i_n, i_h = i_nh // H, i_nh % H
-    bos, T_n = seq_bounds(i_n, cu_ptr, T, IS_VARLEN)
-    base = first_chunk(i_n, coff_ptr, T, C, IS_VARLEN)
-    offs_k = tl.arange(0, BK)
-    offs_v = i_v * BV + tl.arange(0, BV)
+    i_n, i_h, bos, T_n, base, offs_k, offs_v, m_kv, p_S = state_tile(0, i_v, i_nh, cu_ptr, coff_ptr, T, H, Dk, Dv,
+                                                                     C, BK, BV, IS_VARLEN)
     mk, mv = offs_k < Dk, offs_v < Dv
-    m_kv = mk[:, None] & mv[None, :]
-    p_S = (offs_k[:, None] * Dv + offs_v[None, :])
     if HAS_DSF:
         dS = tl.load(dSf_ptr + (i_n * H + i_h) * Dk * Dv + p_S, mask=m_kv, other=0.0)
     else:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from kernels.common.triton_helpers import first_chunk, gates, is_pair, load_pairs, mm, seq_bounds
+from kernels.common.triton_helpers import gates, is_pair, load_pairs, mm, state_tile
 
 
 @triton.jit
@@ -86,14 +86,9 @@ def f2_fwd_kernel(q_ptr, k_ptr, v_ptr, beta_ptr, lam_ptr, lk_ptr, S0_ptr, cu_ptr
     """One sequence, a block of value columns, chunk after chunk: solve, read, carry the state. STORE keeps
     U and every chunk's entry state for the backward."""
     i_v, i_nh = tl.program_id(0), tl.program_id(1)
-    i_n, i_h = i_nh // H, i_nh % H
-    bos, T_n = seq_bounds(i_n, cu_ptr, T, IS_VARLEN)
-    base = first_chunk(i_n, coff_ptr, T, C, IS_VARLEN)
-    offs_k = tl.arange(0, BK)
-    offs_v = i_v * BV + tl.arange(0, BV)
+    i_n, i_h, bos, T_n, base, offs_k, offs_v, m_kv, p_S = state_tile(0, i_v, i_nh, cu_ptr, coff_ptr, T, H, Dk, Dv,
+                                                                     C, BK, BV, IS_VARLEN)
     mk, mv = offs_k < Dk, offs_v < Dv
-    m_kv = mk[:, None] & mv[None, :]
-    p_S = offs_k[:, None] * Dv + offs_v[None, :]
     S = tl.load(S0_ptr + (i_n * H + i_h) * Dk * Dv + p_S, mask=m_kv, other=0.0)
     for i_c in range(0, tl.cdiv(T_n, C)):
         r, t, valid, rows, x, qk, energy, gram, qx = f2_front(q_ptr, k_ptr, lk_ptr, bos, T_n, i_c, i_n, i_h, H,
@@ -134,14 +129,9 @@ def f2_dstate_kernel(q_ptr, k_ptr, v_ptr, beta_ptr, lam_ptr, lk_ptr, do_ptr, U_p
     """The reverse recurrence: per chunk dU, the per-column transposed solve dB = A_jᵀ dU, and the entry
     state's gradient; stores every chunk's exit-state gradient, dB and the initial state's gradient."""
     i_v, i_nh = tl.program_id(0), tl.program_id(1)
-    i_n, i_h = i_nh // H, i_nh % H
-    bos, T_n = seq_bounds(i_n, cu_ptr, T, IS_VARLEN)
-    base = first_chunk(i_n, coff_ptr, T, C, IS_VARLEN)
-    offs_k = tl.arange(0, BK)
-    offs_v = i_v * BV + tl.arange(0, BV)
+    i_n, i_h, bos, T_n, base, offs_k, offs_v, m_kv, p_S = state_tile(0, i_v, i_nh, cu_ptr, coff_ptr, T, H, Dk, Dv,
+                                                                     C, BK, BV, IS_VARLEN)
     mk, mv = offs_k < Dk, offs_v < Dv
-    m_kv = mk[:, None] & mv[None, :]
-    p_S = offs_k[:, None] * Dv + offs_v[None, :]
     if HAS_DSF:
         dS = tl.load(dSf_ptr + (i_n * H + i_h) * Dk * Dv + p_S, mask=m_kv, other=0.0)
     else:
