@@ -72,6 +72,38 @@ def test_beta_outside_0_2_when_validating(value, match):
         fast_weight_rule(**x, rule="falcon-1a", validate=True)
 
 
+def test_the_step_is_driven_by_beta_or_by_eta_never_both():
+    """beta is always the gain; the step size η itself (the ctxη reading) comes as eta, checked by that name."""
+    x = rule_inputs("falcon-1", T=5, seed=28)
+    with pytest.raises(ValueError, match="exactly one of beta .* and eta .*; got both"):
+        fast_weight_rule(**x, eta=x["beta"], rule="falcon-1")
+    beta = x.pop("beta")
+    with pytest.raises(ValueError, match="exactly one of beta .* and eta .*; got neither"):
+        fast_weight_rule(**x, rule="falcon-1")
+    with pytest.raises(ValueError, match="eta has shape"):
+        fast_weight_rule(**x, eta=beta[..., None], rule="falcon-1")
+    with pytest.raises(ValueError, match=r"eta \(the step size η\) must be >= 0"):
+        fast_weight_rule(**x, eta=-beta, rule="falcon-1", validate=True)
+    fast_weight_rule(**x, eta=2.5 * beta, rule="falcon-1", validate=True)  # η is not a gain: no (0, 2) bound
+
+
+@pytest.mark.parametrize("rule", ["falcon-1", "falcon-2a"])
+def test_eta_is_the_step_size_itself(rule):
+    """eta=η runs the rule with the step η: the same as the gain β = η (‖x‖² + λ + ε), token by token and in a
+    step."""
+    x = rule_inputs(rule, T=6, seed=29, beta_range=(0.05, 0.3))
+    energy = (x["k"] ** 2).sum(-1)
+    scale = energy + x["lam"] + 1e-6
+    beta = x["beta"] * (scale[..., None] if x["beta"].dim() == 4 else scale)
+    opts = dict(rule=rule, alignment="same_time", eps=1e-6)
+    o_eta, _ = fast_weight_rule(x["q"], x["k"], x["v"], lam=x["lam"], eta=x["beta"], **opts)
+    o_beta, _ = fast_weight_rule(x["q"], x["k"], x["v"], beta, x["lam"], **opts)
+    assert torch.allclose(o_eta, o_beta, rtol=1e-10, atol=1e-12)
+    o_t, _ = fast_weight_step(None, *(x[n][:, 0] for n in ("q", "k", "v")), lam_t=x["lam"][:, 0],
+                              eta_t=x["beta"][:, 0], **opts)
+    assert torch.allclose(o_t, o_eta[:, 0], rtol=1e-10, atol=1e-12)
+
+
 def test_negative_or_nan_lambda_when_validating():
     x = rule_inputs("falcon-1", T=5, seed=25)
     x["lam"][0, 1, 0] = -1.0
