@@ -20,9 +20,9 @@ from collections.abc import Callable
 
 import torch
 
-from kernels.falcon.prepare import EIG_BATCH
-from kernels.falcon.triton_eig4 import top_eigenvalue_small
-from kernels.falcon.triton_tril_inverse import unit_lower_solve
+from kernels.window.eigen import EIG_BATCH
+from kernels.window.triton_eig4 import top_eigenvalue_small
+from kernels.window.triton_tril_inverse import unit_lower_solve
 
 
 def eigvalsh_top(gram: torch.Tensor) -> torch.Tensor:
