@@ -10,7 +10,7 @@ import torch
 from torch import Tensor
 
 from kernels.common.config import (ALIGNMENTS, CHUNK_SIZES, FUSED_MAX_HEAD_DIM, FUSED_MIN_DECAY_FLOOR_PER_CHANNEL,
-                                   FUSED_RULES, RULES, TIMINGS, RuleConfig)
+                                   FUSED_RULES, TIMINGS, RuleConfig)
 from kernels.common.state import FastWeightState, fresh_state
 
 

@@ -1,10 +1,9 @@
-"""The public decayed-linear-attention op: validation, alignment of the write feature, state in and out."""
+"""The public decayed-linear-attention op: validation, precision, state in and out."""
 
 from __future__ import annotations
 
 from typing import Callable
 
-import torch
 from torch import Tensor
 
 from kernels.common.checks import (check_floating_on_one_device, check_qkv, check_real, check_sequence_options,
