@@ -65,7 +65,29 @@ def assert_png(path: Path) -> Image.Image:
     return Image.open(path)
 
 
-def test_addition_figure_has_a_per_token_panel_only_when_the_csv_has_it(tmp_path: Path) -> None:
+def drawn(monkeypatch: pytest.MonkeyPatch, module: str) -> dict[str, Figure]:
+    """The figures `module` saves, by file name, kept as they are written (the PNGs still written)."""
+    import importlib
+
+    target = importlib.import_module(module)
+    figures: dict[str, Figure] = {}
+    save = target.save_png
+
+    def keep(fig: Figure, path: Path, source: str, command: str) -> Path:
+        figures[path.name] = fig
+        return save(fig, path, source, command)
+
+    monkeypatch.setattr(target, "save_png", keep)
+    return figures
+
+
+def lines_of(ax) -> list[str]:
+    return [line.get_label() for line in ax.get_lines() if not line.get_label().startswith("_")]
+
+
+def test_addition_figure_has_a_panel_per_row_and_a_per_token_line_only_when_the_csv_has_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    figures = drawn(monkeypatch, "lab.plots.addition")
     with_tokens, without = tmp_path / "a", tmp_path / "b"
     for folder, tokens in ((with_tokens, True), (without, False)):
         folder.mkdir()
@@ -73,10 +95,52 @@ def test_addition_figure_has_a_per_token_panel_only_when_the_csv_has_it(tmp_path
         code, text = invoke("plot", "addition", "--table", str(folder))
         assert code == 0, text
         assert text.strip() == f"figure: {folder / 'per_width.png'}"
-    two, one = assert_png(with_tokens / "per_width.png"), assert_png(without / "per_width.png")
-    assert two.size[0] > one.size[0] * 1.5 and two.size[1] == one.size[1]
+        axes = [ax for ax in figures["per_width.png"].axes if ax.get_visible()]
+        assert [ax.get_title() for ax in axes] == ["transformer\n2 seeds", "falcon-1a.3\n1 seed"]
+        assert lines_of(axes[0]) == (["whole answer", "per token"] if tokens else ["whole answer"])
+    two = assert_png(with_tokens / "per_width.png")
     assert two.text["Description"] == f"Remade by `lab plot addition --table {with_tokens}` from the repository root."
     assert two.text["Source"] == (with_tokens / "per_width.csv").as_posix()
+
+
+def test_thirteen_rows_are_thirteen_panels_named_as_the_table_names_them(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Panels named from table.csv's `model` column (per_width.csv without one), four to a row, bands
+    within 0-100 however wide the spread."""
+    figures = drawn(monkeypatch, "lab.plots.addition")
+    rows = {f"falcon-{i}": 2 for i in range(13)}
+    frame = per_width(rows)
+    frame.loc[frame["seed"] == 1, "teacher_forced"] = 0.0  # seeds 100 apart: mean ± std past 0 and 100
+    frame.to_csv(tmp_path / "per_width.csv", index=False)
+    pd.DataFrame({"row": list(rows), "model": [f"Falcon-{i}A (QK-RMSNorm, ctxη-ctxλ)" for i in range(13)]}).to_csv(
+        tmp_path / "table.csv", index=False)
+    code, text = invoke("plot", "addition", "--table", str(tmp_path))
+    assert code == 0, text
+    fig = figures["per_width.png"]
+    axes = [ax for ax in fig.axes if ax.get_visible()]
+    assert len(axes) == 13 and len(fig.axes) == 16
+    assert axes[12].get_title() == "Falcon-12A\n(QK-RMSNorm, ctxη-ctxλ)\n2 seeds"
+    for ax in axes:
+        for band in (c for c in ax.collections if isinstance(c, PolyCollection)):
+            ys = band.get_paths()[0].vertices[:, 1]
+            assert ys.min() >= 0 and ys.max() <= 100
+
+
+def test_the_trained_widths_come_from_the_runs_configs_and_are_never_assumed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    figures = drawn(monkeypatch, "lab.plots.addition")
+    per_width({"transformer": 1}).to_csv(tmp_path / "per_width.csv", index=False)  # no `trained` column
+    code, text = invoke("plot", "addition", "--table", str(tmp_path))
+    assert code == 0, text
+    legend = [t.get_text() for t in figures["per_width.png"].legends[0].get_texts()]
+    assert "trained widths: not recorded" in legend and not any("1–32" in t for t in legend)
+    run = tmp_path / "runs" / "r00"
+    run.mkdir(parents=True)
+    (run / "config.yaml").write_text("task: addition\ndata:\n  widths:\n  - 1\n  - 6\n")
+    code, text = invoke("plot", "addition", "--table", str(tmp_path))
+    assert code == 0, text
+    legend = [t.get_text() for t in figures["per_width.png"].legends[0].get_texts()]
+    assert "trained widths 1–6" in legend
 
 
 def test_addition_figure_goes_to_out_and_shades_the_given_widths(tmp_path: Path) -> None:
@@ -230,3 +294,48 @@ def test_ablation_names_a_missing_column(tmp_path: Path) -> None:
         tmp_path / "alignment.csv", index=False)
     code, out = invoke("plot", "ablation", "--table", str(tmp_path))
     assert code == 2 and "alignment.csv: missing column 'ood_mean_mean'" in out
+
+
+def test_ablation_figures_name_the_mixers_and_the_widths_as_the_tables_do(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    figures = drawn(monkeypatch, "lab.plots.ablation")
+    frame = alignment({"falcon-1a.3": ("raw", "shifted")})
+    frame["model"] = "Falcon-1A.3 (QK-RMSNorm, ctxη-ctxλ)"
+    frame["acc7_mean"], frame["acc10_mean"] = 0.0, 0.0  # held out 7-10: validated on 1-6
+    frame.to_csv(tmp_path / "alignment.csv", index=False)
+    per_width({"falcon-1a.3": 1}, cells=True).to_csv(tmp_path / "alignment_per_width.csv", index=False)
+    (tmp_path / "alignment.md").write_text("Preset `addition-tiny`: 100 steps; train widths 1–8; evaluated ...\n")
+    code, text = invoke("plot", "ablation", "--table", str(tmp_path))
+    assert code == 0, text
+    heat = figures["alignment.png"]
+    assert heat.subfigs[0]._suptitle.get_text() == "Falcon-1A.3 (QK-RMSNorm, ctxη-ctxλ)"
+    titles = [ax.get_title() for ax in heat.subfigs[0].axes if ax.get_title()]
+    assert titles == ["Val. acc. (widths 1–6)", "Mean 7–10", "Per-token mean 7–10"]
+    curves = figures["alignment_per_width.png"]
+    legend = [t.get_text() for t in curves.legends[0].get_texts()]
+    assert legend == ["trained widths 1–8", "held out 33–48"]  # from alignment.md's preset line
+    cells = [t.get_text() for t in curves.axes[-1].get_legend().get_texts()]
+    assert cells == ["RAW · shifted (default)", "RAW · same-time", "RBW · shifted", "RBW · same-time"]
+
+
+def test_the_sweep_figures_have_no_empty_panel(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from lab.plots.sweep import plot_pairs, plot_slice
+
+    figures = drawn(monkeypatch, "lab.plots.sweep")
+    trials = pd.DataFrame({"number": range(8), "value": [30.0 + i for i in range(8)], "state": "COMPLETE",
+                           "params_lr": [1e-4 * 2 ** i for i in range(8)], "params_depth": [2, 3, 4, 2, 3, 4, 2, 3],
+                           "params_rule": ["falcon-1", "falcon-2"] * 4})
+    trials.loc[8] = {"number": 8, "value": None, "state": "FAIL", "params_lr": 1.0, "params_depth": 9,
+                     "params_rule": "falcon-3"}
+    plot_slice(trials, tmp_path / "slice.png", "val_acc", "test", "test")
+    plot_pairs(trials, ["lr", "depth", "rule"], tmp_path / "contour.png", "val_acc", "test", "test")
+    for name, count in (("slice.png", 3), ("contour.png", 3)):
+        panels = [ax for ax in figures[name].axes if ax.get_visible() and ax.get_label() != "<colorbar>"]
+        assert len(panels) == count
+        for ax in panels:
+            (points,) = [c for c in ax.collections if c.get_offsets().shape[0] > 0 and c.get_array() is not None
+                         and c.get_offsets().shape[0] == 8]
+            assert points.get_offsets().shape[0] == 8  # every complete trial, the failed one left out
+    lr_depth = figures["contour.png"].axes[0]
+    assert lr_depth.get_xscale() == "log" and len(lr_depth.collections) > 1  # a filled contour beneath the points
+    assert [t.get_text() for t in figures["slice.png"].axes[2].get_xticklabels()] == ["falcon-1", "falcon-2"]

@@ -62,14 +62,17 @@ def ablation(
     table: Annotated[Path | None, typer.Option(
         help="Folder holding alignment.csv (from `lab ablate alignment`); default <results>/ablation.")] = None,
     out: Out = None,
-    train_widths: TrainWidths = "1-32",
+    train_widths: Annotated[str | None, typer.Option(
+        help="Operand widths the runs trained on, shaded as LO-HI; default: as the runs were given them "
+             "(alignment_per_width.csv's `trained` column, the runs' configs, alignment.md), else none.")] = None,
 ) -> None:
-    """The 2x2 timing x pairing grid of every mixer as heat maps (val acc, mean 33-48): alignment.png.
+    """The 2x2 timing x pairing grid of every mixer as heat maps (val acc, held-out mean): alignment.png.
 
-    Also alignment_per_width.png, accuracy against width per cell, when alignment_per_width.csv is there."""
+    Also alignment_per_width.png, accuracy against width per cell (one panel per mixer and measure), when
+    alignment_per_width.csv is there."""
     from lab.plots.ablation import plot_ablation
 
-    _draw("ablation", "--table", table, "ablation", out, train_widths, plot_ablation)
+    _draw("ablation", "--table", table, "ablation", out, train_widths, plot_ablation, default_widths=None)
 
 
 @app.command()

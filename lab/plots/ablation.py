@@ -1,10 +1,11 @@
 """`lab plot ablation`: the alignment ablation's 2×2 grid as heat maps, and its per-width curves.
 
-alignment.png: one row per mixer, one 2×2 heat map per measure (val. acc., mean 33–48, and per-token
-mean 33–48 when the table has it). Laid out as the paper's Fig. 11: columns timing RBW, RAW; rows
-pairing same-time ϕ(k_t), shifted ϕ(k_{t−1}); each cell reads mean ± std over seeds, the mixer's
-default cell is framed. alignment_per_width.png (when alignment_per_width.csv is there): per mixer,
-accuracy against width, one line per cell.
+alignment.png: one band per mixer (named as the tables name it), one 2×2 heat map per measure (val. acc.,
+the held-out mean, and the per-token held-out mean when the table has it; their widths read from the
+table's columns). Laid out as the paper's Fig. 11: columns timing RBW, RAW; rows pairing same-time ϕ(k_t),
+shifted ϕ(k_{t−1}); each cell reads mean ± std over seeds, the mixer's default cell is framed.
+alignment_per_width.png (when alignment_per_width.csv is there): one panel per mixer and measure, accuracy
+against width, one line per cell in four distinct colours.
 """
 
 from __future__ import annotations
@@ -14,25 +15,20 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from matplotlib.axes import Axes
+from matplotlib.lines import Line2D
 from matplotlib.patches import Rectangle
 
-from lab.plots.addition import (
-    EXTRAPOLATION,
-    draw_curves,
-    has_values,
-    marked_widths,
-    palette,
-    read_per_width,
-    shade_widths,
-)
+from lab.plots.addition import EXTRAPOLATION, draw_mean, has_values, marked_widths, read_per_width, shade_widths, span
 from lab.plots.figure import new_figure, save_png, styled
+from lab.plots.grid import DISTINCT, display_names, recorded_train_widths, two_lines
 from lab.plots.tables import read_table
 
 TIMINGS = ("rbw", "raw")
 PAIRINGS = (("same_time", r"same-time $\phi(k_t)$"), ("shifted", r"shifted $\phi(k_{t-1})$"))
-# Heat map measures: (column prefix in alignment.csv, title); the per-token one only when present.
-MEASURES = (("val_acc", "Val. acc. (widths 1–32)"), ("ood_mean", "Mean 33–48"),
-            ("token_ood_mean", "Per-token mean 33–48"))
+# Heat map measures: (column prefix in alignment.csv, title with {val} and {held} for the widths); the
+# per-token one only when present.
+MEASURES = (("val_acc", "Val. acc. (widths {val})"), ("ood_mean", "Mean {held}"),
+            ("token_ood_mean", "Per-token mean {held}"))
 MADE_BY = "lab ablate alignment"
 CURVES = (("teacher_forced", "whole answer"), ("per_token", "per token"))
 
@@ -90,52 +86,99 @@ def heatmap(ax: Axes, cells: pd.DataFrame, measure: str, title: str) -> object:
     return image
 
 
+def measured_widths(frame: pd.DataFrame) -> tuple[str, str]:
+    """The validation and held-out widths of alignment.csv's measures, as labels ("1–32", "33–48"), from
+    its Acc@ columns (acc33_mean … acc48_mean: the first and last held-out width); the paper's without them."""
+    held = sorted(int(c[3:-5]) for c in frame.columns if c.startswith("acc") and c.endswith("_mean")
+                  and c[3:-5].isdigit())
+    first, last = (held[0], held[-1]) if held else EXTRAPOLATION
+    return span(1, first - 1), span(first, last)
+
+
+def cell_label(timing: str, pairing: str) -> str:
+    """A cell as the tables name it: "RAW · same-time"."""
+    return f"{timing.upper()} · {pairing.replace('_', '-')}"
+
+
+def default_cell(cells: pd.DataFrame | None, mixer: str) -> str | None:
+    """The mixer's default cell ("raw/shifted") as alignment.csv marks it; None without the table."""
+    if cells is None:
+        return None
+    mine = cells[(cells["row"] == mixer) & (cells["default"] == "True")]
+    return None if mine.empty else f"{mine['timing'].iloc[0]}/{mine['alignment'].iloc[0]}"
+
+
 def plot_heatmaps(table: Path, out: Path, command: str) -> Path:
     """alignment.png from alignment.csv."""
     source = table / "alignment.csv"
     frame = read_alignment(source)
-    measures = [(m, t) for m, t in MEASURES if has_values(frame, f"{m}_mean")]
+    val, held = measured_widths(frame)
+    measures = [(m, t.format(val=val, held=held)) for m, t in MEASURES if has_values(frame, f"{m}_mean")]
     mixers = list(dict.fromkeys(frame["row"]))
+    names = display_names(mixers, frame)
     with styled():
-        fig = new_figure(3.6 * len(measures) + 1.5, 2.9 * len(mixers) + 0.8)
-        axes = fig.subplots(len(mixers), len(measures), squeeze=False)
-        image = None
-        for r, mixer in enumerate(mixers):
+        fig = new_figure(2.9 * len(measures) + 2.4, 2.9 * len(mixers) + 1.0)
+        bands = fig.subfigures(len(mixers), 1, squeeze=False)[:, 0]
+        for band, mixer in zip(bands, mixers):
             cells = frame[frame["row"] == mixer]
-            for c, (measure, title) in enumerate(measures):
-                image = heatmap(axes[r, c], cells, measure, f"{mixer}: {title}")
-        fig.colorbar(image, ax=axes, shrink=0.6, label="accuracy (%)")
-        fig.suptitle(f"Timing × write pairing (framed: the mixer's default cell) — {source.as_posix()}",
-                     fontsize="medium")
+            axes = band.subplots(1, len(measures), squeeze=False)[0]
+            for c, (ax, (measure, title)) in enumerate(zip(axes, measures)):
+                image = heatmap(ax, cells, measure, title)
+                if c:
+                    ax.tick_params(labelleft=False)
+            band.suptitle(names[mixer], fontsize="medium", fontweight="bold")
+            band.colorbar(image, ax=list(axes), shrink=0.8, label="accuracy (%)")
+        fig.suptitle("Timing × write pairing: teacher-forced accuracy (%) at each run's best step, mean ± std over "
+                     f"seeds; framed: the mixer's default cell\n({source.as_posix()})", fontsize="medium")
     return save_png(fig, out / "alignment.png", source.as_posix(), command)
 
 
-def plot_cell_curves(table: Path, out: Path, train_widths: tuple[int, int], command: str) -> Path:
-    """alignment_per_width.png from alignment_per_width.csv: per mixer, accuracy against width by cell."""
+def plot_cell_curves(table: Path, out: Path, train_widths: tuple[int, int] | None, command: str) -> Path:
+    """alignment_per_width.png from alignment_per_width.csv: per mixer and measure, accuracy against width
+    by cell. The trained widths shaded are `train_widths`, else those the runs were given, else none."""
     source = table / "alignment_per_width.csv"
     frame = read_per_width(source, keys=("row", "cell"), made_by=MADE_BY)
+    cells = read_alignment(table / "alignment.csv") if (table / "alignment.csv").is_file() else None
     curves = [(c, t) for c, t in CURVES if has_values(frame, c)]
     mixers = list(dict.fromkeys(frame["row"]))
-    colors = palette(list(dict.fromkeys(frame["cell"])))
+    names = display_names(mixers, cells if cells is not None else frame)
+    order = [f"{t}/{p}" for t in TIMINGS[::-1] for p, _ in PAIRINGS[::-1]]
+    present = [c for c in order if c in set(frame["cell"])] + sorted(set(frame["cell"]) - set(order))
+    colors = dict(zip(present, DISTINCT))
+    train = train_widths or recorded_train_widths(table, frame, texts=("alignment.md",))
     held_out = marked_widths(frame, "held_out") or EXTRAPOLATION
     widest = max(int(frame["width"].max()), held_out[1])
     with styled():
-        fig = new_figure(5.5 * len(curves) + 2, 3.6 * len(mixers) + 0.6)
-        axes = fig.subplots(len(mixers), len(curves), squeeze=False)
+        fig = new_figure(4.6 * len(curves) + 2.8, 3.0 * len(mixers) + 1.0)
+        axes = fig.subplots(len(mixers), len(curves), squeeze=False, sharex=True, sharey=True)
         for r, mixer in enumerate(mixers):
+            mine = frame[frame["row"] == mixer]
+            default = default_cell(cells, mixer)
             for c, (column, what) in enumerate(curves):
                 ax = axes[r, c]
-                shade_widths(ax, train_widths, held_out, widest)
-                draw_curves(ax, frame[frame["row"] == mixer], column, "cell", colors)
-                ax.set_title(f"{mixer}: {what}", fontsize="medium")
+                shade_widths(ax, train, held_out, widest)
+                for cell in present:
+                    timing, _, pairing = cell.partition("/")
+                    label = cell_label(timing, pairing) + (" (default)" if cell == default else "")
+                    draw_mean(ax, mine[mine["cell"] == cell], column, colors[cell], label,
+                              ls="-" if cell == default or default is None else (0, (5, 1.5)))
+                ax.set_title(f"{two_lines(names[mixer])}: {what}" if len(names[mixer]) <= 22
+                             else f"{two_lines(names[mixer])}\n{what}", fontsize="small")
+                ax.set_xlabel("operand width (digits)" if r == len(mixers) - 1 else "")
+                ax.set_ylabel("accuracy (%)" if c == 0 else "")
+            handles, labels = axes[r, 0].get_legend_handles_labels()
+            axes[r, -1].legend(handles[2 if train else 1:], labels[2 if train else 1:], loc="center left",
+                               bbox_to_anchor=(1.02, 0.5), fontsize="x-small", frameon=False)
         handles, labels = axes[0, 0].get_legend_handles_labels()
-        fig.legend(handles, labels, loc="outside right upper", fontsize="small")
-        fig.suptitle(f"Accuracy by width at each run's best step, per cell — {source.as_posix()}",
-                     fontsize="medium")
+        shading = 2 if train else 1
+        extra = [] if train else ["trained widths: not recorded"]
+        fig.legend(handles[:shading] + ([Line2D([], [], ls="none")] if extra else []), labels[:shading] + extra,
+                   loc="outside lower center", ncols=3, fontsize="small")
+        fig.suptitle(f"Accuracy by width at each run's best step, per cell ({source.as_posix()})", fontsize="medium")
     return save_png(fig, out / "alignment_per_width.png", source.as_posix(), command)
 
 
-def plot_ablation(table: str | Path, out: str | Path | None = None, train_widths: tuple[int, int] = (1, 32),
+def plot_ablation(table: str | Path, out: str | Path | None = None, train_widths: tuple[int, int] | None = None,
                   command: str = "lab plot ablation") -> list[Path]:
     """Draw alignment.png (and alignment_per_width.png when its CSV is there) into `out` (default:
     `table`) from the ablation's tables in `table`. Returns the files written."""

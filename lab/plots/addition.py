@@ -1,11 +1,12 @@
-"""`lab plot addition`: accuracy against operand width, one line per table row, from per_width.csv;
+"""`lab plot addition`: accuracy against operand width, one panel per table row, from per_width.csv;
 and, where the table has progress.csv, the widths answered and the validation accuracy against the step.
 
-In per_width.png each run is taken at its best step (the `which == "best"` rows); a line is the mean
-over a row's seeds, with a band of ± one standard deviation when it has several (clipped to 0–100), named
-as the table names the row (the `model` column). progress.png draws every run as its own line. The trained
-widths are shaded and the held-out ones marked, as per_width.csv's `trained` and `held_out` columns say
-(without them: the paper's 1–32 trained, 33–48 held out).
+per_width.png: small multiples, one panel per row named as the table names it (per_width.csv's `model`
+column, else table.csv's), whole-answer accuracy solid and per-token accuracy dashed, each run taken at its
+best step (the `which == "best"` rows); a line is the mean over the row's seeds with a band of ± one standard
+deviation when it has several, clipped to 0–100. progress.png: one panel per row, every run its own line. The
+trained widths are shaded as the runs were given them (per_width.csv's `trained` column, else the runs'
+config.yaml, else the table's preset line; nothing shaded when none says) and the held-out ones marked.
 """
 
 from __future__ import annotations
@@ -15,8 +16,20 @@ from pathlib import Path
 
 import pandas as pd
 from matplotlib.axes import Axes
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
 
 from lab.plots.figure import new_figure, save_png, styled
+from lab.plots.grid import (
+    DISTINCT,
+    display_names,
+    grid_columns,
+    legend_columns,
+    outer_labels,
+    panels,
+    recorded_train_widths,
+    two_lines,
+)
 from lab.plots.tables import read_table
 
 WIDEST = 48
@@ -61,12 +74,13 @@ def has_values(frame: pd.DataFrame, column: str) -> bool:
     return column in frame.columns and bool(frame[column].notna().any())
 
 
-def shade_widths(ax: Axes, train: tuple[int, int], held_out: tuple[int, int] = EXTRAPOLATION,
+def shade_widths(ax: Axes, train: tuple[int, int] | None, held_out: tuple[int, int] = EXTRAPOLATION,
                  widest: int = WIDEST) -> None:
-    """Shade the trained widths and mark the held-out ones (the paper's 33–48) as extrapolation, on an axis
-    of widths 1 to `widest`."""
-    lo, hi = train
-    ax.axvspan(lo - 0.5, hi + 0.5, color="tab:green", alpha=0.08, lw=0, label=f"trained widths {span(lo, hi)}")
+    """Shade the trained widths (none when `train` is None: not recorded) and mark the held-out ones (the
+    paper's 33–48) as extrapolation, on an axis of widths 1 to `widest`."""
+    if train is not None:
+        lo, hi = train
+        ax.axvspan(lo - 0.5, hi + 0.5, color="tab:green", alpha=0.10, lw=0, label=f"trained widths {span(lo, hi)}")
     ax.axvspan(held_out[0] - 0.5, held_out[1] + 0.5, color="tab:red", alpha=0.06, lw=0,
                label=f"held out {span(*held_out)}")
     ax.axvline(held_out[0] - 0.5, color="tab:red", lw=1, ls="--")
@@ -92,24 +106,34 @@ def marked_widths(frame: pd.DataFrame, column: str) -> tuple[int, int] | None:
     return None if widths.empty else (int(widths.min()), int(widths.max()))
 
 
+def draw_mean(ax: Axes, frame: pd.DataFrame, column: str, color: object, label: str, x: str = "width",
+              ls: str = "-") -> int:
+    """The mean of `column` over the seeds in `frame` at each `x`, with a ± one standard deviation band
+    (clipped to 0–100: accuracies) where several seeds are present; returns how many seeds there are."""
+    mine = frame.dropna(subset=[column])
+    if mine.empty:
+        return 0
+    stats = mine.groupby(x)[column].agg(["mean", "std", "count"]).sort_index()
+    seeds = int(stats["count"].max())
+    ax.plot(stats.index, stats["mean"], color=color, lw=1.6, ls=ls, label=label,
+            marker="o" if len(stats) <= 16 else None, ms=3)
+    if seeds > 1:
+        spread = stats["std"].fillna(0.0)
+        ax.fill_between(stats.index, (stats["mean"] - spread).clip(0, 100), (stats["mean"] + spread).clip(0, 100),
+                        color=color, alpha=0.18, lw=0)
+    return seeds
+
+
 def draw_curves(ax: Axes, frame: pd.DataFrame, column: str, key: str, colors: dict[str, object],
-                x: str = "width") -> None:
-    """One line per value of `key` (first-seen order): the mean of `column` over seeds at each `x`
-    (width or step), with a ± one standard deviation band where several seeds are present."""
+                x: str = "width", names: dict[str, str] | None = None) -> None:
+    """One line per value of `key` (first-seen order, labelled by `names` where given): the mean of `column`
+    over seeds at each `x` (width or step), with a ± one standard deviation band where several seeds are
+    present (`draw_mean`)."""
     for name in dict.fromkeys(frame[key]):
-        mine = frame[frame[key] == name].dropna(subset=[column])
-        if mine.empty:
-            continue
-        stats = mine.groupby(x)[column].agg(["mean", "std", "count"]).sort_index()
-        color = colors[name]
-        seeds = int(stats["count"].max())
-        label = name if seeds == 1 else f"{name} ({seeds} seeds)"
-        ax.plot(stats.index, stats["mean"], color=color, lw=1.5, label=label, marker="o" if len(stats) <= 16 else None,
-                ms=3)
-        if seeds > 1:  # accuracies: the band stays within 0–100
-            spread = stats["std"].fillna(0.0)
-            ax.fill_between(stats.index, (stats["mean"] - spread).clip(0, 100), (stats["mean"] + spread).clip(0, 100),
-                            color=color, alpha=0.2, lw=0)
+        mine = frame[frame[key] == name]
+        seeds = int(mine.dropna(subset=[column]).groupby(x)[column].count().max()) if mine[column].notna().any() else 0
+        shown = (names or {}).get(name, name)
+        draw_mean(ax, mine, column, colors[name], shown if seeds <= 1 else f"{shown} ({seeds} seeds)", x)
 
 
 def seed_count(seeds: pd.Series) -> str:
@@ -119,11 +143,13 @@ def seed_count(seeds: pd.Series) -> str:
 
 
 def palette(names: Sequence[str]) -> dict[str, object]:
-    """A colour per name, distinct for up to 20 names."""
+    """A colour per name: the eight distinct colours of `grid.DISTINCT` for up to eight names, tab20 beyond
+    (figures of more names draw one panel per name instead)."""
+    if len(names) <= len(DISTINCT):
+        return dict(zip(names, DISTINCT))
     import seaborn as sns
 
-    colors = sns.color_palette("tab10" if len(names) <= 10 else "tab20", len(names))
-    return dict(zip(names, colors))
+    return dict(zip(names, sns.color_palette("tab20", len(names))))
 
 
 # progress.png's panels: (column of progress.csv, panel title, y label).
@@ -157,64 +183,101 @@ def draw_runs(ax: Axes, frame: pd.DataFrame, column: str, colors: dict[str, obje
                 ax.plot(run["step"].iloc[-1:], run[column].iloc[-1:], color=colors[row], marker="x", ls="none")
 
 
-def plot_progress(frame: pd.DataFrame, source: Path, path: Path, command: str) -> Path:
-    """Widths answered and validation accuracy against the step, one line per run (`draw_runs`), with the
-    widest training width of each step as a dashed line: how fast each row takes in the widths, and
-    whether it keeps pace with a curriculum. `frame` is `read_progress(source)`."""
+def plot_progress(frame: pd.DataFrame, source: Path, path: Path, command: str,
+                  names: dict[str, str] | None = None) -> Path:
+    """One panel per table row: the widths answered (left axis) and the validation accuracy (right axis)
+    against the step, one line per run (`draw_runs`: seed 0 solid, 1 dashed, 2 dotted), with the widest
+    training width of each step dashed grey: how fast each row takes in the widths, and whether it keeps
+    pace with a curriculum. `frame` is `read_progress(source)`; `names` the rows' display names."""
     rows = list(dict.fromkeys(frame["row"]))
-    colors = palette(rows)
+    names = names or {r: r for r in rows}
+    widest = frame.groupby("step")["train_width"].max().sort_index()
+    top = max(float(widest.max()), float(frame["widths"].max()), 1.0)
     with styled():
-        fig = new_figure(6.5 * len(PROGRESS_PANELS) + 2.5, 5)
-        axes = fig.subplots(1, len(PROGRESS_PANELS), squeeze=False)[0]
-        for ax, (column, title, ylabel) in zip(axes, PROGRESS_PANELS):
-            if column == "widths":
-                widest = frame.groupby("step")["train_width"].max().sort_index()
-                ax.plot(widest.index, widest.to_numpy(), color="0.3", lw=1.2, ls="--",
-                        label="widest training width")
-            draw_runs(ax, frame, column, colors)
-            ax.set_title(title)
-            ax.set_xlabel("training step")
-            ax.set_ylabel(ylabel)
-            if column == "val_acc":
-                ax.set_ylim(-3, 103)
+        fig = new_figure(8, 5)
+        axes = panels(fig, len(rows), width=3.6, height=2.8)
+        for ax, row in zip(axes, rows):
+            mine = frame[frame["row"] == row]
+            ax.plot(widest.index, widest.to_numpy(), color="0.45", lw=1.1, ls=(0, (4, 2)))
+            draw_runs(ax, mine, "widths", {row: DISTINCT[0]})
+            ax.set_ylim(-0.03 * top, 1.03 * top)
+            right = ax.twinx()
+            right.grid(False)
+            draw_runs(right, mine, "val_acc", {row: DISTINCT[3]})
+            right.set_ylim(-3, 103)
+            if ax is not axes[-1] and (axes.index(ax) + 1) % grid_columns(len(rows)):
+                right.tick_params(labelright=False, length=0)
+            else:
+                right.set_ylabel("val. acc. (%)", color=DISTINCT[3])
+            seeds = mine["seed"].nunique()
+            ax.set_title(f"{two_lines(names.get(row, row))}\n{seeds} seed{'s' if seeds > 1 else ''}",
+                         fontsize="small")
+        outer_labels(axes, "training step", "widths answered")
+        handles = [Line2D([], [], color=DISTINCT[0], lw=1.6, label="widths answered (whole answers ≥ 95%, from 1)"),
+                   Line2D([], [], color=DISTINCT[3], lw=1.6, label="validation accuracy (%, right axis)"),
+                   Line2D([], [], color="0.45", lw=1.1, ls=(0, (4, 2)), label="widest training width"),
+                   *(Line2D([], [], color="0.2", lw=1.2, ls=ls, label=f"seed {i}")
+                     for i, ls in enumerate(SEED_STYLES[:int(frame.groupby("row")["seed"].nunique().max())]))]
+        if "status" in frame.columns and (frame["status"] != "finished").any():
+            handles.append(Line2D([], [], color="0.2", marker="x", ls="none", label="run stopped early"))
+        fig.legend(handles=handles, loc="outside lower center", ncols=legend_columns(fig, len(handles), 2.6),
+                   fontsize="small")
+        fig.suptitle(f"Addition while training: every evaluation of every run ({source.as_posix()})",
+                     fontsize="medium")
+    return save_png(fig, path, source.as_posix(), command)
+
+
+def plot_per_width(frame: pd.DataFrame, source: Path, path: Path, command: str, names: dict[str, str],
+                   train: tuple[int, int] | None, held_out: tuple[int, int], key: str = "row") -> Path:
+    """per_width.png: one panel per value of `key`, whole-answer accuracy solid and per-token dashed (each
+    the mean over seeds with its ± one standard deviation band, clipped to 0–100), the trained widths shaded
+    and the held-out ones marked."""
+    widest = max(int(frame["width"].max()), held_out[1])
+    columns = [(c, t) for c, t in PANELS if has_values(frame, c)]
+    styles = {"teacher_forced": (DISTINCT[0], "-", "whole answer"), "per_token": (DISTINCT[1], "--", "per token")}
+    rows = list(dict.fromkeys(frame[key]))
+    seeds = frame.groupby(key)["seed"].nunique()
+    with styled():
+        fig = new_figure(8, 5)
+        axes = panels(fig, len(rows))
+        for ax, row in zip(axes, rows):
+            shade_widths(ax, train, held_out, widest)
+            for column, _ in columns:
+                color, ls, what = styles[column]
+                draw_mean(ax, frame[frame[key] == row], column, color, what, ls=ls)
+            n = int(seeds[row])
+            ax.set_title(f"{two_lines(names.get(row, row))}\n{n} seed{'s' if n > 1 else ''}", fontsize="small")
+        outer_labels(axes, "operand width (digits)", "accuracy (%)")
         handles, labels = axes[0].get_legend_handles_labels()
-        fig.legend(handles, labels, loc="outside right upper", fontsize="small")
-        fig.suptitle(f"Addition while training: {len(rows)} rows, every evaluation ({source.as_posix()})\n"
-                     "one line per run: seed 0 solid, 1 dashed, 2 dotted; × a run stopped early", fontsize="medium")
+        if any(seeds > 1):
+            handles.append(Patch(color="0.6", alpha=0.4, lw=0))
+            labels.append("± 1 std over seeds")
+        if train is None:
+            handles.append(Patch(color="white"))
+            labels.append("trained widths: not recorded")
+        fig.legend(handles, labels, loc="outside lower center", ncols=legend_columns(fig, len(labels)),
+                   fontsize="small")
+        fig.suptitle(f"Addition, teacher-forced, each run at its best step ({source.as_posix()})", fontsize="medium")
     return save_png(fig, path, source.as_posix(), command)
 
 
 def plot_addition(table: str | Path, out: str | Path | None = None, train_widths: tuple[int, int] | None = None,
                   command: str = "lab plot addition") -> list[Path]:
-    """Draw `<out>/per_width.png` from `<table>/per_width.csv` (out defaults to table): accuracy against
-    width, a whole-answer panel and a per-token one when the CSV has per-token accuracy; and
-    `<out>/progress.png` from `<table>/progress.csv` when the table has one. The trained widths shaded are
-    `train_widths`, else the CSV's (its `trained` column), else 1–32. Returns the files."""
+    """Draw `<out>/per_width.png` from `<table>/per_width.csv` (out defaults to table), one panel per row;
+    and `<out>/progress.png` from `<table>/progress.csv` when the table has one. The trained widths shaded
+    are `train_widths`, else those the runs were given (`recorded_train_widths`), else none. Returns the
+    files."""
     table = Path(table)
     out = Path(out) if out is not None else table
     source = table / "per_width.csv"
     frame = read_per_width(source)
     # read (and checked) before anything is drawn, so that a malformed file leaves no figure behind
     progress = read_progress(table / "progress.csv") if (table / "progress.csv").is_file() else None
-    train = train_widths or marked_widths(frame, "trained") or (1, 32)
+    train = train_widths or recorded_train_widths(table, frame)
     held_out = marked_widths(frame, "held_out") or EXTRAPOLATION
-    widest = max(int(frame["width"].max()), held_out[1])
-    panels = [(c, t) for c, t in PANELS if has_values(frame, c)]
-    key = "model" if "model" in frame.columns and frame["model"].ne("").all() else "row"
-    colors = palette(list(dict.fromkeys(frame[key])))
-    seeds = frame.groupby(key)["seed"].nunique()
-    with styled():
-        fig = new_figure(6.5 * len(panels) + 3.5, 5)
-        axes = fig.subplots(1, len(panels), squeeze=False)[0]
-        for ax, (column, title) in zip(axes, panels):
-            shade_widths(ax, train, held_out, widest)
-            draw_curves(ax, frame, column, key, colors)
-            ax.set_title(title)
-        handles, labels = axes[0].get_legend_handles_labels()
-        fig.legend(handles, labels, loc="outside right upper", fontsize="small")
-        fig.suptitle(f"Addition at each run's best step: {len(seeds)} rows, {seed_count(seeds)} each "
-                     f"({source.as_posix()})", fontsize="medium")
-    files = [save_png(fig, out / "per_width.png", source.as_posix(), command)]
+    names = display_names(dict.fromkeys(frame["row"]), frame, table)
+    files = [plot_per_width(frame, source, out / "per_width.png", command, names, train, held_out)]
     if progress is not None:
-        files.append(plot_progress(progress, table / "progress.csv", out / "progress.png", command))
+        files.append(plot_progress(progress, table / "progress.csv", out / "progress.png", command,
+                                   display_names(dict.fromkeys(progress["row"]), frame, table)))
     return files

@@ -1,7 +1,8 @@
 """`lab sweep report`: figures, the best configuration and a markdown summary of a study.
 
 Writes into `<results>/sweeps/<study>/`: `history.png` (one per objective for two), `importances.png`,
-`slice.png`, `contour.png` (the most important parameters), `intermediate.png` (the evaluations that
+`slice.png` (one panel per parameter) and `contour.png` (one panel per pair of the most important parameters;
+both drawn by `lab.plots.sweep`), `intermediate.png` (the evaluations that
 pruning saw), `pareto.png` (two objectives), `trials.csv`, `best.yaml` (a `lab train --config` file)
 and `report.md`. A figure the study cannot support yet (too few trials, one parameter) is named in
 report.md with the reason instead.
@@ -9,20 +10,22 @@ report.md with the reason instead.
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import shlex
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from lab.config import dump_yaml, from_dict
 from lab.runs import atomic_write, atomic_write_text, git_state, now
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 # Contour plots of more than this many parameters are a wall of panels; the most important ones go in.
 CONTOUR_PARAMS = 3
@@ -116,15 +119,32 @@ def _figures(study: optuna.Study, names: list[str], report: Report) -> None:
     importances = _importances(study, target, report)
     if importances:
         _save(report, "importances", lambda: vm.plot_param_importances(study, target=target, target_name=names[0]))
-    _save(report, "slice", lambda: vm.plot_slice(study, target=target, target_name=names[0]))
+    from lab.plots.sweep import plot_pairs, plot_slice
+
+    trials = objective_table(study.trials_dataframe())
+    source, command = f"study {study.study_name}", f"lab sweep report {study.study_name}"
+    _drawn(report, "slice", lambda path: plot_slice(trials, path, names[0], source, command))
     params = list(importances) or sorted({p for t in complete for p in t.params})
     if len(params) < 2:
         report.skipped["contour"] = "needs two parameters present in complete trials"
-    elif importlib.util.find_spec("scipy") is None:
-        report.skipped["contour"] = "needs scipy, which optuna's contour plot interpolates with (pip install scipy)"
     else:
-        _save(report, "contour", lambda: vm.plot_contour(study, params=params[:CONTOUR_PARAMS], target=target,
-                                                         target_name=names[0]))
+        _drawn(report, "contour", lambda path: plot_pairs(trials, params[:CONTOUR_PARAMS], path, names[0], source,
+                                                          command))
+
+
+def objective_table(trials: pd.DataFrame) -> pd.DataFrame:
+    """The trials table with the (first) objective as `value`: a two-objective study's is `values_0`."""
+    if "value" not in trials.columns and "values_0" in trials.columns:
+        return trials.rename(columns={"values_0": "value"})
+    return trials
+
+
+def _drawn(report: Report, name: str, draw: Callable[[Path], Path]) -> None:
+    """Write `<name>.png` with `draw(path)` (lab's own figures), or note why it is not drawn."""
+    try:
+        report.files.append(draw(report.folder / f"{name}.png"))
+    except (ValueError, KeyError) as err:
+        report.skipped[name] = str(err).splitlines()[0] if str(err) else type(err).__name__
 
 
 def _importances(study: optuna.Study, target: Callable[[FrozenTrial], float] | None,
