@@ -12,13 +12,11 @@ app = typer.Typer(help="Render figures (PNG) from the tables `lab reproduce` and
 
 Out = Annotated[Path | None, typer.Option(help="Folder for the PNG files; default the table's folder.",
                                          callback=writable_out)]
-TrainWidths = Annotated[str, typer.Option(
-    help="Operand widths the runs trained on, shaded as LO-HI (the paper preset: 1-32, tiny: 1-8).")]
 
 
 def _draw(name: str, flag: str, source: Path | None, default: str | None, out: Path | None,
-          train_widths: str | None, draw: Callable[[Path, Path | None, tuple[int, int] | None, str], list[Path]],
-          default_widths: str | None = "1-32") -> None:
+          train_widths: str | None, draw: Callable[[Path, Path | None, tuple[int, int] | None, str], list[Path]]
+          ) -> None:
     """Run `draw(source, out, widths, command)` for `lab plot <name>` (`source` given by `flag`, else
     `<results>/<default>`) and print each figure; bad input is one line on stderr, exit code 2."""
     from lab.plots.addition import parse_widths
@@ -27,7 +25,7 @@ def _draw(name: str, flag: str, source: Path | None, default: str | None, out: P
     folder = source if source is not None else results_root() / str(default)
     try:
         command = remake_command(["lab", "plot", name], [
-            (flag, source), ("--out", out), ("--train-widths", None if train_widths == default_widths else train_widths)])
+            (flag, source), ("--out", out), ("--train-widths", train_widths)])
         files = draw(folder, out, None if train_widths is None else parse_widths(train_widths), command)
     except ValueError as err:
         typer.echo(f"lab plot: {err}", err=True)
@@ -54,7 +52,7 @@ def addition(
     validation accuracy against the step, beside the widest training width."""
     from lab.plots.addition import plot_addition
 
-    _draw("addition", "--table", table, "addition", out, train_widths, plot_addition, default_widths=None)
+    _draw("addition", "--table", table, "addition", out, train_widths, plot_addition)
 
 
 @app.command()
@@ -72,14 +70,16 @@ def ablation(
     alignment_per_width.csv is there."""
     from lab.plots.ablation import plot_ablation
 
-    _draw("ablation", "--table", table, "ablation", out, train_widths, plot_ablation, default_widths=None)
+    _draw("ablation", "--table", table, "ablation", out, train_widths, plot_ablation)
 
 
 @app.command()
 def positions(
     csv: Annotated[Path, typer.Option(help="positions.csv from `lab eval addition --positions`.")],
     out: Out = None,
-    train_widths: TrainWidths = "1-32",
+    train_widths: Annotated[str | None, typer.Option(
+        help="Operand widths the run trained on, marked as LO-HI; default: its config.yaml beside the CSV "
+             "(a run's own positions.csv).")] = None,
 ) -> None:
     """Teacher-forced accuracy of every answer digit of every width (1-48) as a heat map, with the end token
     beside: <csv stem>.png. Dashed lines mark the trained widths and positions: whether a model loses the

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import yaml
 
 from lab.plots.figure import new_figure, save_png, styled
 from lab.plots.tables import read_table
@@ -50,12 +51,27 @@ def digit_ends(frame: pd.DataFrame, threshold: float = 90.0) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=[*keys, "width", "digits", "low", "high"])
 
 
-def plot_positions(csv: str | Path, out: str | Path | None = None, train_widths: tuple[int, int] = (1, 32),
+def run_train_widths(csv: Path) -> tuple[int, int] | None:
+    """The widths the run behind a positions.csv trained on: data.widths of the config.yaml beside it (a
+    run's own positions.csv lies in its run folder); None when there is none."""
+    config = csv.parent / "config.yaml"
+    if not config.is_file():
+        return None
+    widths = ((yaml.safe_load(config.read_text(encoding="utf-8")) or {}).get("data") or {}).get("widths")
+    return (int(widths[0]), int(widths[1])) if isinstance(widths, list) and len(widths) == 2 else None
+
+
+def plot_positions(csv: str | Path, out: str | Path | None = None, train_widths: tuple[int, int] | None = None,
                    command: str = "lab plot positions") -> list[Path]:
     """`<csv stem>.png` beside `csv` (or in `out`); returns the files written. Of a CSV holding several
-    weights of a run (a run's own positions.csv: `which` best and last), the best are drawn."""
+    weights of a run (a run's own positions.csv: `which` best and last), the best are drawn. The trained
+    widths marked are `train_widths`, else the run's (`run_train_widths`); ValueError when neither says."""
     csv = Path(csv)
     frame = read_positions(csv)
+    train_widths = train_widths or run_train_widths(csv)
+    if train_widths is None:
+        raise ValueError(f"{csv}: no config.yaml of its run beside it to read the trained widths from; "
+                         f"give them with --train-widths LO-HI")
     if "which" in frame.columns and (frame["which"] == "best").any():
         frame = frame[frame["which"] == "best"]  # a run's positions.csv holds its best and its last weights
     widest = int(frame["width"].max())
