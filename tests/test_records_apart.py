@@ -80,13 +80,15 @@ def test_commands_write_under_the_results_folder_and_leave_records_alone(
         ("bench", "step", "--preset", "tiny", "--mixers", "transformer", "--steps", "1"),
         ("runs", "merge", str(REPO_ROOT / "records" / "addition" / "packed-8000" / "runs")),
         ("report", "runs"),
+        ("report", "all", "--records", str(REPO_ROOT / "records"), "--no-positions"),
     ]
     for command in commands:
         code, out = invoke(*command)
         assert code == 0, f"lab {' '.join(command)}:\n{out}"
 
     for made in ("data/addition/val.jsonl", "lab.db", "addition/tiny/table.md", "addition/tiny/per_width.png",
-                 "bench/train/train.md", "bench/step/step.md", "runs/bench-train/transformer/metrics.csv"):
+                 "bench/train/train.md", "bench/step/step.md", "runs/bench-train/transformer/metrics.csv",
+                 "REPORT.md", "report/addition/per_width.png", "report/kernels.png"):
         assert (results / made).exists(), made
     assert len([p for p in (results / "runs").iterdir() if (p / "run.json").exists()]) >= 3
     assert snapshot(REPO_ROOT / "records") == records_before

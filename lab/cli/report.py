@@ -1,14 +1,51 @@
-"""`lab report`: what the run registry holds."""
+"""`lab report`: REPORT.md from the records (`lab report`, `lab report all`), what the run registry holds
+(`runs`), and where answers break (`positions`)."""
 
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-app = typer.Typer(help="Report on recorded runs.")
+from lab.cli._common import writable_out
+
+app = typer.Typer(help="Report on recorded runs: with no command, REPORT.md from the records (as `lab report all`).")
 
 SHOWN = ("id", "task", "mixer", "preset", "status", "steps", "final_loss", "final_val_loss", "final_val_acc",
          "n_params", "device", "commit", "updated_at")
+
+
+@app.callback(invoke_without_command=True)
+def _default(ctx: typer.Context) -> None:
+    if ctx.invoked_subcommand is None:
+        report_all(records=None, results=None, positions=True)
+
+
+@app.command("all")
+def report_all(
+    records: Annotated[Path | None, typer.Option(
+        help="The records to report on; default the checkout's records/.")] = None,
+    results: Annotated[Path | None, typer.Option(
+        help="Results folder REPORT.md and report/ go to; default $LAB_RESULTS or the checkout's results/.",
+        callback=writable_out)] = None,
+    positions: Annotated[bool, typer.Option(
+        help="Draw the per-position heat map of every run that kept a positions.csv (the longest part).")] = True,
+) -> None:
+    """REPORT.md from the records, in one command: Table 3 beside the paper and the other addition regimes,
+    the alignment ablation, accuracy by width (curves and per-position heat maps), the sweeps' findings and
+    the kernels beside fla; each section with the command, commit, GPU and date that made it. The figures
+    are drawn from the records' CSV files into report/ beside REPORT.md; nothing is written into records/."""
+    from lab.paths import records_root, results_root
+    from lab.report.build import write_report
+
+    try:
+        out = write_report(records if records is not None else records_root(),
+                           results if results is not None else results_root(), positions=positions)
+    except ValueError as err:
+        typer.echo(f"lab report: {err}", err=True)
+        raise typer.Exit(code=2) from None
+    typer.echo(f"report: {out.path} ({len(out.figures)} figures in {out.path.parent / 'report'})")
+    for name, why in out.skipped.items():
+        typer.echo(f"not drawn: {name} ({why})")
 
 
 @app.command()

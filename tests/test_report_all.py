@@ -1,0 +1,113 @@
+"""`lab report` (and `lab report all`): REPORT.md from a small records tree copied from the real one — the five
+sections, each with the command, commit, GPU and date its record states ("not recorded" where it states none),
+every figure drawn and linked relatively, and nothing written into the records."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+import lab.paths
+from lab.cli import app
+from lab.paths import REPO_ROOT
+
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+RECORDS = REPO_ROOT / "records"
+# What the fixture copies from the real records: small tables of each kind the report reads.
+COPIED = ("addition/table.csv", "addition/table.md", "addition/per_width.csv",
+          "addition/tiny/table.csv", "addition/tiny/table.md", "addition/tiny/per_width.csv",
+          "addition/tiny/progress.csv", "addition/regime-2026-12-02/README.md",
+          "ablation/tiny/alignment.csv", "ablation/tiny/alignment.md", "ablation/tiny/alignment_per_width.csv",
+          "sweeps/regime-transformer/trials.csv", "sweeps/regime-transformer/report.md",
+          "sweeps/regime-transformer/findings.md", "bench/kernels.csv")
+
+
+def invoke(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(app, list(args))
+    return result.exit_code, ANSI.sub("", result.output)
+
+
+def snapshot(folder: Path) -> dict[str, tuple[int, int]]:
+    return {str(p.relative_to(folder)): (p.stat().st_size, p.stat().st_mtime_ns)
+            for p in folder.rglob("*") if p.is_file()}
+
+
+@pytest.fixture
+def records(tmp_path: Path) -> Path:
+    """A records tree: the files above (kernels.md left out: its provenance is then not recorded), and one
+    run of the tiny table with a positions.csv and its config beside."""
+    root = tmp_path / "records"
+    for name in COPIED:
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(RECORDS / name, root / name)
+    run = root / "addition" / "tiny" / "runs" / "2db318ffdb"
+    run.mkdir(parents=True)
+    (run / "config.yaml").write_text("task: addition\ndata:\n  widths:\n  - 1\n  - 6\n")
+    pd.DataFrame([{"run": "2db318ffdb", "which": "best", "step": 900, "samples": 20, "width": n, "position": p,
+                   "token": "digit" if p <= n else "eos", "accuracy": 100.0 if n <= 6 else 50.0}
+                  for n in range(1, 11) for p in range(n + 2)]).to_csv(run / "positions.csv", index=False)
+    return root
+
+
+def test_lab_report_all_writes_every_section_with_its_provenance_and_figures(records: Path, tmp_path: Path) -> None:
+    before = snapshot(records)
+    results = tmp_path / "results"
+    code, out = invoke("report", "all", "--records", str(records), "--results", str(results))
+    assert code == 0, out
+    report = results / "REPORT.md"
+    assert out.startswith(f"report: {report} (")
+    text = report.read_text(encoding="utf-8")
+    headings = re.findall(r"^## (.+)$", text, re.MULTILINE)
+    assert headings == ["1. Addition: Table 3 beside the paper", "2. Alignment ablation: timing × write pairing",
+                        "3. Accuracy by width: curves and heat maps", "4. Sweeps", "5. Kernels beside fla"]
+    # 1: Table 3 beside the paper, with the record's own command, commits, GPU and date
+    assert "| Falcon-1A.3 (QK-RMSNorm, ctxη-ctxλ) | 1/1 | 99.8 | 9.8 | 85.9 | 0.0 |" in text
+    assert ("Command: `lab reproduce addition --preset paper --seeds 1`. Commit: runs trained at 8bc3b56b5275, "
+            "bc0dde8; table written at bb5068475774. GPU: NVIDIA H200 x1. Date: 2026-11-30T00:28:53+00:00.") in text
+    assert "`records/addition/tiny` (4 of 4 runs): best val. acc. Transformer (NoPE) 91.7 ± 8.2" in text
+    assert "GPU: none (CPU: AMD EPYC)" in text
+    assert "Command: `bash records/device/regime_screen.sh`. Commit: c57fed1." in text
+    # 2: the ablation's table and its warning
+    assert "**These numbers test the pipeline, not the rules.**" in text
+    assert "| Falcon-1A.3 (QK-RMSNorm, ctxη-ctxλ) | RBW · same-time | 1/1 | 1.6 | 0.0 | 11.2 |" in text
+    # 4: the sweep's headlines and best trial; 5: the kernels, whose kernels.md is missing here
+    assert "Best: Trial 24: val_token_acc = 32.34." in text and "**No trial learned the task.**" in text
+    assert "| 4x4096x16x128 | falcon-1a | fwd+bwd | 1.166 | 0.44 | 0.33 | ok |" in text
+    assert "Command: not recorded. Commit: not recorded. GPU: not recorded. Date: not recorded." in text
+    # every figure linked relatively and drawn, one per kind at least
+    links = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", text)
+    assert links and all(not Path(link).is_absolute() and (results / link).is_file() for link in links)
+    for figure in ("report/addition/per_width.png", "report/addition/tiny/per_width.png",
+                   "report/addition/tiny/progress.png", "report/addition/tiny/positions/2db318ffdb/positions.png",
+                   "report/ablation/tiny/alignment.png", "report/ablation/tiny/alignment_per_width.png",
+                   "report/sweeps/regime-transformer/slice.png", "report/sweeps/regime-transformer/contour.png",
+                   "report/kernels.png"):
+        assert figure in links, figure
+    assert "## Not drawn" not in text
+    assert snapshot(records) == before and not list(records.rglob("*.png"))
+
+
+def test_lab_report_with_no_command_reports_on_the_checkouts_records(
+        records: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(lab.paths, "records_root", lambda: records)
+    monkeypatch.setenv("LAB_RESULTS", str(tmp_path / "elsewhere"))
+    code, out = invoke("report")
+    assert code == 0, out
+    assert (tmp_path / "elsewhere" / "REPORT.md").is_file()
+    code, out = invoke("report", "runs", "--root", str(tmp_path / "nothing"))  # the subcommands stay
+    assert code == 1 and "no registry" in out
+
+
+def test_the_report_is_never_written_into_the_records(records: Path) -> None:
+    before = snapshot(records)
+    code, out = invoke("report", "all", "--records", str(records), "--results", str(records / "out"))
+    assert code == 2 and out.count("\n") == 1
+    assert out.startswith(f"lab report: {records / 'out'} lies in the records")
+    code, out = invoke("report", "all", "--records", str(records / "missing"), "--results", str(records.parent))
+    assert code == 2 and "no such records folder" in out
+    assert snapshot(records) == before
