@@ -19,7 +19,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Rectangle
 
 from lab.plots.addition import EXTRAPOLATION, draw_mean, has_values, marked_widths, read_per_width, shade_widths, span
-from lab.plots.figure import new_figure, save_png, styled
+from lab.plots.figure import new_figure, save_png, shown, styled
 from lab.plots.grid import DISTINCT, display_names, recorded_train_widths, two_lines
 from lab.plots.tables import read_table
 
@@ -128,9 +128,9 @@ def plot_heatmaps(table: Path, out: Path, command: str) -> Path:
                     ax.tick_params(labelleft=False)
             band.suptitle(names[mixer], fontsize="medium", fontweight="bold")
             band.colorbar(image, ax=list(axes), shrink=0.8, label="accuracy (%)")
-        fig.suptitle("Timing × write pairing: teacher-forced accuracy (%) at each run's best step, mean ± std over "
-                     f"seeds; framed: the mixer's default cell\n({source.as_posix()})", fontsize="medium")
-    return save_png(fig, out / "alignment.png", source.as_posix(), command)
+        fig.suptitle("Timing × write pairing: teacher-forced accuracy (%) at each run's best step, mean ± std\n"
+                     f"framed: the mixer's default cell ({shown(source)})", fontsize="medium")
+    return save_png(fig, out / "alignment.png", shown(source), command)
 
 
 def plot_cell_curves(table: Path, out: Path, train_widths: tuple[int, int] | None, command: str) -> Path:
@@ -174,8 +174,8 @@ def plot_cell_curves(table: Path, out: Path, train_widths: tuple[int, int] | Non
         extra = [] if train else ["trained widths: not recorded"]
         fig.legend(handles[:shading] + ([Line2D([], [], ls="none")] if extra else []), labels[:shading] + extra,
                    loc="outside lower center", ncols=3, fontsize="small")
-        fig.suptitle(f"Accuracy by width at each run's best step, per cell ({source.as_posix()})", fontsize="medium")
-    return save_png(fig, out / "alignment_per_width.png", source.as_posix(), command)
+        fig.suptitle(f"Accuracy by width at each run's best step, per cell\n({shown(source)})", fontsize="medium")
+    return save_png(fig, out / "alignment_per_width.png", shown(source), command)
 
 
 def plot_ablation(table: str | Path, out: str | Path | None = None, train_widths: tuple[int, int] | None = None,

@@ -19,7 +19,7 @@ from matplotlib.axes import Axes
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
-from lab.plots.figure import new_figure, save_png, styled
+from lab.plots.figure import new_figure, save_png, shown, styled
 from lab.plots.grid import (
     DISTINCT,
     display_names,
@@ -167,6 +167,13 @@ def read_progress(path: Path) -> pd.DataFrame:
 SEED_STYLES = ("-", "--", ":", "-.")
 
 
+def seed_styles(seeds: int) -> list[tuple[str, str]]:
+    """(line style, legend label) of a panel's runs by seed rank; seeds past the last style share it."""
+    last = len(SEED_STYLES) - 1
+    return [(ls, f"seed {i}" if i < last or seeds == len(SEED_STYLES) else f"seeds {last}–{seeds - 1}")
+            for i, ls in enumerate(SEED_STYLES[:seeds])]
+
+
 def draw_runs(ax: Axes, frame: pd.DataFrame, column: str, colors: dict[str, object]) -> None:
     """One line per run of progress.csv: a colour per row, a line style per seed, × at the last evaluation
     of a run not finished. Runs, not a mean over seeds: the seeds of a row are often at different steps
@@ -216,15 +223,15 @@ def plot_progress(frame: pd.DataFrame, source: Path, path: Path, command: str,
         handles = [Line2D([], [], color=DISTINCT[0], lw=1.6, label="widths answered (whole answers ≥ 95%, from 1)"),
                    Line2D([], [], color=DISTINCT[3], lw=1.6, label="validation accuracy (%, right axis)"),
                    Line2D([], [], color="0.45", lw=1.1, ls=(0, (4, 2)), label="widest training width"),
-                   *(Line2D([], [], color="0.2", lw=1.2, ls=ls, label=f"seed {i}")
-                     for i, ls in enumerate(SEED_STYLES[:int(frame.groupby("row")["seed"].nunique().max())]))]
+                   *(Line2D([], [], color="0.2", lw=1.2, ls=ls, label=label)
+                     for ls, label in seed_styles(int(frame.groupby("row")["seed"].nunique().max())))]
         if "status" in frame.columns and (frame["status"] != "finished").any():
             handles.append(Line2D([], [], color="0.2", marker="x", ls="none", label="run stopped early"))
         fig.legend(handles=handles, loc="outside lower center", ncols=legend_columns(fig, len(handles), 2.6),
                    fontsize="small")
-        fig.suptitle(f"Addition while training: every evaluation of every run ({source.as_posix()})",
+        fig.suptitle(f"Addition while training: every evaluation of every run\n({shown(source)})",
                      fontsize="medium")
-    return save_png(fig, path, source.as_posix(), command)
+    return save_png(fig, path, shown(source), command)
 
 
 def plot_per_width(frame: pd.DataFrame, source: Path, path: Path, command: str, names: dict[str, str],
@@ -257,8 +264,8 @@ def plot_per_width(frame: pd.DataFrame, source: Path, path: Path, command: str, 
             labels.append("trained widths: not recorded")
         fig.legend(handles, labels, loc="outside lower center", ncols=legend_columns(fig, len(labels)),
                    fontsize="small")
-        fig.suptitle(f"Addition, teacher-forced, each run at its best step ({source.as_posix()})", fontsize="medium")
-    return save_png(fig, path, source.as_posix(), command)
+        fig.suptitle(f"Addition, teacher-forced, each run at its best step\n({shown(source)})", fontsize="medium")
+    return save_png(fig, path, shown(source), command)
 
 
 def plot_addition(table: str | Path, out: str | Path | None = None, train_widths: tuple[int, int] | None = None,

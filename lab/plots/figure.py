@@ -28,6 +28,17 @@ def new_figure(width: float, height: float) -> Figure:
     return fig
 
 
+def shown(path: Path) -> str:
+    """A path as figures name it: from the repository root when it lies in the checkout (records/addition/…),
+    else as given."""
+    from lab.paths import REPO_ROOT
+
+    try:
+        return Path(path).resolve().relative_to(REPO_ROOT.resolve()).as_posix()
+    except ValueError:
+        return Path(path).as_posix()
+
+
 def save_png(fig: Figure, path: Path, source: str, command: str) -> Path:
     """Write `fig` to `path` as a PNG (via a temporary file), recording in the PNG's text fields the
     table it was drawn from and the command that draws it again."""

@@ -31,12 +31,13 @@ def legend_columns(fig: Figure, entries: int, inches: float = 2.1) -> int:
 
 
 def panels(fig: Figure, count: int, width: float = 3.4, height: float = 2.7, columns: int = PANEL_COLUMNS,
-           sharex: bool = True, sharey: bool = True) -> list[Axes]:
+           sharex: bool = True, sharey: bool = True, min_width: float = 6.5) -> list[Axes]:
     """`count` panels (sharing both axes unless told), `grid_columns` to a row; the figure sized to
-    `width` × `height` inches a panel. Unused places of the last row are hidden."""
+    `width` × `height` inches a panel, and at least `min_width` wide so that titles and legends fit.
+    Unused places of the last row are hidden."""
     cols = grid_columns(count, columns)
     rows = math.ceil(count / cols)
-    fig.set_size_inches(width * cols + 0.6, height * rows + 1.1)
+    fig.set_size_inches(max(width * cols + 0.6, min_width), height * rows + 1.3)
     grid = fig.subplots(rows, cols, squeeze=False, sharex=sharex, sharey=sharey)
     flat = list(grid.flat)
     for ax in flat[count:]:

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from lab.plots.figure import new_figure, save_png, styled
+from lab.plots.figure import new_figure, save_png, shown, styled
 from lab.plots.grid import DISTINCT
 from lab.plots.tables import read_table
 
@@ -55,6 +55,6 @@ def plot_kernels(csv: Path, path: Path, command: str) -> Path:
                 ax.set_title(f"{shape} (B×T×H×D), {mode}", fontsize="small")
                 ax.set_xlabel("time (ms, log scale)" if r == len(shapes) - 1 else "")
         axes[0, 0].invert_yaxis()  # the axes share y: the first op on top in every panel
-        fig.suptitle(f"Kernel times beside fla and SDPA (ours coloured, theirs grey; {csv.as_posix()})",
+        fig.suptitle(f"Kernel times beside fla and SDPA (ours coloured, theirs grey)\n({shown(csv)})",
                      fontsize="medium")
-    return save_png(fig, path, csv.as_posix(), command)
+    return save_png(fig, path, shown(csv), command)

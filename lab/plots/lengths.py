@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from lab.plots.addition import PANELS, draw_curves, has_values, palette, seed_count
-from lab.plots.figure import new_figure, save_png, styled
+from lab.plots.figure import new_figure, save_png, shown, styled
 from lab.plots.tables import read_table
 
 
@@ -36,5 +36,5 @@ def plot_lengths(source: Path, path: Path, task: str, train: tuple[int, int], te
         handles, labels = axes[0].get_legend_handles_labels()
         fig.legend(handles, labels, loc="outside right upper", fontsize="small")
         fig.suptitle(f"{task} at each run's best step: {len(seeds)} rows, {seed_count(seeds)} each "
-                     f"({source.as_posix()})", fontsize="medium")
-    return save_png(fig, path, source.as_posix(), command)
+                     f"({shown(source)})", fontsize="medium")
+    return save_png(fig, path, shown(source), command)

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from lab.plots.figure import new_figure, save_png, styled
+from lab.plots.figure import new_figure, save_png, shown, styled
 from lab.plots.tables import read_table
 
 MADE_BY = "lab eval addition --run RUN --positions FILE.csv"
@@ -81,9 +81,9 @@ def plot_positions(csv: str | Path, out: str | Path | None = None, train_widths:
     for row in digits.itertuples():
         grid[int(row.width) - 1, int(row.position)] = row.accuracy
     hi = train_widths[1]
-    title = csv.as_posix()
+    title = shown(csv)
     if "run" in frame.columns and "step" in frame.columns:
-        title = f"{frame['run'].iloc[0]}, step {frame['step'].iloc[0]} ({csv.as_posix()})"
+        title = f"{frame['run'].iloc[0]}, step {frame['step'].iloc[0]} ({shown(csv)})"
     with styled():
         fig = new_figure(9, 7)
         main, side = fig.subplots(1, 2, width_ratios=[widest + 1, 3], sharey=True)
@@ -104,4 +104,4 @@ def plot_positions(csv: str | Path, out: str | Path | None = None, train_widths:
         fig.colorbar(image, ax=[main, side], label="accuracy (%)", shrink=0.8)
         fig.suptitle(title, fontsize="small")
     folder = Path(out) if out is not None else csv.parent
-    return [save_png(fig, folder / f"{csv.stem}.png", csv.as_posix(), command)]
+    return [save_png(fig, folder / f"{csv.stem}.png", shown(csv), command)]

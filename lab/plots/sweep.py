@@ -81,7 +81,7 @@ def plot_slice(trials: pd.DataFrame, path: Path, objective: str, source: str, co
             ax.tick_params(labelbottom=True)
         outer_labels(axes, "", objective)
         fig.colorbar(points, ax=axes, shrink=0.6, label="trial number")
-        fig.suptitle(f"{objective} of each complete trial against each parameter ({source})", fontsize="medium")
+        fig.suptitle(f"{objective} of each complete trial against each parameter\n({source})", fontsize="medium")
     return save_png(fig, path, source, command)
 
 
@@ -115,7 +115,7 @@ def plot_pairs(trials: pd.DataFrame, params: Sequence[str], path: Path, objectiv
             ax.tick_params(labelbottom=True, labelleft=True)
         if points is not None:
             fig.colorbar(points, ax=axes, shrink=0.7, label=objective)
-        fig.suptitle(f"{objective} over pairs of the most important parameters ({source})", fontsize="medium")
+        fig.suptitle(f"{objective} over pairs of the most important parameters\n({source})", fontsize="medium")
     return save_png(fig, path, source, command)
 
 

@@ -48,9 +48,9 @@ def of_table(path: Path, shown: str) -> Provenance:
     table = _first(r"Table written \S+ at commit (\w+)", text)
     commit = "; ".join(p for p in (f"runs trained at {runs}" if runs else None,
                                    f"table written at {table}" if table else None) if p)
+    device = _first(r"runs trained at [^.]*? on (.+?)\.(?: \d+ of \d+ planned|\s*$)", text)
     return Provenance(shown, command=_first(r"Remade by `([^`]+)`", text) or NOT_RECORDED,
-                      commit=commit or NOT_RECORDED,
-                      gpu=_first(r"runs trained at [^.]*? on (.+?)\.(?: \d+ of \d+ planned|\s*$)", text) or NOT_RECORDED,
+                      commit=commit or NOT_RECORDED, gpu=device or NOT_RECORDED,
                       date=_first(r"Table written (\S+) at", text) or NOT_RECORDED)
 
 
