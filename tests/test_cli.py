@@ -25,7 +25,7 @@ EXPECTED = {
     "ablate": ["alignment"],
     "plot": ["addition", "ablation"],
     "bench": ["kernels", "train"],
-    "report": ["runs"],
+    "report": ["runs", "all", "positions"],
     "runs": ["merge"],
 }
 

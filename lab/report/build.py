@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
+import yaml
 
 from lab.report import provenance as prov
 from lab.report.tables import ablation_table, addition_table, best_of, kernels_table, markdown_table
@@ -129,6 +130,10 @@ def positions_figures(b: Builder, folder: Path, name: str) -> list[str]:
     for csv in sorted(folder.glob("runs/*/positions.csv")):
         run = csv.parent.name
         out = f"{name}/positions/{run}"
+        config = yaml.safe_load((csv.parent / "config.yaml").read_text(encoding="utf-8")) \
+            if (csv.parent / "config.yaml").is_file() else {}
+        which = f" ({config.get('mixer', '?')}, seed {(config.get('train') or {}).get('seed', '?')})" if config else ""
+        lines += [f"Run `{run}`{which}: accuracy of every answer digit of every width.", ""]
         lines += b.figure(out, lambda target, c=csv, o=out: plot_positions(
             c, target, command=f"lab plot positions --csv {b.shown(c)} --out results/{FIGURES}/{o}"),
             f"answer digits of run {run}")
