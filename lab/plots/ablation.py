@@ -148,6 +148,7 @@ def plot_cell_curves(table: Path, out: Path, train_widths: tuple[int, int] | Non
     train = train_widths or recorded_train_widths(table, frame, texts=("alignment.md",))
     held_out = marked_widths(frame, "held_out") or EXTRAPOLATION
     widest = max(int(frame["width"].max()), held_out[1])
+    shading = 2 if train else 1  # the first legend entries of a panel: its shaded widths, not its cells
     with styled():
         fig = new_figure(4.6 * len(curves) + 2.8, 3.0 * len(mixers) + 1.0)
         axes = fig.subplots(len(mixers), len(curves), squeeze=False, sharex=True, sharey=True)
@@ -167,10 +168,9 @@ def plot_cell_curves(table: Path, out: Path, train_widths: tuple[int, int] | Non
                 ax.set_xlabel("operand width (digits)" if r == len(mixers) - 1 else "")
                 ax.set_ylabel("accuracy (%)" if c == 0 else "")
             handles, labels = axes[r, 0].get_legend_handles_labels()
-            axes[r, -1].legend(handles[2 if train else 1:], labels[2 if train else 1:], loc="center left",
+            axes[r, -1].legend(handles[shading:], labels[shading:], loc="center left",
                                bbox_to_anchor=(1.02, 0.5), fontsize="x-small", frameon=False)
         handles, labels = axes[0, 0].get_legend_handles_labels()
-        shading = 2 if train else 1
         extra = [] if train else ["trained widths: not recorded"]
         fig.legend(handles[:shading] + ([Line2D([], [], ls="none")] if extra else []), labels[:shading] + extra,
                    loc="outside lower center", ncols=3, fontsize="small")

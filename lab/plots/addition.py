@@ -125,15 +125,13 @@ def draw_mean(ax: Axes, frame: pd.DataFrame, column: str, color: object, label: 
 
 
 def draw_curves(ax: Axes, frame: pd.DataFrame, column: str, key: str, colors: dict[str, object],
-                x: str = "width", names: dict[str, str] | None = None) -> None:
-    """One line per value of `key` (first-seen order, labelled by `names` where given): the mean of `column`
-    over seeds at each `x` (width or step), with a ± one standard deviation band where several seeds are
-    present (`draw_mean`)."""
+                x: str = "width") -> None:
+    """One line per value of `key` (first-seen order): the mean of `column` over seeds at each `x` (width,
+    length or step), with a ± one standard deviation band where several seeds are present (`draw_mean`)."""
     for name in dict.fromkeys(frame[key]):
         mine = frame[frame[key] == name]
         seeds = int(mine.dropna(subset=[column]).groupby(x)[column].count().max()) if mine[column].notna().any() else 0
-        shown = (names or {}).get(name, name)
-        draw_mean(ax, mine, column, colors[name], shown if seeds <= 1 else f"{shown} ({seeds} seeds)", x)
+        draw_mean(ax, mine, column, colors[name], name if seeds <= 1 else f"{name} ({seeds} seeds)", x)
 
 
 def seed_count(seeds: pd.Series) -> str:
@@ -150,11 +148,6 @@ def palette(names: Sequence[str]) -> dict[str, object]:
     import seaborn as sns
 
     return dict(zip(names, sns.color_palette("tab20", len(names))))
-
-
-# progress.png's panels: (column of progress.csv, panel title, y label).
-PROGRESS_PANELS = (("widths", "Widths answered (whole answers ≥ 95%, from width 1)", "widths"),
-                   ("val_acc", "Validation accuracy (whole answers)", "accuracy (%)"))
 
 
 def read_progress(path: Path) -> pd.DataFrame:

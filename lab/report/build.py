@@ -44,6 +44,12 @@ class Builder:
         except ValueError:
             return path.as_posix()
 
+    def out(self, name: str) -> str:
+        """Where the report's figure `name` goes, as a command names it (from the repository root when inside)."""
+        from lab.plots.figure import shown
+
+        return shown(self.results / FIGURES / name)
+
     def figure(self, name: str, draw: Callable[[Path], list[Path] | Path], caption: str) -> list[str]:
         """Draw `report/<name>` (a folder when `draw` writes several files into it) and return the markdown
         that shows them; a figure that cannot be drawn is a line saying why."""
@@ -117,7 +123,7 @@ def section_ablation(b: Builder) -> list[str]:
         lines += [ablation_table(read_csv(csv)), ""]
         name = f"ablation/{folder.name}"
         lines += b.figure(name, lambda out, f=folder, n=name: plot_ablation(
-            f, out, command=f"lab plot ablation --table {b.shown(f)} --out results/{FIGURES}/{n}"),
+            f, out, command=f"lab plot ablation --table {b.shown(f)} --out {b.out(n)}"),
             f"alignment ablation {folder.name}")
     return lines
 
@@ -135,7 +141,7 @@ def positions_figures(b: Builder, folder: Path, name: str) -> list[str]:
         which = f" ({config.get('mixer', '?')}, seed {(config.get('train') or {}).get('seed', '?')})" if config else ""
         lines += [f"Run `{run}`{which}: accuracy of every answer digit of every width.", ""]
         lines += b.figure(out, lambda target, c=csv, o=out: plot_positions(
-            c, target, command=f"lab plot positions --csv {b.shown(c)} --out results/{FIGURES}/{o}"),
+            c, target, command=f"lab plot positions --csv {b.shown(c)} --out {b.out(o)}"),
             f"answer digits of run {run}")
     return lines
 
@@ -156,7 +162,7 @@ def section_widths(b: Builder, positions: bool) -> list[str]:
         lines += [f"### `{b.shown(folder)}`", "", f"Runs made by `{command}`." if command != prov.NOT_RECORDED
                   else "Command: not recorded.", ""]
         lines += b.figure(name, lambda out, f=folder, n=name: plot_addition(
-            f, out, command=f"lab plot addition --table {b.shown(f)} --out results/{FIGURES}/{n}"),
+            f, out, command=f"lab plot addition --table {b.shown(f)} --out {b.out(n)}"),
             f"accuracy by width, {b.shown(folder)}")
         if positions:
             lines += positions_figures(b, folder, name)
