@@ -21,7 +21,7 @@ RECORDS = REPO_ROOT / "records"
 # What the fixture copies from the real records: small tables of each kind the report reads.
 COPIED = ("addition/table.csv", "addition/table.md", "addition/per_width.csv",
           "addition/tiny/table.csv", "addition/tiny/table.md", "addition/tiny/per_width.csv",
-          "addition/tiny/progress.csv", "addition/regime-2026-12-02/README.md",
+          "addition/tiny/progress.csv",
           "ablation/tiny/alignment.csv", "ablation/tiny/alignment.md", "ablation/tiny/alignment_per_width.csv",
           "sweeps/regime-transformer/trials.csv", "sweeps/regime-transformer/report.md",
           "sweeps/regime-transformer/findings.md", "bench/kernels.csv")
@@ -45,6 +45,12 @@ def records(tmp_path: Path) -> Path:
     for name in COPIED:
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(RECORDS / name, root / name)
+    regime = root / "addition" / "regime"  # a device call's record: a README and its runs' provenance
+    (regime / "screen" / "r1").mkdir(parents=True)
+    (regime / "README.md").write_text("# Regimes on one H200\n\n`bash records/device/regime_screen.sh` at commit "
+                                      "c57fed1, 2026-12-02 01:01 UTC; then `python progress.py`.\n")
+    (regime / "screen" / "r1" / "provenance.json").write_text(
+        '{"commit": "c57fed1aaaa", "device": "NVIDIA H200 x1", "date": "2026-12-02T01:00:58+00:00"}')
     run = root / "addition" / "tiny" / "runs" / "2db318ffdb"
     run.mkdir(parents=True)
     (run / "config.yaml").write_text("task: addition\ndata:\n  widths:\n  - 1\n  - 6\n")
@@ -71,7 +77,10 @@ def test_lab_report_all_writes_every_section_with_its_provenance_and_figures(rec
             "bc0dde8; table written at bb5068475774. GPU: NVIDIA H200 x1. Date: 2026-11-30T00:28:53+00:00.") in text
     assert "`records/addition/tiny` (4 of 4 runs): best val. acc. Transformer (NoPE) 91.7 ± 8.2" in text
     assert "GPU: none (CPU: AMD EPYC)" in text
-    assert "Command: `bash records/device/regime_screen.sh`. Commit: c57fed1." in text
+    assert ("`records/addition/regime`: Regimes on one H200 (read in `records/addition/regime/README.md`). "
+            "Command: `bash records/device/regime_screen.sh`. Commit: c57fed1. GPU: NVIDIA H200 x1. "
+            "Date: 2026-12-02T01:00:58+00:00. (As `records/addition/regime/README.md` and the "
+            "`provenance.json` of its 1 run state.)") in text
     # 2: the ablation's table and its warning
     assert "**These numbers test the pipeline, not the rules.**" in text
     assert "| Falcon-1A.3 (QK-RMSNorm, ctxη-ctxλ) | RBW · same-time | 1/1 | 1.6 | 0.0 | 11.2 |" in text

@@ -100,7 +100,7 @@ def section_addition(b: Builder) -> list[str]:
     for readme in sorted(root.glob("*/README.md")):
         if (readme.parent / "table.csv").is_file():
             continue
-        source = prov.of_text(readme, b.shown(readme))
+        source = prov.of_runs(readme.parent, readme, b.shown(readme))
         lines.append(f"- `{b.shown(readme.parent)}`: {prov.title_of(readme) or 'README'} (read in "
                      f"`{b.shown(readme)}`). {source.markdown()}")
     return lines + [""]

@@ -24,6 +24,7 @@ class Provenance:
     commit: str = NOT_RECORDED
     gpu: str = NOT_RECORDED
     date: str = NOT_RECORDED
+    runs: int = 0  # the runs whose own provenance.json were read beside `source`
 
     def markdown(self) -> str:
         """One line for the report: command, commit, GPU, date, and the file they are read from. A machine
@@ -32,8 +33,9 @@ class Provenance:
         gpu = self.gpu
         if gpu != NOT_RECORDED and not re.search(r"NVIDIA|H\d00|A100|GPU|cuda", gpu, re.IGNORECASE):
             gpu = f"none (CPU: {gpu})"
+        runs = f" and the `provenance.json` of its {self.runs} run{'s' if self.runs != 1 else ''}" if self.runs else ""
         return (f"Command: {command}. Commit: {self.commit}. GPU: {gpu}. Date: {self.date}. "
-                f"(As `{self.source}` states.)")
+                f"(As `{self.source}`{runs} state{'' if runs else 's'}.)")
 
 
 def _first(pattern: str, text: str, group: int = 1) -> str | None:
@@ -91,6 +93,32 @@ def of_text(path: Path, shown: str) -> Provenance:
     command = next((c for c in commands if re.search(r"(^|\s)(lab|bash) ", c)), commands[0] if commands else None)
     return Provenance(shown, command=command or NOT_RECORDED, commit=_first(COMMIT, text) or NOT_RECORDED,
                       gpu=_first(GPU, text) or NOT_RECORDED, date=_first(DATE, text) or NOT_RECORDED)
+
+
+def of_runs(folder: Path, readme: Path, shown: str) -> Provenance:
+    """A folder of runs with a README (a device call's record): the commits, machines and dates of its runs'
+    own provenance.json, and the device scripts (`bash …`) the README names; `of_text(readme)` without runs."""
+    import json
+
+    runs = []
+    for path in sorted(folder.rglob("provenance.json")):
+        try:
+            runs.append(json.loads(path.read_text(encoding="utf-8")))
+        except (OSError, ValueError):
+            continue  # a provenance that does not read states nothing
+    if not runs:
+        return of_text(readme, shown)
+    runs.sort(key=lambda r: str(r.get("date") or ""))
+    commits = ", ".join(dict.fromkeys(str(r["commit"])[:7] for r in runs if r.get("commit")))
+    devices = ", ".join(dict.fromkeys(str(r["device"]) for r in runs if r.get("device")))
+    dates = [str(r["date"]) for r in runs if r.get("date")]
+    text = readme.read_text(encoding="utf-8") if readme.is_file() else ""
+    scripts = [" ".join(c.split()) for c in re.findall(COMMAND, text) if re.match(r"(\S+=\S+ )*bash ", c)]
+    return Provenance(shown, runs=len(runs),
+                      command="`; `".join(dict.fromkeys(scripts)) or of_text(readme, shown).command,
+                      commit=commits or NOT_RECORDED, gpu=devices or NOT_RECORDED,
+                      date=(dates[0] if dates[0] == dates[-1] else f"{dates[0]} to {dates[-1]}") if dates
+                      else NOT_RECORDED)
 
 
 def _joined(command: str) -> str:
