@@ -7,6 +7,9 @@ from typing import Annotated, Any, NoReturn
 
 import typer
 
+from lab.reproduce.names import campaign_preset as key_of
+from lab.reproduce.names import preset_help
+
 
 def remake_command(words: Iterable[str], options: Iterable[tuple[str, object | None]]) -> str:
     """The shell line that remakes a result: `words`, then each `(flag, value)` whose value is not None,
@@ -52,8 +55,6 @@ def writable_out(ctx: typer.Context, param: typer.CallbackParam, value: Path | N
 def campaign_preset(track: str) -> Callable[[typer.Context, str], str]:
     """Typer callback of a campaign's --preset option: a preset's name (or older spelling) becomes the key
     the campaign code uses; an unknown one is one line naming the accepted names, exit code 2."""
-    from lab.reproduce.names import campaign_preset as key_of
-
     def pick(ctx: typer.Context, value: str) -> str:
         try:
             return key_of(track, value)
@@ -87,6 +88,53 @@ TableOnlyOption = Annotated[bool, typer.Option(help=TABLE_ONLY_HELP)]
 MaxStepsOption = Annotated[int | None, typer.Option(help="Train each run for this many steps instead.")]
 ResultsOption = Annotated[Path | None, typer.Option(
     help="Folder of runs/ and the registry lab.db; default $LAB_RESULTS or results/.", callback=writable_out)]
+# The addition campaign presets, as `lab reproduce addition` and `lab ablate alignment` both take them.
+ADDITION_PRESETS = {
+    "paper": "the paper's settings: 2000 steps, batch 256, ~10M parameters",
+    "packed": "the same with a curriculum over widths and rows packed with samples: where the models learn",
+    "packed-constant": "packed with no learning-rate decay",
+    "tiny": "a CPU: widths 1-6 trained, 7-10 held out, in minutes"}
+AdditionPresetOption = Annotated[str, typer.Option(callback=campaign_preset("addition"),
+                                                   help=preset_help("addition", ADDITION_PRESETS))]
+
+
+def set_option(example: str) -> Any:
+    """A campaign's `--set` option (repeatable), its help showing `example`."""
+    return Annotated[list[str] | None, typer.Option(
+        "--set", help=f"Override one setting of every run, e.g. --set {example} (repeatable).")]
+
+
+def out_option(default: str) -> Any:
+    """A campaign's `--out` option: the folder of its table files, `default` when not given."""
+    return Annotated[Path | None, typer.Option(help=f"Folder of the table files; default {default}.",
+                                               callback=writable_out)]
+
+
+def remake_campaign(words: Iterable[str], own: Iterable[tuple[str, object | None]], max_steps: int | None,
+                    set_: list[str] | None, results: Path | None, out: Path | None,
+                    inputs: Iterable[tuple[str, object | None]] = ()) -> str:
+    """The line that remakes a campaign's table: `words`, its own options, then --max-steps, every --set, its
+    `inputs`, --results and --out. The placement options (--gpus, --per-gpu, --gpus-per-run, --table-only)
+    are left out: they change no number."""
+    return remake_command(words, [*own, ("--max-steps", max_steps), *(("--set", item) for item in set_ or []),
+                                  *inputs, ("--results", results), ("--out", out)])
+
+
+def run_campaign_command(prog: str, table: str, choose: Callable[[], Any], run: Callable[[Any], Any],
+                         show: Callable[[Any], None] | None = None) -> None:
+    """A table-building command: `choose()` (its rows and slots), then `run(chosen)` (the campaign), each
+    refused in one line on a ValueError; then `show(done)`, and where the table is (exit 1 if a run failed)."""
+    try:
+        chosen = choose()
+    except ValueError as err:
+        refuse(prog, err)
+    try:
+        done = run(chosen)
+    except ValueError as err:
+        refuse(prog, err)
+    if show is not None:
+        show(done)
+    finish_campaign(prog, done, table)
 
 
 def campaign_slots(gpus: int | None, per_gpu: int = 1, gpus_per_run: int = 1) -> int:

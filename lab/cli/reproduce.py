@@ -6,6 +6,7 @@ from typing import Annotated, Any
 import typer
 
 from lab.cli._common import (
+    AdditionPresetOption,
     GpusOption,
     GpusPerRunOption,
     MaxStepsOption,
@@ -14,13 +15,12 @@ from lab.cli._common import (
     TableOnlyOption,
     campaign_preset,
     campaign_slots,
-    finish_campaign,
+    out_option,
     print_outcome,
-    refuse,
-    remake_command,
-    writable_out,
+    remake_campaign,
+    run_campaign_command,
+    set_option,
 )
-
 from lab.reproduce.names import preset_help
 
 app = typer.Typer(help="Reproduce the paper's tables: data, training, evaluation and the table, in one command.")
@@ -28,11 +28,7 @@ app = typer.Typer(help="Reproduce the paper's tables: data, training, evaluation
 
 @app.command()
 def addition(
-    preset: Annotated[str, typer.Option(callback=campaign_preset("addition"), help=preset_help("addition", {
-        "paper": "the paper's settings: 2000 steps, batch 256, ~10M parameters", "packed": "the same with a "
-        "curriculum over widths and rows packed with samples: where the models learn", "packed-constant":
-        "packed with no learning-rate decay", "tiny": "a CPU: widths 1-6 trained, 7-10 held out, in minutes"}))]
-    = "paper",
+    preset: AdditionPresetOption = "paper",
     rows: Annotated[str | None, typer.Option(
         help="Comma-separated rows to train, e.g. transformer,falcon-1a.3 (default: all; tiny: transformer,"
              "falcon-1.3).")] = None,
@@ -43,12 +39,9 @@ def addition(
     gpus_per_run: GpusPerRunOption = 1,
     table_only: TableOnlyOption = False,
     max_steps: MaxStepsOption = None,
-    set_: Annotated[list[str] | None, typer.Option(
-        "--set", help="Override one setting of every run, e.g. --set optim.lr=3e-3 (repeatable).")] = None,
+    set_: set_option("optim.lr=3e-3") = None,
     results: ResultsOption = None,
-    out: Annotated[Path | None, typer.Option(
-        help="Folder of the table files; default <results>/addition (tiny: <results>/addition/tiny).",
-        callback=writable_out)] = None,
+    out: out_option("<results>/addition (tiny: <results>/addition/tiny)") = None,
 ) -> None:
     """The addition extrapolation table (best step, val acc, mean 33-48, Acc@33, Acc@48) beside the paper's.
 
@@ -59,27 +52,22 @@ def addition(
     from lab.reproduce.addition import cpu_processes, parse_rows, reproduce_addition
     from lab.reproduce.progress import CampaignProgress
 
-    try:
+    def choose() -> tuple[Any, int]:
         chosen = parse_rows(rows, preset)
         slots = campaign_slots(gpus, per_gpu, gpus_per_run)
         if gpus is None and gpus_per_run == 1:
             slots = cpu_processes(preset) or slots
-    except ValueError as err:
-        refuse("lab reproduce", err)
-    # --gpus, --per-gpu, --gpus-per-run and --table-only are left out: they change no number
-    command = remake_command(["lab", "reproduce", "addition"], [
-        ("--preset", preset), ("--rows", rows), ("--seeds", seeds), ("--max-steps", max_steps),
-        *(("--set", item) for item in set_ or []), ("--results", results), ("--out", out)])
+        return chosen, slots
 
-    try:
+    def run(chosen: tuple[Any, int]) -> Any:
         progress = CampaignProgress()
-        done = reproduce_addition(preset, chosen, seeds, slots, max_steps, set_ or (), results, out, command,
+        return reproduce_addition(preset, chosen[0], seeds, chosen[1], max_steps, set_ or (), results, out, command,
                                   on_done=progress.done, per_gpu=per_gpu, table_only=table_only,
                                   gpus_per_run=gpus_per_run, progress=progress)
-    except ValueError as err:
-        refuse("lab reproduce", err)
-    print_table(done)
-    finish_campaign("lab reproduce", done, "table.md")
+
+    command = remake_campaign(["lab", "reproduce", "addition"], [("--preset", preset), ("--rows", rows),
+                              ("--seeds", seeds)], max_steps, set_, results, out)
+    run_campaign_command("lab reproduce", "table.md", choose, run, show=print_table)
 
 
 def print_table(done: Any) -> None:
@@ -116,8 +104,7 @@ def fineweb(
     gpus_per_run: GpusPerRunOption = 1,
     table_only: TableOnlyOption = False,
     max_steps: MaxStepsOption = None,
-    set_: Annotated[list[str] | None, typer.Option(
-        "--set", help="Override one setting of every run, e.g. --set train.batch_size=240 (repeatable).")] = None,
+    set_: set_option("train.batch_size=240") = None,
     data: Annotated[Path | None, typer.Option(
         help="Folder of token shards (`lab data fineweb`); default the preset's data/fineweb-edu.")] = None,
     wiki: Annotated[Path | None, typer.Option(
@@ -125,40 +112,27 @@ def fineweb(
     lambada: Annotated[Path | None, typer.Option(
         help="Local LAMBADA file (.jsonl with a 'text' field per record) to score.")] = None,
     results: ResultsOption = None,
-    out: Annotated[Path | None, typer.Option(
-        help="Folder of the table files; default <results>/fineweb (tiny: <results>/fineweb/tiny).",
-        callback=writable_out)] = None,
+    out: out_option("<results>/fineweb (tiny: <results>/fineweb/tiny)") = None,
 ) -> None:
     """The FineWeb-Edu perplexity table (Wiki, LAMBADA, FineWeb-Edu) beside the paper's.
 
     Finished runs are skipped and unfinished ones resume; each finished run is scored once."""
     from lab.reproduce.fineweb import parse_rows, reproduce_fineweb
 
-    try:
-        chosen = parse_rows(rows)
-        slots = campaign_slots(gpus, per_gpu, gpus_per_run)
-    except ValueError as err:
-        refuse("lab reproduce", err)
-    # --gpus, --per-gpu, --gpus-per-run and --table-only are left out: they change no number
-    command = remake_command(["lab", "reproduce", "fineweb"], [
-        ("--preset", preset), ("--rows", rows), ("--seeds", seeds), ("--max-steps", max_steps),
-        *(("--set", item) for item in set_ or []), ("--data", data), ("--wiki", wiki), ("--lambada", lambada),
-        ("--results", results), ("--out", out)])
-
-    try:
-        done = reproduce_fineweb(preset, chosen, seeds, slots, max_steps, set_ or (), data, wiki, lambada, results,
-                                 out, command, on_done=print_outcome, per_gpu=per_gpu, table_only=table_only,
-                                 gpus_per_run=gpus_per_run)
-    except ValueError as err:
-        refuse("lab reproduce", err)
-    finish_campaign("lab reproduce", done, "table.md")
+    command = remake_campaign(["lab", "reproduce", "fineweb"], [("--preset", preset), ("--rows", rows),
+                              ("--seeds", seeds)], max_steps, set_, results, out,
+                              inputs=[("--data", data), ("--wiki", wiki), ("--lambada", lambada)])
+    run_campaign_command(
+        "lab reproduce", "table.md", lambda: (parse_rows(rows), campaign_slots(gpus, per_gpu, gpus_per_run)),
+        lambda chosen: reproduce_fineweb(preset, chosen[0], seeds, chosen[1], max_steps, set_ or (), data, wiki,
+                                         lambada, results, out, command, on_done=print_outcome, per_gpu=per_gpu,
+                                         table_only=table_only, gpus_per_run=gpus_per_run))
 
 
 SeqRowsOption = Annotated[str | None, typer.Option(
     help="Comma-separated rows (mixers) to train, e.g. deltanet,falcon-1a.3 (default: all).")]
 SeqSeedsOption = Annotated[int, typer.Option(help="Seeds per row, 0..N-1.")]
-SeqSetOption = Annotated[list[str] | None, typer.Option(
-    "--set", help="Override one setting of every run, e.g. --set data.test_lengths=17,128 (repeatable).")]
+SeqSetOption = set_option("data.test_lengths=17,128")
 
 
 def _sequence_task(task: str, rows: str | None, seeds: int, gpus: int | None, table_only: bool,
@@ -166,31 +140,19 @@ def _sequence_task(task: str, rows: str | None, seeds: int, gpus: int | None, ta
     """The campaign of a synthetic task over the mixers, with its tiny preset (lab.reproduce.sequences)."""
     from lab.reproduce.sequences import parse_rows, reproduce_task
 
-    try:
-        chosen = parse_rows(rows)
-        slots = campaign_slots(gpus)
-    except ValueError as err:
-        refuse("lab reproduce", err)
-    command = remake_command(["lab", "reproduce", task], [
-        ("--rows", rows), ("--seeds", seeds), ("--max-steps", max_steps), *(("--set", item) for item in set_ or []),
-        ("--results", results), ("--out", out)])
-    try:
-        done = reproduce_task(task, chosen, seeds, slots, max_steps, set_ or (), results, out, command,
-                              on_done=print_outcome, table_only=table_only)
-    except ValueError as err:
-        refuse("lab reproduce", err)
-    finish_campaign("lab reproduce", done, "table.md")
-
-
-def _out_help(task: str) -> str:
-    return f"Folder of the table files; default <results>/{task}."
+    command = remake_campaign(["lab", "reproduce", task], [("--rows", rows), ("--seeds", seeds)], max_steps, set_,
+                              results, out)
+    run_campaign_command(
+        "lab reproduce", "table.md", lambda: (parse_rows(rows), campaign_slots(gpus)),
+        lambda chosen: reproduce_task(task, chosen[0], seeds, chosen[1], max_steps, set_ or (), results, out, command,
+                                      on_done=print_outcome, table_only=table_only))
 
 
 @app.command()
 def parity(rows: SeqRowsOption = None, seeds: SeqSeedsOption = 2, gpus: GpusOption = None,
            table_only: TableOnlyOption = False, max_steps: MaxStepsOption = None, set_: SeqSetOption = None,
            results: ResultsOption = None,
-           out: Annotated[Path | None, typer.Option(help=_out_help("parity"), callback=writable_out)] = None) -> None:
+           out: out_option("<results>/parity") = None) -> None:
     """Running parity over the mixers (preset parity-tiny): accuracy on the train lengths and the held-out ones."""
     _sequence_task("parity", rows, seeds, gpus, table_only, max_steps, set_, results, out)
 
@@ -199,7 +161,7 @@ def parity(rows: SeqRowsOption = None, seeds: SeqSeedsOption = 2, gpus: GpusOpti
 def mqar(rows: SeqRowsOption = None, seeds: SeqSeedsOption = 2, gpus: GpusOption = None,
          table_only: TableOnlyOption = False, max_steps: MaxStepsOption = None, set_: SeqSetOption = None,
          results: ResultsOption = None,
-         out: Annotated[Path | None, typer.Option(help=_out_help("mqar"), callback=writable_out)] = None) -> None:
+         out: out_option("<results>/mqar") = None) -> None:
     """Multi-query associative recall over the mixers (preset mqar-tiny): recall on the train lengths and on
     longer ones with more pairs."""
     _sequence_task("mqar", rows, seeds, gpus, table_only, max_steps, set_, results, out)
@@ -209,7 +171,6 @@ def mqar(rows: SeqRowsOption = None, seeds: SeqSeedsOption = 2, gpus: GpusOption
 def permutation(rows: SeqRowsOption = None, seeds: SeqSeedsOption = 2, gpus: GpusOption = None,
                 table_only: TableOnlyOption = False, max_steps: MaxStepsOption = None, set_: SeqSetOption = None,
                 results: ResultsOption = None,
-                out: Annotated[Path | None, typer.Option(help=_out_help("permutation"), callback=writable_out)]
-                = None) -> None:
+                out: out_option("<results>/permutation") = None) -> None:
     """Composition of permutations of five elements over the mixers (preset permutation-tiny)."""
     _sequence_task("permutation", rows, seeds, gpus, table_only, max_steps, set_, results, out)
