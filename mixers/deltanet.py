@@ -23,11 +23,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from kernels import ALIGNMENTS, TIMINGS, gated_delta_rule
+from kernels import gated_delta_rule
 from kernels.delta import DELTA_BACKENDS
 from mixers.layers import (Mixer, RMSNorm, ShortConv, dt_bias_init, full_precision, l2_norm, residual_out,
                            short_conv_step)
-from mixers.options import check_bool, check_choice, check_int, check_range, head_dim_of
+from mixers.options import check_bool, check_int, check_kernel_choices, check_range, head_dim_of
 
 
 @dataclass
@@ -53,9 +53,7 @@ class DeltaNetOptions:
             check_int(mixer, name, getattr(self, name), 1)
         for name in ("conv", "output_gate"):
             check_bool(mixer, name, getattr(self, name))
-        check_choice(mixer, "alignment", self.alignment, ALIGNMENTS)
-        check_choice(mixer, "timing", self.timing, TIMINGS)
-        check_choice(mixer, "backend", self.backend, tuple(DELTA_BACKENDS))
+        check_kernel_choices(mixer, self.alignment, self.timing, self.backend, tuple(DELTA_BACKENDS))
         check_range(mixer, "norm_eps", self.norm_eps, 0.0, float("inf"), low_open=True)
         check_range(mixer, "beta_max", self.beta_max, 0.0, 2.0, low_open=True)
 

@@ -18,10 +18,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from kernels import ALIGNMENTS, TIMINGS, linear_attention
+from kernels import linear_attention
 from kernels.linear_attention import BACKENDS as LINEAR_BACKENDS
 from mixers.layers import Mixer, ShortConv, dt_bias_init, full_precision, residual_out, rms_norm
-from mixers.options import check_bool, check_choice, check_int, check_range
+from mixers.options import check_bool, check_int, check_kernel_choices, check_range
 
 
 @dataclass
@@ -57,9 +57,7 @@ class Mamba2Options:
         check_range(mixer, "dt_init_floor", self.dt_init_floor, 0.0, float("inf"), low_open=True)
         check_range(mixer, "A_init_min", self.A_init_min, 0.0, float("inf"), low_open=True)
         check_range(mixer, "A_init_max", self.A_init_max, self.A_init_min, float("inf"))
-        check_choice(mixer, "alignment", self.alignment, ALIGNMENTS)
-        check_choice(mixer, "timing", self.timing, TIMINGS)
-        check_choice(mixer, "backend", self.backend, tuple(LINEAR_BACKENDS))
+        check_kernel_choices(mixer, self.alignment, self.timing, self.backend, tuple(LINEAR_BACKENDS))
         check_range(mixer, "norm_eps", self.norm_eps, 0.0, float("inf"), low_open=True)
 
 

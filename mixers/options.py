@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, TypeVar
 
+from kernels.common.checks import check_sequence_options
+
 T = TypeVar("T")
 
 
@@ -29,6 +31,15 @@ def check_choice(mixer: str, name: str, value: object, accepted: tuple[str, ...]
     """``value`` must be one of ``accepted``."""
     if value not in accepted:
         raise ValueError(f"mixer {mixer!r}: {name}={value!r}; accepted: {', '.join(accepted)}")
+
+
+def check_kernel_choices(mixer: str, alignment: str, timing: str, backend: str, backends: tuple[str, ...]) -> None:
+    """A recurrent mixer's write pairing, read timing and backend must be ones its kernels take (the ops' own
+    check, its error naming the mixer)."""
+    try:
+        check_sequence_options(alignment=alignment, timing=timing, backend=backend, backends=backends)
+    except ValueError as err:
+        raise ValueError(f"mixer {mixer!r}: {err}") from None
 
 
 def check_int(mixer: str, name: str, value: object, minimum: int) -> None:

@@ -18,10 +18,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from kernels import ALIGNMENTS, TIMINGS, linear_attention
+from kernels import linear_attention
 from kernels.linear_attention import BACKENDS as LINEAR_BACKENDS
 from mixers.layers import Mixer, full_precision, residual_out, rms_norm, rotary
-from mixers.options import check_bool, check_choice, check_int, check_range, head_dim_of
+from mixers.options import check_bool, check_int, check_kernel_choices, check_range, head_dim_of
 
 
 @dataclass
@@ -42,9 +42,7 @@ class RetNetOptions:
         check_int(mixer, "value_factor", self.value_factor, 1)
         check_bool(mixer, "rope", self.rope)
         check_range(mixer, "rope_base", self.rope_base, 1.0, float("inf"), low_open=True)
-        check_choice(mixer, "alignment", self.alignment, ALIGNMENTS)
-        check_choice(mixer, "timing", self.timing, TIMINGS)
-        check_choice(mixer, "backend", self.backend, tuple(LINEAR_BACKENDS))
+        check_kernel_choices(mixer, self.alignment, self.timing, self.backend, tuple(LINEAR_BACKENDS))
         check_int(mixer, "chunk_size", self.chunk_size, 1)
         check_range(mixer, "norm_eps", self.norm_eps, 0.0, float("inf"), low_open=True)
 
