@@ -14,7 +14,6 @@ its logits, and the padded positions are never read.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -23,6 +22,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from lab.eval.perplexity import MeanNLL
 
 if TYPE_CHECKING:
     import tiktoken
@@ -39,8 +40,9 @@ class Example:
 
 
 @dataclass
-class LastWord:
-    """`correct` of `examples` last words right, and the summed NLL (nats) over their `tokens` tokens."""
+class LastWord(MeanNLL):
+    """`correct` of `examples` last words right, and the summed NLL (nats) over their `tokens` tokens (its
+    `ppl` is the last-word perplexity)."""
 
     name: str
     correct: int
@@ -52,16 +54,6 @@ class LastWord:
     def accuracy(self) -> float:
         """Share of examples whose every target token is the argmax, in percent."""
         return 100.0 * self.correct / self.examples
-
-    @property
-    def nll(self) -> float:
-        """Mean negative log-likelihood per target token, in nats."""
-        return self.nll_sum / self.tokens
-
-    @property
-    def ppl(self) -> float:
-        """Last-word perplexity: exp of the mean NLL over target tokens."""
-        return math.exp(self.nll)
 
 
 def split_last_word(text: str, where: str = "text") -> tuple[str, str]:

@@ -22,11 +22,9 @@ from torch import nn
 RESULTS_FILE = "perplexity.json"
 
 
-@dataclass
-class Perplexity:
-    """Summed NLL (nats) over `tokens` predicted tokens, and its exp-mean."""
+class MeanNLL:
+    """The mean NLL and perplexity of a result holding `nll_sum` (nats) over `tokens` tokens."""
 
-    name: str
     nll_sum: float
     tokens: int
 
@@ -39,6 +37,15 @@ class Perplexity:
     def ppl(self) -> float:
         """exp of the mean NLL."""
         return math.exp(self.nll)
+
+
+@dataclass
+class Perplexity(MeanNLL):
+    """Summed NLL (nats) over `tokens` predicted tokens, and its exp-mean."""
+
+    name: str
+    nll_sum: float
+    tokens: int
 
 
 def read_texts(path: str | Path) -> list[str]:
