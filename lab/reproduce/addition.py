@@ -28,12 +28,12 @@ from lab.reproduce.addition_rows import (
     ROW_NAMES,
     ROW_SETTINGS,
     ROWS,
-    Row,
 )
 from lab.reproduce.addition_table import write_tables
 from lab.reproduce.jobs import Job, Outcome
 from lab.reproduce.launch import Campaign, run_campaign, visible_gpus
 from lab.reproduce.names import pick_preset, pick_rows
+from lab.reproduce.rows import Row
 from lab.runs import run_dir_for
 
 if TYPE_CHECKING:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from lab.reproduce.rows import Row
+
 # Reproduce preset -> (lab preset, settings over it). `packed` is `paper` with widths 1 -> 32 over the first
 # 1500 of 2000 steps and rows of 256 positions packed with whole samples (2.6 times the 99 of the widest one).
 PACKED = ("data.curriculum=linear", "data.start_width=1", "data.ramp_steps=1500", "data.packing=true",
@@ -46,16 +48,7 @@ class PaperNumbers:
     acc48: float
 
 
-@dataclass(frozen=True)
-class Row:
-    """A table row: the registry mixer it trains, its label, and the paper's numbers when it has them."""
-
-    name: str
-    label: str
-    paper: PaperNumbers | None = None
-
-
-ROWS: tuple[Row, ...] = (
+ROWS: tuple[Row[PaperNumbers], ...] = (
     Row("transformer", "Transformer (RoPE)", PaperNumbers(2000, 100.0, 65.8, 97.0, 49.0)),
     Row("retnet", "RetNet", PaperNumbers(2000, 99.7, 82.9, 99.0, 63.0)),
     Row("mamba2", "Mamba-2", PaperNumbers(2000, 100.0, 75.2, 100.0, 51.0)),

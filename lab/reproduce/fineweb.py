@@ -15,11 +15,12 @@ from pathlib import Path
 
 from lab.config import load_config
 from lab.paths import results_root
-from lab.reproduce.fineweb_rows import PRESETS, ROWS, Row
+from lab.reproduce.fineweb_rows import PRESETS, ROWS
 from lab.reproduce.fineweb_table import write_tables
 from lab.reproduce.jobs import Job, Outcome
 from lab.reproduce.launch import Campaign, run_campaign
 from lab.reproduce.names import pick_preset, pick_rows
+from lab.reproduce.rows import Row
 
 DATA_HINT = "make one with `lab data fineweb --parquet FILES --tokenizer gpt2.tiktoken --out {path}`"
 

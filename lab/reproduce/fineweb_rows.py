@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from lab.reproduce.rows import Row
+
 # Reproduce preset -> (lab preset, settings over it). `tiny` keeps the 124M preset's task, optimiser
 # and data layout but shrinks the model, rows and schedule so the whole pipeline runs on a CPU.
 PRESETS: dict[str, tuple[str, tuple[str, ...]]] = {
@@ -29,18 +31,9 @@ class PaperNumbers:
     fineweb: float
 
 
-@dataclass(frozen=True)
-class Row:
-    """A table row: the registry mixer it trains, its label, and the paper's numbers when it has them."""
-
-    name: str
-    label: str
-    paper: PaperNumbers | None = None
-
-
 # Table 1 of the paper's text in shared/paper lists Falcon-3A.3 and no Falcon-1.3; the Falcon-1.3 numbers are
 # SPEC §4's (the project's reference for the paper's numbers), kept so the regression rule has its anchor.
-ROWS: tuple[Row, ...] = (
+ROWS: tuple[Row[PaperNumbers], ...] = (
     Row("transformer", "Transformer", PaperNumbers(33.25, 47.43, 17.38)),
     Row("retnet", "RetNet", PaperNumbers(36.86, 65.16, 18.79)),
     Row("mamba2", "Mamba-2", PaperNumbers(34.53, 48.74, 17.70)),
