@@ -127,8 +127,9 @@ def main() -> None:
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("whole sequences right (%)")
     axes[0].legend(fontsize=8, loc="upper right")
-    fig.suptitle("Running parity, toy size on a CPU: trained on lengths 1–16 (shaded), mean over seeds "
-                 "(band: min–max), bound 1 keeps every eigenvalue ≥ 0, bound 2 lets it reach −1", fontsize=10)
+    fig.suptitle("Running parity, toy size on a CPU, trained on lengths 1–16 (shaded); mean over seeds, band min–max. "
+                 "Gain bound 1: β (or η‖x‖²) < 1; bound 2: < 2, so the eigenvalue 1 − β along the key can be negative",
+                 fontsize=10)
     fig.savefig(HERE / "lengths.png", dpi=110)
 
 
