@@ -1,13 +1,31 @@
 """`lab eval`: evaluate a trained run."""
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 app = typer.Typer(help="Evaluate trained runs: addition extrapolation accuracy, perplexity, LAMBADA last-word "
                         "accuracy, lm-evaluation-harness tasks.")
 
+
+
+def run_tokenizer(cfg: Any, tokenizer: Path | None, folder: Path | None, missing: str) -> Any:
+    """The tokenizer a run's text is read with: `tokenizer` if given, else the one the shard manifest in `folder`
+    names. ValueError (`missing` when there is neither) when it has more ids than the run's vocabulary."""
+    from lab.train.data import vocab_size
+    from tasks.fineweb import load_tokenizer, read_manifest
+
+    if tokenizer is None:
+        manifest = read_manifest(folder) if folder is not None else None
+        if manifest is None:
+            raise ValueError(missing)
+        tokenizer = Path(manifest["settings"]["tokenizer"])
+    enc = load_tokenizer(tokenizer)
+    if enc.n_vocab > vocab_size(cfg):
+        raise ValueError(f"tokenizer {tokenizer} has {enc.n_vocab} ids, more than the run's vocabulary of "
+                         f"{vocab_size(cfg)}")
+    return enc
 
 
 def columns(val: range, held_out: range) -> tuple[tuple[str, str], ...]:
@@ -128,8 +146,6 @@ def ppl(
     from tasks.fineweb import (
         encode_documents,
         find_shards,
-        load_tokenizer,
-        read_manifest,
         read_shard,
     )
 
@@ -146,15 +162,8 @@ def ppl(
             tokens = np.concatenate([read_shard(p, vocab_size(cfg)) for p in find_shards(folder, "val")])
             sources.append(("fineweb-edu-val", str(folder), tokens))
         if text:
-            if tokenizer is None:
-                manifest = read_manifest(folder) if folder is not None else None
-                if manifest is None:
-                    raise ValueError("--text needs --tokenizer FILE.tiktoken (no shard manifest names one)")
-                tokenizer = Path(manifest["settings"]["tokenizer"])
-            enc = load_tokenizer(tokenizer)
-            if enc.n_vocab > vocab_size(cfg):
-                raise ValueError(f"tokenizer {tokenizer} has {enc.n_vocab} ids, more than the run's "
-                                 f"vocabulary of {vocab_size(cfg)}")
+            enc = run_tokenizer(cfg, tokenizer, folder,
+                                "--text needs --tokenizer FILE.tiktoken (no shard manifest names one)")
             for path in text:
                 sources.append((path.stem, str(path), encode_documents(enc, read_texts(path))))
         results = [stream_nll(loaded.model, tokens, length, name, max_tokens, batch_size, device)
@@ -191,8 +200,6 @@ def lambada(
     from lab.eval.perplexity import read_texts
     from lab.eval.run_weights import load_run_model
     from lab.train.data import seq_len as run_seq_len
-    from lab.train.data import vocab_size
-    from tasks.fineweb import load_tokenizer, read_manifest
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:
@@ -201,15 +208,8 @@ def lambada(
         loaded = load_run_model(run, "last", device)
         cfg = loaded.cfg
         length = max_len if max_len is not None else run_seq_len(cfg)
-        if tokenizer is None:
-            manifest = read_manifest(Path(cfg.data.path)) if cfg.data.path else None
-            if manifest is None:
-                raise ValueError("give --tokenizer FILE.tiktoken (the run's data.path has no manifest naming one)")
-            tokenizer = Path(manifest["settings"]["tokenizer"])
-        enc = load_tokenizer(tokenizer)
-        if enc.n_vocab > vocab_size(cfg):
-            raise ValueError(f"tokenizer {tokenizer} has {enc.n_vocab} ids, more than the run's "
-                             f"vocabulary of {vocab_size(cfg)}")
+        enc = run_tokenizer(cfg, tokenizer, Path(cfg.data.path) if cfg.data.path else None,
+                            "give --tokenizer FILE.tiktoken (the run's data.path has no manifest naming one)")
         texts = read_texts(file)[:max_examples]
         result = last_word_scores(loaded.model, encode_examples(enc, texts, file.name), length, "lambada",
                                   batch_size, device)
@@ -260,8 +260,6 @@ def harness(
     from lab.eval.harness import RunLM, evaluate, record, task_metrics
     from lab.eval.run_weights import load_run_model
     from lab.train.data import seq_len as run_seq_len
-    from lab.train.data import vocab_size
-    from tasks.fineweb import load_tokenizer, read_manifest
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:
@@ -273,15 +271,8 @@ def harness(
         loaded = load_run_model(run, "last", device)
         cfg = loaded.cfg
         length = max_len if max_len is not None else run_seq_len(cfg)
-        if tokenizer is None:
-            manifest = read_manifest(Path(cfg.data.path)) if cfg.data.path else None
-            if manifest is None:
-                raise ValueError("give --tokenizer FILE.tiktoken (the run's data.path has no manifest naming one)")
-            tokenizer = Path(manifest["settings"]["tokenizer"])
-        enc = load_tokenizer(tokenizer)
-        if enc.n_vocab > vocab_size(cfg):
-            raise ValueError(f"tokenizer {tokenizer} has {enc.n_vocab} ids, more than the run's "
-                             f"vocabulary of {vocab_size(cfg)}")
+        enc = run_tokenizer(cfg, tokenizer, Path(cfg.data.path) if cfg.data.path else None,
+                            "give --tokenizer FILE.tiktoken (the run's data.path has no manifest naming one)")
         scorer = RunLM(loaded.model, enc, length, batch_size, device)
         results = evaluate(scorer, names, num_fewshot, limit, include_path, seed, bootstrap_iters)
     except (ValueError, ConfigError) as err:
