@@ -1,0 +1,87 @@
+"""MQAR recall against model width (`run.sh` beside this file): a table over seeds and zoology's figure, whole-
+sequence accuracy (every answer right) at each run's best step against d_model, on the train lengths and on the
+held-out ones.
+
+    python records/tasks/mqar_width/study.py [RESULTS]   # RESULTS holds runs/ (default: this folder); writes here
+"""
+
+from __future__ import annotations
+
+import csv
+import statistics
+import sys
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+
+HERE = Path(__file__).resolve().parent
+MIXERS = (("transformer", "Transformer", "tab:grey"), ("deltanet", "DeltaNet", "tab:green"),
+          ("falcon-1a.3", "Falcon-1A.3", "tab:blue"), ("falcon-1.3", "Falcon-1.3", "tab:orange"))
+WIDTHS = (32, 64, 128)
+
+
+def best(run: Path) -> dict | None:
+    path = run / "evals.csv"
+    rows = list(csv.DictReader(open(path))) if path.exists() else []
+    return max(rows, key=lambda r: (float(r["val_acc"]), -int(r["step"]))) if rows else None
+
+
+def main() -> None:
+    results = Path(sys.argv[1]) if len(sys.argv) > 1 else HERE
+    table = []
+    for mixer, label, _ in MIXERS:
+        for d in WIDTHS:
+            found = [b for b in (best(r) for r in sorted((results / "runs").glob(f"{mixer}-d{d}-s*"))) if b]
+            if not found:
+                continue
+            val = [float(b["val_acc"]) for b in found]
+            held = [float(b["ood_mean"]) for b in found]
+            held_tok = [float(b["ood_token_mean"]) for b in found]
+            table.append({"mixer": mixer, "label": label, "d_model": d, "seeds": len(found), "val": val,
+                          "held": held, "held_tok": held_tok})
+    with open(HERE / "table.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["mixer", "d_model", "seeds", "val_acc_by_seed", "held_out_by_seed", "held_out_token_by_seed"])
+        for r in table:
+            w.writerow([r["mixer"], r["d_model"], r["seeds"], " ".join(f"{x:.1f}" for x in r["val"]),
+                        " ".join(f"{x:.1f}" for x in r["held"]), " ".join(f"{x:.1f}" for x in r["held_tok"])])
+
+    def ms(xs: list[float]) -> str:
+        return f"{statistics.mean(xs):.1f} ± {statistics.stdev(xs) if len(xs) > 1 else 0.0:.1f}"
+
+    lines = ["| model | d_model | seeds | val. acc. 16–32 tokens | held-out acc. 33–64 tokens | held-out per answer |",
+             "|---|---|---|---|---|---|"]
+    lines += [f"| {r['label']} | {r['d_model']} | {r['seeds']} | {ms(r['val'])} | {ms(r['held'])} | "
+              f"{ms(r['held_tok'])} |" for r in table]
+    (HERE / "table.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), sharey=True, layout="constrained")
+    for ax, key, title in ((axes[0], "val", "train lengths (16–32 tokens, 2–4 pairs)"),
+                           (axes[1], "held", "held out (33–64 tokens, 4–8 pairs)")):
+        for mixer, label, colour in MIXERS:
+            rows = [r for r in table if r["mixer"] == mixer]
+            if not rows:
+                continue
+            xs = [r["d_model"] for r in rows]
+            mean = [statistics.mean(r[key]) for r in rows]
+            lo = [m - min(r[key]) for m, r in zip(mean, rows)]
+            hi = [max(r[key]) - m for m, r in zip(mean, rows)]
+            ax.errorbar(xs, mean, yerr=[lo, hi], color=colour, marker="o", capsize=3, label=label)
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(WIDTHS, [str(d) for d in WIDTHS])
+        ax.set_xlabel("model width d_model")
+        ax.set_title(title, fontsize=10)
+        ax.set_ylim(-2, 102)
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("sequences with every answer right (%)")
+    axes[1].legend(fontsize=8, loc="upper left")
+    fig.suptitle("MQAR against model width at toy size on a CPU (2 layers, 600 steps); mean over seeds, bars "
+                 "min–max", fontsize=10)
+    fig.savefig(HERE / "width.png", dpi=110)
+
+
+if __name__ == "__main__":
+    main()
