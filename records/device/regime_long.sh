@@ -8,7 +8,8 @@
 # chunks of 64 and of 32 tokens, then `chunk_probe.py` on both runs' best weights (the rule computed other ways).
 # `bash regime_long.sh graphs`: the fused kernels' and the graphed step's GPU tests, `graph_check.py` (one step's
 # gradient eager, compiled, graphed, against the rule token by token), then falcon-1.3 at chunks of 32 compiled
-# without CUDA graphs (does the width-9 wall stay?). Run from the repository root with LAB_COMMIT set; writes $OUT/long.tgz and prints a table.
+# without CUDA graphs (does the width-9 wall stay?).
+# Run from the repository root with LAB_COMMIT set; writes $OUT/long.tgz and prints a table.
 set -u
 VARIANT=${1:-plain}
 export PYTHONUNBUFFERED=1
@@ -69,14 +70,6 @@ for name in os.environ["NAMES"].split():
         print(f"  last logged step {m[-1]['step']} at {float(m[-1]['elapsed_s']):.0f} s")
 PY
 cat $W/times.txt
-if [ "$VARIANT" = graphs ]; then
-  # the fused kernels moved to kernels/{common,regression,inner_product,window}: their GPU tests first
-  timeout 240 python -m pytest -q -x -m gpu tests/test_triton_regression.py tests/test_triton_inner_product.py \
-    tests/test_train.py -k "not follows_the_eager_loss_curve" 2>&1 | tail -15 | tee "$OUT/gpu_tests.txt"
-  python records/device/graph_check.py --mixers falcon-1.3,falcon-1a.3,deltanet --chunk 32 2>&1 | tee "$OUT/graph_check.txt"
-  NAMES="f13-c32-nograph"
-  one f13-c32-nograph $RUN_S falcon-1.3 --max-steps 2400 --set data.ramp_steps=1000 --set train.val_every=200 \
-    --set train.compile=true --set model.mixer_options.chunk_size=32
-elif [ "$VARIANT" = chunk ]; then
+if [ "$VARIANT" = chunk ]; then
   python records/device/chunk_probe.py $W/runs/f13-c64 $W/runs/f13-c32 --widths 14-24 2>&1 | tee "$OUT/probe.txt"
 fi
