@@ -6,9 +6,10 @@
 # `bash regime_long.sh abacus` (second call): the same two runs with digit positions (model.abacus=32), no
 # isolated check. `bash regime_long.sh chunk` (third call): falcon-1.3 over 2400 steps trained with the rule's
 # chunks of 64 and of 32 tokens, then `chunk_probe.py` on both runs' best weights (the rule computed other ways).
-# `bash regime_long.sh graphs`: the fused kernels' and the graphed step's GPU tests, `graph_check.py` (one step's
-# gradient eager, compiled, graphed, against the rule token by token), then falcon-1.3 at chunks of 32 compiled
-# without CUDA graphs (does the width-9 wall stay?).
+# `bash regime_long.sh graphs`: the fused kernels' and the graphed step's GPU tests, then `graph_check.py` (one
+# step's gradient eager, compiled, graphed, against the rule token by token): about 9 minutes at most.
+# `bash regime_long.sh nograph`: falcon-1.3 at chunks of 32 and of 64 as in the chunk call, compiled without CUDA
+# graphs (do the walls at widths 8 and 19 stay?).
 # Run from the repository root with LAB_COMMIT set; writes $OUT/long.tgz and prints a table.
 set -u
 VARIANT=${1:-plain}
@@ -31,10 +32,14 @@ if [ "$VARIANT" = graphs ]; then
   # the fused kernels moved to kernels/{common,regression,inner_product,window}: their GPU tests first
   timeout 240 python -m pytest -q -x -m gpu tests/test_triton_regression.py tests/test_triton_inner_product.py \
     tests/test_train.py -k "not follows_the_eager_loss_curve" 2>&1 | tail -15 | tee "$OUT/gpu_tests.txt"
-  python records/device/graph_check.py --mixers falcon-1.3,falcon-1a.3,deltanet --chunk 32 2>&1 | tee "$OUT/graph_check.txt"
-  NAMES="f13-c32-nograph"
-  one f13-c32-nograph $RUN_S falcon-1.3 --max-steps 2400 --set data.ramp_steps=1000 --set train.val_every=200 \
-    --set train.compile=true --set model.mixer_options.chunk_size=32
+  timeout 300 python records/device/graph_check.py --mixers falcon-1.3,falcon-1a.3,deltanet --chunk 32 --batch 32 \
+    2>&1 | tee "$OUT/graph_check.txt"
+  NAMES=""
+elif [ "$VARIANT" = nograph ]; then
+  NAMES="f13-c32-nograph f13-c64-nograph"
+  FAST="--max-steps 2400 --set data.ramp_steps=1000 --set train.val_every=200 --set train.compile=true"
+  one f13-c32-nograph $RUN_S falcon-1.3 $FAST --set model.mixer_options.chunk_size=32
+  one f13-c64-nograph $RUN_S falcon-1.3 $FAST
 elif [ "$VARIANT" = chunk ]; then
   NAMES="f13-c64 f13-c32"
   FAST="--max-steps 2400 --set data.ramp_steps=1000 --set train.val_every=200 --set train.compile=true --set train.cuda_graphs=true"
