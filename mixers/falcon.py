@@ -49,6 +49,7 @@ from mixers.options import check_bool, check_choice, check_int, check_range, hea
 GAINS = ("ctx_beta", "ctx_eta", "const_beta")
 RIDGES = ("ctx_lambda", "const_lambda")
 QK_NORMS = ("rmsnorm", "l2", "none")
+RULE_DTYPES = ("input", "float32")
 
 
 @dataclass
@@ -76,6 +77,10 @@ class FalconOptions:
     timing: str = "raw"
     backend: str = "auto"  # the fused Triton kernels on a GPU where they cover the rule, else the chunk form
     chunk_size: int = 64
+    # the dtype q, k, v and the gates enter the rule in: "input" keeps the projections' (bf16 under bf16-mixed,
+    # so the fused kernels round their matmul operands and the UT solve to bf16); "float32" casts them first
+    # (the kernels then multiply at tf32x3, about fp32)
+    rule_dtype: str = "input"
     window_block: int = 64  # falcon-3's chunk form: chunks of max(4, window_block // window) tokens (≤ chunk_size)
     output_gate: bool = True
     head_dim: int | None = None
@@ -85,6 +90,7 @@ class FalconOptions:
         check_choice(mixer, "qk_norm", self.qk_norm, QK_NORMS)
         check_choice(mixer, "gain", self.gain, GAINS)
         check_choice(mixer, "ridge", self.ridge, RIDGES)
+        check_choice(mixer, "rule_dtype", self.rule_dtype, RULE_DTYPES)
         try:  # the rule's options, by the op's own checks
             check_sequence_options(alignment=self.alignment, timing=self.timing, backend=self.backend,
                                    backends=("auto", *BACKENDS), chunk_size=self.chunk_size)
@@ -154,6 +160,12 @@ class FalconMixer(Mixer):
         """The gates' first tensor as the op takes it: the gain β (ctxβ, constant β), or the step size η (ctxη)."""
         return {("eta" if self.opts.gain == "ctx_eta" else "beta") + suffix: gain}
 
+    def _rule_inputs(self, *ts: Tensor) -> tuple[Tensor, ...]:
+        """The rule's inputs in ``rule_dtype``: half-precision ones cast to float32 where it says so."""
+        if self.opts.rule_dtype == "float32" and ts[0].dtype in (torch.bfloat16, torch.float16):
+            return tuple(t.float() for t in ts)
+        return ts
+
     def _featurise(self, q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """``[..., H·D]`` -> per-head ``[..., H, D]`` with QK-norm and optional VNorm."""
         q, k, v = (t.unflatten(-1, (self.n_heads, self.head_dim)) for t in (q, k, v))
@@ -213,6 +225,7 @@ class FalconMixer(Mixer):
             starts = first.flatten().nonzero().flatten()
             cu_seqlens = torch.cat([starts, starts.new_full((1,), B * L)])
             q, k, v, gain, lam = (t.flatten(0, 1)[None] for t in (q, k, v, gain, lam))
+        q, k, v, gain, lam = self._rule_inputs(q, k, v, gain, lam)
         with full_precision(q):
             o, _ = fast_weight_rule(q, k, v, lam=lam, **self._drive(gain), backend=self.opts.backend,
                                     chunk_size=self.chunk_size, cu_seqlens=cu_seqlens, **self._rule_options())
@@ -233,6 +246,7 @@ class FalconMixer(Mixer):
             q, k, v = mixed
         q, k, v = self._featurise(q, k, v)
         gain, lam = self._gates(x)
+        q, k, v, gain, lam = self._rule_inputs(q, k, v, gain, lam)
         with full_precision(q):
             o, state = fast_weight_rule(q, k, v, lam=lam, **self._drive(gain), backend=self.opts.backend,
                                         chunk_size=self.chunk_size, initial_state=cache["state"],

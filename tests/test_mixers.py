@@ -396,3 +396,32 @@ def test_ops_run_without_autocast(name, monkeypatch):
     assert y.dtype == torch.bfloat16
     y.float().square().mean().backward()
     assert torch.isfinite(y).all() and torch.isfinite(x.grad).all()
+
+
+@pytest.mark.parametrize("name", ["falcon-1.3", "falcon-2a"])
+def test_rule_dtype_float32_hands_the_rule_float32_inputs(name, monkeypatch):
+    """``rule_dtype="float32"`` casts bf16 q, k, v and gates to float32 before the rule (the fused kernels then
+    multiply at about fp32, not with bf16 operands); ``"input"`` leaves them bf16; float32 models are untouched."""
+    from mixers import falcon
+
+    seen = []
+    real = falcon.fast_weight_rule
+
+    def spy(q, k, v, **kw):
+        seen.append((q.dtype, k.dtype, v.dtype, kw["lam"].dtype))
+        return real(q, k, v, **kw)
+
+    monkeypatch.setattr(falcon, "fast_weight_rule", spy)
+    x = inputs(torch.float32)
+    for rule_dtype, want in (("input", torch.bfloat16), ("float32", torch.float32)):
+        seen.clear()
+        mixer = make(name, torch.float32, rule_dtype=rule_dtype, backend="chunk")
+        with torch.autocast("cpu", torch.bfloat16):
+            y = mixer(x)
+        assert {d for s in seen for d in s[:3]} == {want} and torch.isfinite(y).all()
+        y.float().sum().backward()  # the cast keeps the graph: gradients reach the projections
+        assert mixer.q_proj.weight.grad is not None
+    y32 = make(name, torch.float32, rule_dtype="float32", backend="chunk")(x)
+    torch.testing.assert_close(y32, make(name, torch.float32, backend="chunk")(x), rtol=0, atol=0)
+    with pytest.raises(ValueError, match="rule_dtype"):
+        make(name, rule_dtype="bf16")

@@ -4,7 +4,8 @@ of each mixer given; every way of running it is compared with the same model who
 token in PyTorch (backend "recurrent": no chunks, no Triton), all under bf16 autocast as in training. Printed: the
 loss, and the relative error of the whole gradient and of the token embedding's gradient (which carries what the
 rule passes across chunks back to the inputs) against that reference. A step whose gradient loses what crosses a
-chunk boundary shows an error far above bf16's ~1e-2.
+chunk boundary shows an error far above bf16's ~1e-2. The last row feeds the fused kernels float32 inputs
+(`rule_dtype="float32"`) rather than the projections' bf16.
 
     python records/device/graph_check.py [--mixers falcon-1.3,falcon-1a.3] [--batch 64] [--chunk 64]
 """
@@ -27,11 +28,14 @@ from mixers.falcon import FalconMixer
 from tasks.addition.batches import make_batch
 
 
-def set_backend(model: torch.nn.Module, backend: str) -> None:
-    """Every mixer with a `backend` option (the Falcon rules, DeltaNet) computes its rule with `backend`."""
+def set_backend(model: torch.nn.Module, backend: str, rule_dtype: str = "input") -> None:
+    """Every mixer with a `backend` option (the Falcon rules, DeltaNet) computes its rule with `backend` (and
+    the Falcon rules take their inputs in `rule_dtype`)."""
     for m in model.modules():
         if hasattr(getattr(m, "opts", None), "backend"):
             m.opts = replace(m.opts, backend=backend)
+        if hasattr(getattr(m, "opts", None), "rule_dtype"):
+            m.opts = replace(m.opts, rule_dtype=rule_dtype)
 
 
 def grads(model: torch.nn.Module, forward, ids: torch.Tensor, labels: torch.Tensor, autocast: bool):
@@ -81,10 +85,12 @@ def main() -> None:
         fast = "triton" if any(isinstance(m, FalconMixer) for m in model.modules()) else "chunk"
         ways = [("chunk", "eager")] + ([(fast, how) for how in ("eager", "graph", "compile", "compile+graph")
                                         if (fast, how) != ("chunk", "eager")] if gpu else [])
+        if fast == "triton":  # the fused kernels fed float32 (rule_dtype) rather than the projections' bf16
+            ways.append((fast, "eager fp32 rule") if gpu else ("chunk", "eager fp32 rule"))
         for backend, how in ways:
-            set_backend(model, backend)
+            set_backend(model, backend, "float32" if how.endswith("fp32 rule") else "input")
             try:
-                if how == "eager":
+                if how.startswith("eager"):
                     fwd = model
                 elif how == "compile":
                     fwd = torch.compile(model)
@@ -92,7 +98,7 @@ def main() -> None:
                     fwd = capture(model, tuple(ids.shape), "bf16-mixed", device)
                 else:
                     fwd = capture(torch.compile(model), tuple(ids.shape), "bf16-mixed", device)
-                loss, g = grads(model, fwd, ids, labels, gpu and how in ("eager", "compile"))
+                loss, g = grads(model, fwd, ids, labels, gpu and not how.endswith("graph"))
                 if how.endswith("graph"):  # a replay, not the captured pass: run it twice, keep the second
                     loss, g = grads(model, fwd, ids, labels, False)
                 rows.append((f"{backend} {how}", loss, rel(g, ref), rel(g, ref, emb)))

@@ -10,6 +10,9 @@
 # step's gradient eager, compiled, graphed, against the rule token by token): about 9 minutes at most.
 # `bash regime_long.sh nograph`: falcon-1.3 at chunks of 32 and of 64 as in the chunk call, compiled without CUDA
 # graphs (do the walls at widths 8 and 19 stay?).
+# `bash regime_long.sh precision`: graph_check for falcon-1.3 at chunks of 32 (with the fp32-fed row), then three
+# falcon-1.3 runs at chunks of 32 at once, compiled without graphs: the fused kernels fed bf16 (as before), fed
+# float32 (`rule_dtype=float32`), and the PyTorch chunk form.
 # Run from the repository root with LAB_COMMIT set; writes $OUT/long.tgz and prints a table.
 set -u
 VARIANT=${1:-plain}
@@ -35,6 +38,19 @@ if [ "$VARIANT" = graphs ]; then
   timeout 300 python records/device/graph_check.py --mixers falcon-1.3,falcon-1a.3,deltanet --chunk 32 --batch 32 \
     2>&1 | tee "$OUT/graph_check.txt"
   NAMES=""
+elif [ "$VARIANT" = precision ]; then
+  # does the wall at width 8 (chunks of 32) come from the fused kernels' bf16 operands? graph_check with the
+  # fp32-fed row, then three runs at once, compiled without graphs: bf16-fed kernels (as every run so far),
+  # fp32-fed kernels (rule_dtype), and the PyTorch chunk form (fp32 throughout)
+  timeout 120 python records/device/graph_check.py --mixers falcon-1.3 --chunk 32 --batch 32 2>&1 \
+    | grep -v Warning | tee "$OUT/graph_check.txt"
+  NAMES="f13-c32-bf16 f13-c32-fp32 f13-c32-torch"
+  FAST="--max-steps 2400 --set data.ramp_steps=1000 --set train.val_every=200 --set train.compile=true
+    --set model.mixer_options.chunk_size=32"
+  one f13-c32-bf16 $RUN_S falcon-1.3 $FAST &
+  one f13-c32-fp32 $RUN_S falcon-1.3 $FAST --set model.mixer_options.rule_dtype=float32 &
+  one f13-c32-torch $RUN_S falcon-1.3 $FAST --set model.mixer_options.backend=chunk &
+  wait
 elif [ "$VARIANT" = nograph ]; then
   NAMES="f13-c32-nograph f13-c64-nograph"
   FAST="--max-steps 2400 --set data.ramp_steps=1000 --set train.val_every=200 --set train.compile=true"
