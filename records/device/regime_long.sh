@@ -12,7 +12,8 @@
 # graphs (do the walls at widths 8 and 19 stay?).
 # `bash regime_long.sh precision`: graph_check for falcon-1.3 at chunks of 32 (with the fp32-fed row), then three
 # falcon-1.3 runs at chunks of 32 at once, compiled without graphs: the fused kernels fed bf16 (as before), fed
-# float32 (`rule_dtype=float32`), and the PyTorch chunk form.
+# float32 (`rule_dtype=float32`), and the PyTorch chunk form. `bash regime_long.sh seeds`: the bf16- and fp32-fed
+# runs again at seeds 1 and 2, four at once.
 # Run from the repository root with LAB_COMMIT set; writes $OUT/long.tgz and prints a table.
 set -u
 VARIANT=${1:-plain}
@@ -20,13 +21,13 @@ export PYTHONUNBUFFERED=1
 [ "$VARIANT" = plain ] && export OMP_NUM_THREADS=4
 W=/tmp/long; mkdir -p $W/runs
 STEPS=${STEPS:-5000}; RUN_S=${RUN_S:-235}; ISO_S=${ISO_S:-70}; KILL_S=${KILL_S:-20}
-BASE="--task addition --preset addition-paper --seed 0 --set data.curriculum=linear --set data.start_width=1
+BASE="--task addition --preset addition-paper --set data.curriculum=linear --set data.start_width=1
   --set data.packing=true --set data.seq_len=256 --set train.ckpt_every=100000 --set eval.n_per_length=50
   --set eval.free_per_length=0 --set optim.lr=3e-3 --no-progress"
 one() {  # name seconds mixer settings...
   local name=$1 secs=$2 mixer=$3; shift 3
   local t0=$(date +%s)
-  timeout --signal=INT --kill-after=$KILL_S $secs python -m lab train $BASE --mixer $mixer "$@" \
+  timeout --signal=INT --kill-after=$KILL_S $secs python -m lab train $BASE --seed ${SEED:-0} --mixer $mixer "$@" \
     --out $W/runs/$name --results $W/res_$name > $W/$name.log 2>&1
   echo "$name rc=$? wall_s=$(( $(date +%s) - t0 ))" | tee -a $W/times.txt
 }
@@ -50,6 +51,17 @@ elif [ "$VARIANT" = precision ]; then
   one f13-c32-bf16 $RUN_S falcon-1.3 $FAST &
   one f13-c32-fp32 $RUN_S falcon-1.3 $FAST --set model.mixer_options.rule_dtype=float32 &
   one f13-c32-torch $RUN_S falcon-1.3 $FAST --set model.mixer_options.backend=chunk &
+  wait
+elif [ "$VARIANT" = seeds ]; then
+  # the precision call's bf16- and fp32-fed runs again at seeds 1 and 2, four at once (is the wall at width 8 the
+  # fp32 rule's, or a seed's?)
+  NAMES="f13-c32-bf16-s1 f13-c32-fp32-s1 f13-c32-bf16-s2 f13-c32-fp32-s2"
+  FAST="--max-steps 2400 --set data.ramp_steps=1000 --set train.val_every=200 --set train.compile=true
+    --set model.mixer_options.chunk_size=32"
+  for s in 1 2; do
+    SEED=$s one f13-c32-bf16-s$s $RUN_S falcon-1.3 $FAST &
+    SEED=$s one f13-c32-fp32-s$s $RUN_S falcon-1.3 $FAST --set model.mixer_options.rule_dtype=float32 &
+  done
   wait
 elif [ "$VARIANT" = nograph ]; then
   NAMES="f13-c32-nograph f13-c64-nograph"
