@@ -1,6 +1,7 @@
 """The second figure of this folder: calls 4-6 (steps, digit positions, the rule's chunk size). Left, whole-answer
 accuracy on widths 1-32 against the step; right, accuracy per width at each run's last evaluation, with the
-widest sample that fits in one chunk of the rule (a width-n sample is 3n + 4 tokens) marked for chunks of 64 and 32.
+widest sample that fits in one chunk of the rule (a width-n sample is 3n + 4 tokens) marked for chunks of 64 and 32
+(a suspect that calls 7-9 ruled out: walls.py).
 
     python records/addition/regime-2026-12-02/cliffs.py   # writes cliffs.png beside it
 """
@@ -49,6 +50,6 @@ right.set_xlim(0.5, 32.5)
 right.set_title("Per width at each run's last evaluation", fontsize=10)
 for ax in (left, right):
     ax.grid(alpha=0.3)
-fig.suptitle("Addition, paper-size model on one H200: falcon-1.3 stops answering near the widest sample that fits one "
-             "chunk of its rule (64: width 20; 32: width 9)", fontsize=11)
+fig.suptitle("Addition, paper-size model on one H200: each run stops at a width of its own (5 to 19); calls 7-9 show "
+             "the rule's chunk size is not the cause (walls.png)", fontsize=11)
 fig.savefig(HERE / "cliffs.png", dpi=110)
