@@ -1,4 +1,5 @@
-"""`lab ablate alignment`: the 2×2 design of the paper's appendix C.5 (Fig. 11) on the addition track.
+"""`lab ablate alignment`: the 2×2 design of the paper's appendix C.5 (Fig. 11) on the addition track, or on a
+synthetic task (`task`: mqar, parity, permutation) with its tiny preset.
 
 Timing {RAW, RBW} × write pairing {shifted, same-time}. RAW reads the state after the step's write
 (the output at t reads S_t); RBW reads S_{t−1}, then writes. Shifted pairs the write feature
@@ -6,7 +7,8 @@ x_t = k_{t−1} with the target v_t (x_1 = 0); same-time pairs x_t = k_t with v_
 RAW/shifted; the baselines' own papers use RAW/same-time. Every recurrent mixer takes both as mixer
 options, so every cell is one run of the addition preset per seed, made by the reproduce machinery:
 run ids are config hashes, finished runs are skipped, unfinished ones resume. A cell equal to the
-mixer's default sets no option at all, so it is the very run `lab reproduce addition` makes.
+mixer's default sets no option at all, so it is the very run `lab reproduce addition` (or `lab reproduce
+<task>`) makes.
 """
 
 from __future__ import annotations
@@ -15,9 +17,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from lab.ablate.alignment_table import write_tables
+from lab.ablate.alignment_table import write_sequence_tables, write_tables
 from lab.ablate.cells import CELLS, OPTION_KEYS, Cell, cell_of, default_cell
-from lab.config import load_config
+from lab.config import SEQUENCE_TASKS, load_config
 from lab.paths import results_root
 from lab.reproduce.addition import check_preset
 from lab.reproduce.addition_rows import DEFAULT_SEEDS
@@ -27,6 +29,22 @@ from mixers import MIXERS, default_options
 
 # The mixers ablated by default: the paper's recurrent Falcon rows, then the recurrent baselines.
 DEFAULT_MIXERS = ("falcon-1a.3", "falcon-3a.3", "falcon-1.3", "deltanet", "gated-deltanet", "mamba2", "retnet")
+TASKS = ("addition", *SEQUENCE_TASKS)
+
+
+def check_task(task: str) -> str:
+    """`task` if the ablation runs on it; ValueError naming the accepted ones."""
+    if task not in TASKS:
+        raise ValueError(f"unknown task {task!r}; the ablation runs on: {', '.join(TASKS)}")
+    return task
+
+
+def task_preset(task: str, preset: str | None) -> str:
+    """The preset the ablation's runs start from: the addition campaign's (`paper` by default), or a synthetic
+    task's lab preset (`<task>-tiny` by default)."""
+    if task == "addition":
+        return preset or "paper"
+    return preset or f"{task}-tiny"
 
 
 def ablatable_mixers() -> list[str]:
@@ -61,12 +79,14 @@ def cell_overrides(mixer: str, cell: Cell) -> list[str]:
 
 
 def plan(preset: str, mixers: Sequence[str], seeds: int, max_steps: int | None = None,
-         overrides: Sequence[str] = ()) -> list[Job]:
-    """One job per (seed, mixer, cell), seed by seed, so that a whole grid of one seed comes first.
+         overrides: Sequence[str] = (), task: str = "addition") -> list[Job]:
+    """One job per (seed, mixer, cell), seed by seed, so that a whole grid of one seed comes first. For a
+    synthetic `task`, `preset` is a lab preset of that task (its tiny one by default).
 
-    Raises ValueError for a bad preset, seed count or an override of the options the cells set, and
+    Raises ValueError for a bad task, preset, seed count or an override of the options the cells set, and
     ConfigError for a bad override."""
-    name, settings = check_preset(preset)
+    check_task(task)
+    name, settings = check_preset(preset) if task == "addition" else (preset, ())
     if seeds < 1:
         raise ValueError(f"--seeds must be >= 1, got {seeds}")
     jobs = []
@@ -74,7 +94,7 @@ def plan(preset: str, mixers: Sequence[str], seeds: int, max_steps: int | None =
         for mixer in mixers:
             for cell in CELLS:
                 cfg = load_config(name, overrides=[*settings, *overrides, *cell_overrides(mixer, cell)],
-                                  task="addition", mixer=mixer, train__max_steps=max_steps, train__seed=seed)
+                                  task=task, mixer=mixer, train__max_steps=max_steps, train__seed=seed)
                 job = Job(cfg, label=f"{mixer} {cell.name}")
                 if cell_of(job) != cell:
                     raise ValueError("--set may not change model.mixer_options.timing or .alignment: "
@@ -83,30 +103,38 @@ def plan(preset: str, mixers: Sequence[str], seeds: int, max_steps: int | None =
     return jobs
 
 
-def default_out(preset: str, results: Path) -> Path:
-    """Where the tables go: `<results>/ablation` for the paper preset, `<results>/ablation/<preset>` else."""
+def default_out(preset: str, results: Path, task: str = "addition") -> Path:
+    """Where the tables go: `<results>/ablation` for addition's paper preset, `<results>/ablation/<preset>`
+    for another, `<results>/ablation/<task>` for a synthetic task's tiny preset (`<task>/<preset>` else)."""
+    if task != "addition":
+        base = results / "ablation" / task
+        return base if preset == f"{task}-tiny" else base / preset
     return results / "ablation" if preset == "paper" else results / "ablation" / preset
 
 
-def ablate_alignment(preset: str = "paper", mixers: Sequence[str] | None = None, seeds: int | None = None,
+def ablate_alignment(preset: str | None = "paper", mixers: Sequence[str] | None = None, seeds: int | None = None,
                      gpus: int = 1, max_steps: int | None = None, overrides: Sequence[str] = (),
                      results: str | Path | None = None, out: str | Path | None = None,
                      command: str = "lab ablate alignment",
                      on_done: Callable[[Outcome], Any] | None = None, per_gpu: int = 1,
-                     table_only: bool = False, gpus_per_run: int = 1) -> Campaign:
+                     table_only: bool = False, gpus_per_run: int = 1, task: str = "addition") -> Campaign:
     """Train the cells' runs not yet finished (up to `gpus` at once, each on `gpus_per_run` GPUs), then write
-    alignment.md, alignment.csv and alignment_per_width.csv to `out`, rewriting them after every run."""
-    seeds = DEFAULT_SEEDS.get(preset, 1) if seeds is None else seeds
+    alignment.md, alignment.csv and alignment_per_width.csv (a synthetic task: alignment_per_length.csv) to
+    `out`, rewriting them after every run."""
+    check_task(task)
+    preset = task_preset(task, preset)
+    default_seeds = DEFAULT_SEEDS.get(preset, 1) if task == "addition" else 3
+    seeds = default_seeds if seeds is None else seeds
     mixers = list(DEFAULT_MIXERS) if mixers is None else list(mixers)
     # The table holds every default mixer with finished runs (and the ones asked for now), as
     # `lab reproduce addition` holds every row.
     shown = list(dict.fromkeys([*DEFAULT_MIXERS, *mixers]))
-    everything = plan(preset, shown, seeds, max_steps, overrides)
+    everything = plan(preset, shown, seeds, max_steps, overrides, task)
     wanted = set(mixers)
     jobs = [j for j in everything if j.cfg.mixer in wanted]
     results = Path(results).resolve() if results is not None else results_root()
-    out = Path(out).resolve() if out is not None else default_out(preset, results)
-
-    return run_campaign(jobs, everything, write_tables, results, out, gpus, command, on_done,
+    out = Path(out).resolve() if out is not None else default_out(preset, results, task)
+    writer = write_tables if task == "addition" else write_sequence_tables
+    return run_campaign(jobs, everything, writer, results, out, gpus, command, on_done,
                         per_gpu=per_gpu, table_only=table_only,
                         gpus_per_run=gpus_per_run)

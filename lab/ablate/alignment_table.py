@@ -1,4 +1,5 @@
-"""The alignment ablation's tables from finished runs: alignment.md, alignment.csv, alignment_per_width.csv.
+"""The alignment ablation's tables from finished runs: alignment.md, alignment.csv, alignment_per_width.csv
+(on a synthetic task: alignment_per_length.csv).
 
 One row per mixer and cell: the addition table's numbers (each run at its best step, mean ± sample
 standard deviation over seeds) and, for each, the cell's mean minus the mean of the mixer's default
@@ -29,6 +30,7 @@ from lab.reproduce.addition_table import (
     split_of,
 )
 from lab.reproduce.jobs import Job
+from lab.reproduce.sequences import REACHED, best_of
 from lab.runs import atomic_write_text
 
 FILES = ("alignment.md", "alignment.csv", "alignment_per_width.csv")
@@ -193,4 +195,107 @@ def write_tables(jobs: Sequence[Job], results: Path, out: Path, command: str) ->
     atomic_write_text(out / "alignment.csv", frame.to_csv(index=False))
     atomic_write_text(out / "alignment_per_width.csv",
                       pd.DataFrame(per_width_rows(runs, results), columns=PER_WIDTH_COLUMNS).to_csv(index=False))
+    return len(runs)
+
+
+# A synthetic task's measures at each run's best step: (key of lab.reproduce.sequences' best record, column of
+# alignment.csv, header, decimals); the columns carry the addition table's names where they mean the same.
+SEQUENCE_COLUMNS = (("val_acc", "val_acc", "Val. acc.", 1), ("ood_mean", "ood_mean", "Held-out acc.", 1),
+                    ("val_token_acc", "token_val_acc", "Val. per token", 1),
+                    ("ood_token_mean", "token_ood_mean", "Held-out per token", 1), ("reach", "reach", "Reach", 1))
+PER_LENGTH_COLUMNS = ["row", "timing", "alignment", "cell", "seed", "run_id", "step", "length", "teacher_forced",
+                      "per_token"]
+
+
+def sequence_rows(jobs: Sequence[Job], runs: list[dict[str, Any]], bests: dict[str, dict[str, Any] | None]
+                  ) -> list[dict[str, Any]]:
+    """alignment.csv's rows for a synthetic task: one per mixer and cell of the plan, each measure's mean ± std
+    over seeds and its difference from the mixer's default cell."""
+    d = jobs[0].cfg.data
+    spans = {"val_lengths": f"{d.lengths[0]}–{d.lengths[1]}", "held_lengths": f"{d.test_lengths[0]}–{d.test_lengths[1]}"}
+    planned: dict[tuple[str, Any], int] = {}
+    for job in jobs:
+        key = (job.cfg.mixer, cell_of(job))
+        planned[key] = planned.get(key, 0) + 1
+    table = []
+    for mixer in dict.fromkeys(m for m, _ in planned):
+        default = default_cell(mixer)
+        records = {}
+        for cell in CELLS:
+            if (mixer, cell) not in planned:
+                continue
+            mine = [r for r in runs if r["job"].cfg.mixer == mixer and cell_of(r["job"]) == cell
+                    and bests.get(r["job"].run_id) is not None]
+            record: dict[str, Any] = {
+                "row": mixer, "model": label_of(mixer), "timing": cell.timing, "alignment": cell.alignment,
+                "cell": cell.name, "default": cell == default, "runs": len(mine), "planned": planned[(mixer, cell)],
+                "params": mine[0]["registry"]["n_params"] if mine else None,
+                "seeds": " ".join(str(r["seed"]) for r in mine), **spans}
+            for key, column, _, _ in SEQUENCE_COLUMNS:
+                values = [float(bests[r["job"].run_id][key]) for r in mine
+                          if bests[r["job"].run_id].get(key) is not None]
+                record[f"{column}_mean"], record[f"{column}_std"] = mean_std(values)
+            records[cell] = record
+        base = records.get(default)
+        for record in records.values():
+            for _, column, _, _ in SEQUENCE_COLUMNS:
+                mean = record[f"{column}_mean"]
+                ref = base[f"{column}_mean"] if base is not None else None
+                record[f"{column}_delta"] = None if mean is None or ref is None else mean - ref
+        table.extend(records.values())
+    return table
+
+
+def write_sequence_tables(jobs: Sequence[Job], results: Path, out: Path, command: str) -> int:
+    """The ablation's tables on a synthetic task: alignment.md, alignment.csv and alignment_per_length.csv
+    (every length of every run at its best step) in `out`; returns how many runs are finished."""
+    runs = finished_runs(jobs, results)
+    bests = {r["job"].run_id: best_of(r, results) for r in runs}
+    table = sequence_rows(jobs, runs, bests)
+    cfg, d = jobs[0].cfg, jobs[0].cfg.data
+    shown = [r for r in table if any(o["runs"] for o in table if o["row"] == r["row"])]
+    waiting = list(dict.fromkeys(r["row"] for r in table if r not in shown))
+    columns = [(column, f"{title} ({d.lengths[0]}–{d.lengths[1]})" if column.endswith("val_acc") else
+                f"{title} ({d.test_lengths[0]}–{d.test_lengths[1]})" if "ood" in column else title, decimals)
+               for _, column, title, decimals in SEQUENCE_COLUMNS]
+    lines = [
+        f"# Ablation: timing × write pairing on {cfg.task} (the paper's appendix C.5, Fig. 11)", "",
+        provenance_sentence(jobs, runs, command), "",
+        (f"Preset `{cfg.preset}`: d_model {cfg.model.d_model}, {cfg.model.n_layers} layers, {cfg.model.n_heads} "
+         f"heads; {cfg.train.max_steps} steps of batch {cfg.train.batch_size}, lr {cfg.optim.lr:g}; train lengths "
+         f"{d.lengths[0]}–{d.lengths[1]}, held out {d.test_lengths[0]}–{d.test_lengths[1]}; evaluated every "
+         f"{cfg.train.val_every} steps with {cfg.eval.n_per_length} samples per length; seeds "
+         f"{', '.join(str(s) for s in sorted({j.cfg.train.seed for j in jobs}))}."), "",
+        ("Cells: timing RAW (write, then read: the output at t reads S_t) or RBW (read S_{t−1}, then write); "
+         "write pairing shifted (x_t = k_{t−1} paired with v_t, x_1 = 0) or same-time (x_t = k_t). (default): the "
+         "mixer's own paper's cell, RAW · shifted for Falcon and RAW · same-time for the baselines; that run is the "
+         f"one `lab reproduce {cfg.task}` makes. Whole-sequence and per-token accuracy (%), each run at its best "
+         "step (highest val. acc.); mean ± standard deviation over seeds; reach: the longest length up to which "
+         f"every length is right in ≥ {REACHED:g}% of samples. Δ: the cell's mean minus the default cell's."), "",
+    ]
+    if shown:
+        lines.append(markdown_table(_header(columns), _body(shown, columns)))
+    else:
+        lines += ["No run of the plan has finished yet.", ""]
+    if waiting:
+        lines += [f"Not yet run: {', '.join(waiting)}.", ""]
+    params = {r["model"]: format_params(r["params"]) for r in shown if r["params"] is not None}
+    if params:
+        lines += ["Parameters: " + ", ".join(f"{name} {n}" for name, n in params.items()) + ".", ""]
+    lines.append(f"Numbers above: `alignment.csv`; every length of every run at its best step: "
+                 f"`alignment_per_length.csv`. Figure (`alignment.png`): `lab plot ablation --table "
+                 f"{_shown_path(out)}`.\n")
+    atomic_write_text(out / "alignment.md", "\n".join(lines))
+    frame = pd.DataFrame(table)
+    frame["params"] = frame["params"].astype("Int64")
+    atomic_write_text(out / "alignment.csv", frame.to_csv(index=False))
+    cells = {r["job"].run_id: cell_of(r["job"]) for r in runs}
+    per_length = [{"row": r["job"].cfg.mixer, "timing": cells[r["job"].run_id].timing,
+                   "alignment": cells[r["job"].run_id].alignment, "cell": cells[r["job"].run_id].name,
+                   "seed": r["seed"], "run_id": r["job"].run_id, "step": best["step"], "length": n,
+                   "teacher_forced": acc, "per_token": best.get("per_token", {}).get(n)}
+                  for r in runs if (best := bests[r["job"].run_id]) is not None
+                  for n, acc in sorted(best.get("teacher_forced", {}).items())]
+    atomic_write_text(out / "alignment_per_length.csv",
+                      pd.DataFrame(per_length, columns=PER_LENGTH_COLUMNS).to_csv(index=False))
     return len(runs)

@@ -25,9 +25,9 @@ from lab.plots.tables import read_table
 
 TIMINGS = ("rbw", "raw")
 PAIRINGS = (("same_time", r"same-time $\phi(k_t)$"), ("shifted", r"shifted $\phi(k_{t-1})$"))
-# Heat map measures: (column prefix in alignment.csv, title with {val} and {held} for the widths); the
-# per-token one only when present.
-MEASURES = (("val_acc", "Val. acc. (widths {val})"), ("ood_mean", "Mean {held}"),
+# Heat map measures: (column prefix in alignment.csv, title with {val} and {held} for the widths or lengths);
+# the per-token one only when present.
+MEASURES = (("val_acc", "Val. acc. ({val})"), ("ood_mean", "Mean {held}"),
             ("token_ood_mean", "Per-token mean {held}"))
 MADE_BY = "lab ablate alignment"
 CURVES = (("teacher_forced", "whole answer"), ("per_token", "per token"))
@@ -87,12 +87,15 @@ def heatmap(ax: Axes, cells: pd.DataFrame, measure: str, title: str) -> object:
 
 
 def measured_widths(frame: pd.DataFrame) -> tuple[str, str]:
-    """The validation and held-out widths of alignment.csv's measures, as labels ("1–32", "33–48"), from
-    its Acc@ columns (acc33_mean … acc48_mean: the first and last held-out width); the paper's without them."""
+    """The validation and held-out widths of alignment.csv's measures, as labels ("widths 1–32", "33–48"), from
+    its Acc@ columns (acc33_mean … acc48_mean: the first and last held-out width); the paper's without them. A
+    synthetic task's table names its lengths (val_lengths, held_lengths: "lengths 16–32", "lengths 33–64")."""
+    if "val_lengths" in frame.columns and "held_lengths" in frame.columns:
+        return f"lengths {frame['val_lengths'].iloc[0]}", f"lengths {frame['held_lengths'].iloc[0]}"
     held = sorted(int(c[3:-5]) for c in frame.columns if c.startswith("acc") and c.endswith("_mean")
                   and c[3:-5].isdigit())
     first, last = (held[0], held[-1]) if held else EXTRAPOLATION
-    return span(1, first - 1), span(first, last)
+    return f"widths {span(1, first - 1)}", span(first, last)
 
 
 def cell_label(timing: str, pairing: str) -> str:

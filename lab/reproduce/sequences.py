@@ -81,7 +81,8 @@ def reach(teacher_forced: dict[int, float], first: int, at_least: float = REACHE
     return n - 1
 
 
-def _best(run: dict[str, Any], results: Path) -> dict[str, Any] | None:
+def best_of(run: dict[str, Any], results: Path) -> dict[str, Any] | None:
+    """A finished run's best evaluation (its evals.csv row of highest val. acc.) with its reach; None without."""
     best = pick_best(read_evals(evals_path(run_dir_for(run["job"].run_id, results=results))))
     if best is None:
         return None
@@ -93,7 +94,7 @@ def write_tables(jobs: Sequence[Job], results: Path, out: Path, command: str) ->
     its best step) and its figure per_length.png in `out`, from the finished runs of `jobs`; returns how
     many are finished."""
     runs = finished_runs(jobs, results)
-    bests = {r["job"].run_id: _best(r, results) for r in runs}
+    bests = {r["job"].run_id: best_of(r, results) for r in runs}
     table, lines = [], []
     for row in dict.fromkeys(j.cfg.mixer for j in jobs):
         mine = [r for r in runs if r["job"].cfg.mixer == row and bests[r["job"].run_id] is not None]
