@@ -201,3 +201,60 @@ def test_tiny_ablation_end_to_end_then_a_rerun_skips_what_is_finished(tmp_path: 
     assert code == 0, text
     for name in ("alignment.png", "alignment_per_width.png"):
         assert f"figure: {out / name}" in text and (out / name).stat().st_size > 10_000
+
+
+def test_on_a_synthetic_task_the_default_cell_is_the_reproduce_run_itself() -> None:
+    from lab.reproduce import sequences
+
+    jobs = {(j.cfg.mixer, cell_of(j)): j for j in plan("mqar-tiny", ["falcon-1a.3", "deltanet"], seeds=1,
+                                                       task="mqar")}
+    assert len(jobs) == 8 and {j.cfg.task for j in jobs.values()} == {"mqar"}
+    assert {j.cfg.preset for j in jobs.values()} == {"mqar-tiny"}
+    rows = {j.cfg.mixer: j for j in sequences.plan("mqar", ["falcon-1a.3", "deltanet"], seeds=1)}
+    assert jobs[("falcon-1a.3", Cell("raw", "shifted"))].run_id == rows["falcon-1a.3"].run_id
+    assert jobs[("deltanet", Cell("raw", "same_time"))].run_id == rows["deltanet"].run_id
+    assert jobs[("deltanet", Cell("rbw", "shifted"))].cfg.model.mixer_options == {
+        "timing": "rbw", "alignment": "shifted"}
+    with pytest.raises(ValueError, match="unknown task 'sorting'; the ablation runs on: addition, mqar, parity"):
+        plan("mqar-tiny", ["deltanet"], seeds=1, task="sorting")
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--task", "sorting"], "lab ablate: unknown task 'sorting'; the ablation runs on: addition, mqar"),
+    (["--task", "parity", "--preset", "tiny"], "lab ablate: --preset tiny is an addition campaign preset; a "
+                                               "synthetic task runs its tiny preset (parity-tiny: change it"),
+])
+def test_a_synthetic_task_refuses_what_it_cannot_run(args: list[str], message: str, tmp_path: Path) -> None:
+    code, text = invoke("ablate", "alignment", *args, "--results", str(tmp_path))
+    assert code == 2
+    assert text.count("\n") == 1 and text.startswith(message) and "Traceback" not in text
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_mqar_ablation_end_to_end_writes_its_tables_and_heat_maps(tmp_path: Path) -> None:
+    args = ["ablate", "alignment", "--task", "mqar", "--mixers", "deltanet", "--seeds", "1", "--max-steps", "6",
+            "--set", "train.val_every=3", "--results", str(tmp_path)]
+    code, text = invoke(*args)
+    assert code == 0, text
+    out = tmp_path / "ablation" / "mqar"
+    assert f"table: {out / 'alignment.md'} (4 of {4 * len(DEFAULT_MIXERS)} planned runs finished)" in text
+    table = [r for r in read_csv(out / "alignment.csv") if r["row"] == "deltanet"]
+    assert [(r["cell"], r["default"], r["runs"]) for r in table] == [
+        (c.name, str(c == Cell("raw", "same_time")), "1") for c in CELLS]
+    assert {(r["val_lengths"], r["held_lengths"]) for r in table} == {("16–32", "33–64")}
+    base = next(r for r in table if r["default"] == "True")
+    for r in table:
+        assert float(r["val_acc_delta"]) == pytest.approx(float(r["val_acc_mean"]) - float(base["val_acc_mean"]))
+        assert 0.0 <= float(r["token_ood_mean_mean"]) <= 100.0
+    per_length = read_csv(out / "alignment_per_length.csv")
+    assert {r["cell"] for r in per_length} == {c.name for c in CELLS}
+    assert sorted({int(r["length"]) for r in per_length}) == [*range(16, 33), *range(33, 65)]
+    markdown = (out / "alignment.md").read_text()
+    assert "# Ablation: timing × write pairing on mqar" in markdown
+    assert "| DeltaNet | RAW · same-time (default) | 1/1 |" in markdown
+    assert "`lab ablate alignment --task mqar --mixers deltanet --seeds 1 --max-steps 6 --set train.val_every=3" in markdown
+
+    code, text = invoke("plot", "ablation", "--table", str(out))
+    assert code == 0, text
+    assert f"figure: {out / 'alignment.png'}" in text and (out / "alignment.png").stat().st_size > 10_000
