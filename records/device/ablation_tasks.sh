@@ -2,7 +2,8 @@
 # Device call: the alignment ablation (timing RAW/RBW x write pairing shifted/same-time) on the synthetic tasks,
 # on one H200: MQAR at d_model 128 (where DeltaNet and falcon-1a.3 learn it at toy size), then running parity
 # (falcon-1.3 and DeltaNet keep held-out strings whole there with the gain allowed past 1), 3 seeds a cell, many
-# small runs sharing the GPU (`--per-gpu`). A call cut by its time keeps every finished run; carry the results
+# small runs sharing the GPU (`--per-gpu`). A call cut by its time keeps every finished run (checkpoints stay
+# behind, so an unfinished run starts over); carry the results
 # folder (RESULTS, default results/) into the next call to go on where it stopped.
 #   LAB_COMMIT=<sha> BUDGET_S=520 bash records/device/ablation_tasks.sh       (writes $OUT/ablation.tgz)
 set -u
