@@ -8,7 +8,7 @@ cell (the cell of its own paper).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -63,16 +63,17 @@ def label_of(mixer: str) -> str:
     return row.label if row is not None else mixer
 
 
-def summary_rows(jobs: Sequence[Job], runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """alignment.csv's rows: one per mixer and cell of the plan (mixers in plan order, cells in CELLS order)."""
+def cell_rows(jobs: Sequence[Job], runs: list[dict[str, Any]], measures: Sequence[tuple[str, str]],
+              value: Callable[[dict[str, Any], str], Any], extra: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """One row per mixer and cell of the plan (mixers in plan order, cells in CELLS order): for each measure
+    `(key, column)`, the mean and std over the cell's runs of `value(run, key)` (None values left out), and its
+    difference from the mixer's default cell (`<column>_delta`); `extra` is copied into every row."""
     planned: dict[tuple[str, Any], int] = {}
     for job in jobs:
         key = (job.cfg.mixer, cell_of(job))
         planned[key] = planned.get(key, 0) + 1
-    mixers = list(dict.fromkeys(mixer for mixer, _ in planned))
-    columns = metrics(*split_of(jobs))
     table = []
-    for mixer in mixers:
+    for mixer in dict.fromkeys(mixer for mixer, _ in planned):
         default = default_cell(mixer)
         records = {}
         for cell in CELLS:
@@ -83,19 +84,25 @@ def summary_rows(jobs: Sequence[Job], runs: list[dict[str, Any]]) -> list[dict[s
                 "row": mixer, "model": label_of(mixer), "timing": cell.timing, "alignment": cell.alignment,
                 "cell": cell.name, "default": cell == default, "runs": len(mine), "planned": planned[(mixer, cell)],
                 "params": mine[0]["registry"]["n_params"] if mine else None,
-                "seeds": " ".join(str(r["seed"]) for r in mine)}
-            for metric, column, _, _ in columns:
-                values = [float(r["metrics"][metric]) for r in mine if r["metrics"].get(metric) is not None]
+                "seeds": " ".join(str(r["seed"]) for r in mine), **(extra or {})}
+            for key, column in measures:
+                values = [float(v) for r in mine if (v := value(r, key)) is not None]
                 record[f"{column}_mean"], record[f"{column}_std"] = mean_std(values)
             records[cell] = record
         base = records.get(default)
         for record in records.values():
-            for _, column, _, _ in columns:
+            for _, column in measures:
                 mean = record[f"{column}_mean"]
                 ref = base[f"{column}_mean"] if base is not None else None
                 record[f"{column}_delta"] = None if mean is None or ref is None else mean - ref
         table.extend(records.values())
     return table
+
+
+def summary_rows(jobs: Sequence[Job], runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """alignment.csv's rows on addition: the addition table's numbers per mixer and cell (`cell_rows`)."""
+    measures = [(metric, column) for metric, column, _, _ in metrics(*split_of(jobs))]
+    return cell_rows(jobs, runs, measures, lambda run, metric: run["metrics"].get(metric))
 
 
 def per_width_rows(runs: list[dict[str, Any]], results: Path) -> list[dict[str, Any]]:
@@ -138,7 +145,6 @@ def render_markdown(jobs: Sequence[Job], table: list[dict[str, Any]], runs: list
     """alignment.md: provenance, settings, the design, then one table of whole-answer and one of
     per-token accuracy, mixers without finished runs left out (and named)."""
     shown = [r for r in table if any(o["runs"] for o in table if o["row"] == r["row"])]
-    waiting = list(dict.fromkeys(r["row"] for r in table if r not in shown))
     cfg = jobs[0].cfg
     lines = [
         "# Ablation: timing × write pairing on addition (the paper's appendix C.5, Fig. 11)",
@@ -163,17 +169,25 @@ def render_markdown(jobs: Sequence[Job], table: list[dict[str, Any]], runs: list
         lines.append(markdown_table(_header(tokens), _body(shown, tokens)))
     else:
         lines += ["No run of the plan has finished yet.", ""]
-    if waiting:
-        lines += [f"Not yet run: {', '.join(waiting)}.", ""]
-    params = {r["model"]: format_params(r["params"]) for r in shown if r["params"] is not None}
-    if params:
-        lines += ["Parameters: " + ", ".join(f"{name} {n}" for name, n in params.items()) + ".", ""]
+    lines += _waiting_and_sizes(table, shown)
     lo, hi = cfg.data.widths
     widths = "" if (lo, hi) == (1, 32) else f" --train-widths {lo}-{hi}"
     lines.append(f"Numbers above: `alignment.csv`; every width of every run (best and last step): "
                  f"`alignment_per_width.csv`. Figures (`alignment.png`, `alignment_per_width.png`): "
                  f"`lab plot ablation --table {_shown_path(out)}{widths}`.\n")
     return "\n".join(lines)
+
+
+def _waiting_and_sizes(table: list[dict[str, Any]], shown: list[dict[str, Any]]) -> list[str]:
+    """The lines after the tables: the mixers with no finished run yet, and the shown mixers' sizes."""
+    lines = []
+    waiting = list(dict.fromkeys(r["row"] for r in table if r not in shown))
+    if waiting:
+        lines += [f"Not yet run: {', '.join(waiting)}.", ""]
+    params = {r["model"]: format_params(r["params"]) for r in shown if r["params"] is not None}
+    if params:
+        lines += ["Parameters: " + ", ".join(f"{name} {n}" for name, n in params.items()) + ".", ""]
+    return lines
 
 
 def _shown_path(out: Path) -> str:
@@ -209,41 +223,13 @@ PER_LENGTH_COLUMNS = ["row", "timing", "alignment", "cell", "seed", "run_id", "s
 
 def sequence_rows(jobs: Sequence[Job], runs: list[dict[str, Any]], bests: dict[str, dict[str, Any] | None]
                   ) -> list[dict[str, Any]]:
-    """alignment.csv's rows for a synthetic task: one per mixer and cell of the plan, each measure's mean ± std
-    over seeds and its difference from the mixer's default cell."""
+    """alignment.csv's rows on a synthetic task (`cell_rows` over each run's best evaluation in `bests`), with
+    the train and held-out lengths."""
     d = jobs[0].cfg.data
     spans = {"val_lengths": f"{d.lengths[0]}–{d.lengths[1]}", "held_lengths": f"{d.test_lengths[0]}–{d.test_lengths[1]}"}
-    planned: dict[tuple[str, Any], int] = {}
-    for job in jobs:
-        key = (job.cfg.mixer, cell_of(job))
-        planned[key] = planned.get(key, 0) + 1
-    table = []
-    for mixer in dict.fromkeys(m for m, _ in planned):
-        default = default_cell(mixer)
-        records = {}
-        for cell in CELLS:
-            if (mixer, cell) not in planned:
-                continue
-            mine = [r for r in runs if r["job"].cfg.mixer == mixer and cell_of(r["job"]) == cell
-                    and bests.get(r["job"].run_id) is not None]
-            record: dict[str, Any] = {
-                "row": mixer, "model": label_of(mixer), "timing": cell.timing, "alignment": cell.alignment,
-                "cell": cell.name, "default": cell == default, "runs": len(mine), "planned": planned[(mixer, cell)],
-                "params": mine[0]["registry"]["n_params"] if mine else None,
-                "seeds": " ".join(str(r["seed"]) for r in mine), **spans}
-            for key, column, _, _ in SEQUENCE_COLUMNS:
-                values = [float(bests[r["job"].run_id][key]) for r in mine
-                          if bests[r["job"].run_id].get(key) is not None]
-                record[f"{column}_mean"], record[f"{column}_std"] = mean_std(values)
-            records[cell] = record
-        base = records.get(default)
-        for record in records.values():
-            for _, column, _, _ in SEQUENCE_COLUMNS:
-                mean = record[f"{column}_mean"]
-                ref = base[f"{column}_mean"] if base is not None else None
-                record[f"{column}_delta"] = None if mean is None or ref is None else mean - ref
-        table.extend(records.values())
-    return table
+    measured = [r for r in runs if bests.get(r["job"].run_id) is not None]
+    return cell_rows(jobs, measured, [(key, column) for key, column, _, _ in SEQUENCE_COLUMNS],
+                     lambda run, key: bests[run["job"].run_id].get(key), spans)
 
 
 def write_sequence_tables(jobs: Sequence[Job], results: Path, out: Path, command: str) -> int:
@@ -254,7 +240,6 @@ def write_sequence_tables(jobs: Sequence[Job], results: Path, out: Path, command
     table = sequence_rows(jobs, runs, bests)
     cfg, d = jobs[0].cfg, jobs[0].cfg.data
     shown = [r for r in table if any(o["runs"] for o in table if o["row"] == r["row"])]
-    waiting = list(dict.fromkeys(r["row"] for r in table if r not in shown))
     columns = [(column, f"{title} ({d.lengths[0]}–{d.lengths[1]})" if column.endswith("val_acc") else
                 f"{title} ({d.test_lengths[0]}–{d.test_lengths[1]})" if "ood" in column else title, decimals)
                for _, column, title, decimals in SEQUENCE_COLUMNS]
@@ -277,11 +262,7 @@ def write_sequence_tables(jobs: Sequence[Job], results: Path, out: Path, command
         lines.append(markdown_table(_header(columns), _body(shown, columns)))
     else:
         lines += ["No run of the plan has finished yet.", ""]
-    if waiting:
-        lines += [f"Not yet run: {', '.join(waiting)}.", ""]
-    params = {r["model"]: format_params(r["params"]) for r in shown if r["params"] is not None}
-    if params:
-        lines += ["Parameters: " + ", ".join(f"{name} {n}" for name, n in params.items()) + ".", ""]
+    lines += _waiting_and_sizes(table, shown)
     lines.append(f"Numbers above: `alignment.csv`; every length of every run at its best step: "
                  f"`alignment_per_length.csv`. Figure (`alignment.png`): `lab plot ablation --table "
                  f"{_shown_path(out)}`.\n")
