@@ -1,7 +1,10 @@
 """What every `lab` command group shares."""
 
+import functools
+import inspect
 import shlex
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
@@ -149,6 +152,49 @@ def campaign_slots(gpus: int | None, per_gpu: int = 1, gpus_per_run: int = 1) ->
     slots = (gpus if gpus is not None else max(1, len(visible_gpus()) // gpus_per_run)) * per_gpu
     check_slots(slots, per_gpu, gpus_per_run)
     return slots
+
+
+@dataclass(frozen=True)
+class CampaignOptions:
+    """The options every table-building command shares: where its runs go and whether any trains (--gpus,
+    --per-gpu, --gpus-per-run, --table-only: they change no number, so the command that remakes the table leaves
+    them out), how long each trains (--max-steps) and the folder of its runs (--results)."""
+
+    gpus: int | None = None
+    per_gpu: int = 1
+    gpus_per_run: int = 1
+    table_only: bool = False
+    max_steps: int | None = None
+    results: Path | None = None
+
+    def slots(self) -> int:
+        """How many runs at once (`campaign_slots`); ValueError for a bad count."""
+        return campaign_slots(self.gpus, self.per_gpu, self.gpus_per_run)
+
+
+def _campaign_options(gpus: GpusOption = None, per_gpu: PerGpuOption = 1, gpus_per_run: GpusPerRunOption = 1,
+                      table_only: TableOnlyOption = False, max_steps: MaxStepsOption = None,
+                      results: ResultsOption = None) -> None:
+    """CampaignOptions' fields as Typer declares them (read by `with_campaign_options` for their signature)."""
+
+
+def with_campaign_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """A table-building command whose parameter `campaign: CampaignOptions` Typer shows as the shared options
+    (--gpus, --per-gpu, --gpus-per-run, --table-only, --max-steps, --results) in its place: declared once here."""
+    own = inspect.signature(command, eval_str=True)
+    shared = list(inspect.signature(_campaign_options, eval_str=True).parameters.values())
+    params = []
+    for param in own.parameters.values():
+        params += shared if param.name == "campaign" else [param]
+
+    @functools.wraps(command)
+    def wrapper(**kwargs: Any) -> Any:
+        campaign = CampaignOptions(**{p.name: kwargs.pop(p.name) for p in shared})
+        return command(**kwargs, campaign=campaign)
+
+    wrapper.__signature__ = own.replace(parameters=params)  # type: ignore[attr-defined]
+    wrapper.__annotations__ = {**{p.name: p.annotation for p in params}, "return": own.return_annotation}
+    return wrapper
 
 
 def print_outcome(outcome: Any) -> None:

@@ -4,26 +4,14 @@ from typing import Annotated
 
 import typer
 
-from lab.cli._common import (
-    AdditionPresetOption,
-    GpusOption,
-    GpusPerRunOption,
-    MaxStepsOption,
-    PerGpuOption,
-    ResultsOption,
-    TableOnlyOption,
-    campaign_slots,
-    out_option,
-    print_outcome,
-    remake_campaign,
-    run_campaign_command,
-    set_option,
-)
+from lab.cli._common import (AdditionPresetOption, CampaignOptions, out_option, print_outcome, remake_campaign,
+                             run_campaign_command, set_option, with_campaign_options)
 
 app = typer.Typer(help="Run ablations: the 2x2 RAW/RBW x shifted/same-time alignment grid.")
 
 
 @app.command()
+@with_campaign_options
 def alignment(
     mixers: Annotated[str | None, typer.Option(
         help="Comma-separated recurrent mixers (default: falcon-1a.3, falcon-3a.3, falcon-1.3, deltanet, "
@@ -35,13 +23,8 @@ def alignment(
     seeds: Annotated[int | None, typer.Option(
         help="Seeds per cell, 0..N-1 (default: 3 for paper and the synthetic tasks, 1 for tiny).")]
     = None,
-    gpus: GpusOption = None,
-    per_gpu: PerGpuOption = 1,
-    gpus_per_run: GpusPerRunOption = 1,
-    table_only: TableOnlyOption = False,
-    max_steps: MaxStepsOption = None,
+    campaign: CampaignOptions = CampaignOptions(),
     set_: set_option("optim.lr=3e-3") = None,
-    results: ResultsOption = None,
     out: out_option("<results>/ablation (tiny: <results>/ablation/tiny)") = None,
 ) -> None:
     """Train each mixer in the four cells RAW/shifted, RAW/same-time, RBW/shifted, RBW/same-time on addition
@@ -58,14 +41,17 @@ def alignment(
         if task != "addition" and preset != "paper":
             raise ValueError(f"--preset {preset} is an addition campaign preset; a synthetic task runs its tiny "
                              f"preset ({task}-tiny: change it with --set)")
-        return parse_mixers(mixers), campaign_slots(gpus, per_gpu, gpus_per_run)
+        return parse_mixers(mixers), campaign.slots()
 
     synthetic = task != "addition"
     command = remake_campaign(["lab", "ablate", "alignment"],
                               [("--task", task if synthetic else None), ("--preset", None if synthetic else preset),
-                               ("--mixers", mixers), ("--seeds", seeds)], max_steps, set_, results, out)
+                               ("--mixers", mixers), ("--seeds", seeds)], campaign.max_steps, set_,
+                              campaign.results, out)
     run_campaign_command(
         "lab ablate", "alignment.md", chosen_inputs,
-        lambda chosen: ablate_alignment(None if synthetic else preset, chosen[0], seeds, chosen[1], max_steps,
-                                        set_ or (), results, out, command, on_done=print_outcome, per_gpu=per_gpu,
-                                        table_only=table_only, gpus_per_run=gpus_per_run, task=task))
+        lambda chosen: ablate_alignment(None if synthetic else preset, chosen[0], seeds, chosen[1],
+                                        campaign.max_steps, set_ or (), campaign.results, out, command,
+                                        on_done=print_outcome,
+                                        per_gpu=campaign.per_gpu, table_only=campaign.table_only,
+                                        gpus_per_run=campaign.gpus_per_run, task=task))

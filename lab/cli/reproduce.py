@@ -8,9 +8,8 @@ import typer
 from lab.cli._common import (
     AdditionPresetOption,
     GpusOption,
-    GpusPerRunOption,
     MaxStepsOption,
-    PerGpuOption,
+    CampaignOptions,
     ResultsOption,
     TableOnlyOption,
     campaign_preset,
@@ -20,6 +19,7 @@ from lab.cli._common import (
     remake_campaign,
     run_campaign_command,
     set_option,
+    with_campaign_options,
 )
 from lab.reproduce.names import preset_help
 
@@ -27,6 +27,7 @@ app = typer.Typer(help="Reproduce the paper's tables: data, training, evaluation
 
 
 @app.command()
+@with_campaign_options
 def addition(
     preset: AdditionPresetOption = "paper",
     rows: Annotated[str | None, typer.Option(
@@ -34,13 +35,8 @@ def addition(
              "falcon-1.3).")] = None,
     seeds: Annotated[int | None, typer.Option(help="Seeds per row, 0..N-1 (default: 3 for paper, 1 for tiny).")]
     = None,
-    gpus: GpusOption = None,
-    per_gpu: PerGpuOption = 1,
-    gpus_per_run: GpusPerRunOption = 1,
-    table_only: TableOnlyOption = False,
-    max_steps: MaxStepsOption = None,
+    campaign: CampaignOptions = CampaignOptions(),
     set_: set_option("optim.lr=3e-3") = None,
-    results: ResultsOption = None,
     out: out_option("<results>/addition (tiny: <results>/addition/tiny)") = None,
 ) -> None:
     """The addition extrapolation table (best step, val acc, mean 33-48, Acc@33, Acc@48) beside the paper's.
@@ -54,19 +50,20 @@ def addition(
 
     def choose() -> tuple[Any, int]:
         chosen = parse_rows(rows, preset)
-        slots = campaign_slots(gpus, per_gpu, gpus_per_run)
-        if gpus is None and gpus_per_run == 1:
+        slots = campaign.slots()
+        if campaign.gpus is None and campaign.gpus_per_run == 1:
             slots = cpu_processes(preset) or slots
         return chosen, slots
 
     def run(chosen: tuple[Any, int]) -> Any:
         progress = CampaignProgress()
-        return reproduce_addition(preset, chosen[0], seeds, chosen[1], max_steps, set_ or (), results, out, command,
-                                  on_done=progress.done, per_gpu=per_gpu, table_only=table_only,
-                                  gpus_per_run=gpus_per_run, progress=progress)
+        return reproduce_addition(preset, chosen[0], seeds, chosen[1], campaign.max_steps, set_ or (),
+                                  campaign.results, out, command,
+                                  on_done=progress.done, per_gpu=campaign.per_gpu, table_only=campaign.table_only,
+                                  gpus_per_run=campaign.gpus_per_run, progress=progress)
 
     command = remake_campaign(["lab", "reproduce", "addition"], [("--preset", preset), ("--rows", rows),
-                              ("--seeds", seeds)], max_steps, set_, results, out)
+                              ("--seeds", seeds)], campaign.max_steps, set_, campaign.results, out)
     run_campaign_command("lab reproduce", "table.md", choose, run, show=print_table)
 
 
@@ -92,6 +89,7 @@ def print_table(done: Any) -> None:
 
 
 @app.command()
+@with_campaign_options
 def fineweb(
     preset: Annotated[str, typer.Option(callback=campaign_preset("fineweb"), help=preset_help("fineweb", {
         "fineweb-124m": "the paper's: ~124M parameters, 100k steps of 480x1024 tokens", "tiny": "a CPU"}))]
@@ -99,11 +97,7 @@ def fineweb(
     rows: Annotated[str | None, typer.Option(
         help="Comma-separated rows to train, e.g. transformer,falcon-1a.3 (default: all).")] = None,
     seeds: Annotated[int, typer.Option(help="Seeds per row, 0..N-1.")] = 1,
-    gpus: GpusOption = None,
-    per_gpu: PerGpuOption = 1,
-    gpus_per_run: GpusPerRunOption = 1,
-    table_only: TableOnlyOption = False,
-    max_steps: MaxStepsOption = None,
+    campaign: CampaignOptions = CampaignOptions(),
     set_: set_option("train.batch_size=240") = None,
     data: Annotated[Path | None, typer.Option(
         help="Folder of token shards (`lab data fineweb`); default the preset's data/fineweb-edu.")] = None,
@@ -111,7 +105,6 @@ def fineweb(
         help="Local WikiText-103 test text (plain text, one document) to score.")] = None,
     lambada: Annotated[Path | None, typer.Option(
         help="Local LAMBADA file (.jsonl with a 'text' field per record) to score.")] = None,
-    results: ResultsOption = None,
     out: out_option("<results>/fineweb (tiny: <results>/fineweb/tiny)") = None,
 ) -> None:
     """The FineWeb-Edu perplexity table (Wiki, LAMBADA, FineWeb-Edu) beside the paper's.
@@ -120,13 +113,14 @@ def fineweb(
     from lab.reproduce.fineweb import parse_rows, reproduce_fineweb
 
     command = remake_campaign(["lab", "reproduce", "fineweb"], [("--preset", preset), ("--rows", rows),
-                              ("--seeds", seeds)], max_steps, set_, results, out,
+                              ("--seeds", seeds)], campaign.max_steps, set_, campaign.results, out,
                               inputs=[("--data", data), ("--wiki", wiki), ("--lambada", lambada)])
     run_campaign_command(
-        "lab reproduce", "table.md", lambda: (parse_rows(rows), campaign_slots(gpus, per_gpu, gpus_per_run)),
-        lambda chosen: reproduce_fineweb(preset, chosen[0], seeds, chosen[1], max_steps, set_ or (), data, wiki,
-                                         lambada, results, out, command, on_done=print_outcome, per_gpu=per_gpu,
-                                         table_only=table_only, gpus_per_run=gpus_per_run))
+        "lab reproduce", "table.md", lambda: (parse_rows(rows), campaign.slots()),
+        lambda chosen: reproduce_fineweb(preset, chosen[0], seeds, chosen[1], campaign.max_steps, set_ or (), data,
+                                         wiki, lambada, campaign.results, out, command, on_done=print_outcome,
+                                         per_gpu=campaign.per_gpu, table_only=campaign.table_only,
+                                         gpus_per_run=campaign.gpus_per_run))
 
 
 SeqRowsOption = Annotated[str | None, typer.Option(
