@@ -23,7 +23,7 @@ from lab.plots.figure import new_figure, save_png, shown, styled
 from lab.plots.grid import DISTINCT, display_names, recorded_train_widths, two_lines
 from lab.plots.tables import read_table
 
-TIMINGS = ("rbw", "raw")
+TIMING_COLUMNS = ("rbw", "raw")  # the heat maps' columns, left to right (Fig. 11's order)
 PAIRINGS = (("same_time", r"same-time $\phi(k_t)$"), ("shifted", r"shifted $\phi(k_{t-1})$"))
 # Heat map measures: (column prefix in alignment.csv, title with {val} and {held} for the widths or lengths);
 # the per-token one only when present.
@@ -39,7 +39,7 @@ def read_alignment(path: Path) -> pd.DataFrame:
                        texts=("row", "timing", "alignment", "default"),
                        optional=("val_acc_std", "ood_mean_std", "token_ood_mean_mean", "token_ood_mean_std"),
                        made_by=MADE_BY)
-    for column, accepted in (("timing", TIMINGS), ("alignment", tuple(p for p, _ in PAIRINGS)),
+    for column, accepted in (("timing", TIMING_COLUMNS), ("alignment", tuple(p for p, _ in PAIRINGS)),
                              ("default", ("True", "False"))):
         bad = frame[~frame[column].isin(accepted)]
         if not bad.empty:
@@ -53,11 +53,11 @@ def read_alignment(path: Path) -> pd.DataFrame:
 
 def heatmap(ax: Axes, cells: pd.DataFrame, measure: str, title: str) -> object:
     """Draw one mixer's 2×2 grid of `measure` on `ax` (colour scale 0–100); return the image."""
-    values = np.full((len(PAIRINGS), len(TIMINGS)), np.nan)
-    texts = [["—"] * len(TIMINGS) for _ in PAIRINGS]
+    values = np.full((len(PAIRINGS), len(TIMING_COLUMNS)), np.nan)
+    texts = [["—"] * len(TIMING_COLUMNS) for _ in PAIRINGS]
     default = None
     for i, (pairing, _) in enumerate(PAIRINGS):
-        for j, timing in enumerate(TIMINGS):
+        for j, timing in enumerate(TIMING_COLUMNS):
             row = cells[(cells["alignment"] == pairing) & (cells["timing"] == timing)]
             if row.empty:
                 continue
@@ -72,14 +72,14 @@ def heatmap(ax: Axes, cells: pd.DataFrame, measure: str, title: str) -> object:
             texts[i][j] = f"{mean:.1f}" + ("" if std is None or pd.isna(std) else f"\n± {std:.1f}")
     image = ax.imshow(np.ma.masked_invalid(values), cmap="viridis", vmin=0, vmax=100)
     for i in range(len(PAIRINGS)):
-        for j in range(len(TIMINGS)):
+        for j in range(len(TIMING_COLUMNS)):
             dark = np.isnan(values[i, j]) or values[i, j] < 60
             ax.text(j, i, texts[i][j], ha="center", va="center", fontsize="small",
                     color="white" if dark and not np.isnan(values[i, j]) else "black")
     if default is not None:
         i, j = default
         ax.add_patch(Rectangle((j - 0.47, i - 0.47), 0.94, 0.94, fill=False, ec="tab:red", lw=2.5))
-    ax.set_xticks(range(len(TIMINGS)), [t.upper() for t in TIMINGS])
+    ax.set_xticks(range(len(TIMING_COLUMNS)), [t.upper() for t in TIMING_COLUMNS])
     ax.set_yticks(range(len(PAIRINGS)), [label for _, label in PAIRINGS])
     ax.grid(False)
     ax.set_title(title, fontsize="medium")
@@ -145,7 +145,7 @@ def plot_cell_curves(table: Path, out: Path, train_widths: tuple[int, int] | Non
     curves = [(c, t) for c, t in CURVES if has_values(frame, c)]
     mixers = list(dict.fromkeys(frame["row"]))
     names = display_names(mixers, cells if cells is not None else frame)
-    order = [f"{t}/{p}" for t in TIMINGS[::-1] for p, _ in PAIRINGS[::-1]]
+    order = [f"{t}/{p}" for t in TIMING_COLUMNS[::-1] for p, _ in PAIRINGS[::-1]]
     present = [c for c in order if c in set(frame["cell"])] + sorted(set(frame["cell"]) - set(order))
     colors = dict(zip(present, DISTINCT))
     train = train_widths or recorded_train_widths(table, frame, texts=("alignment.md",))
