@@ -71,8 +71,12 @@ def best_of(frame: pd.DataFrame, column: str) -> str:
 
 
 def ablation_table(frame: pd.DataFrame) -> str:
-    """The alignment ablation, a row per mixer and cell: runs, val. acc., held-out mean, per-token held-out."""
-    held = span_of(held_out_widths(frame))
+    """The alignment ablation, a row per mixer and cell: runs, val. acc., held-out mean, per-token held-out (a
+    synthetic task's table names its held-out lengths)."""
+    if "held_lengths" in frame.columns and len(frame):
+        held = f"lengths {frame['held_lengths'].iloc[0]}"
+    else:
+        held = span_of(held_out_widths(frame))
     header = ["Mixer", "Cell", "Runs", "Val. acc.", f"Mean {held}", f"Per-token mean {held}"]
     rows = []
     for _, row in frame.iterrows():
