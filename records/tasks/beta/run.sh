@@ -5,7 +5,7 @@
 # eta_max (eta·E_ref < eta_max), falcon-1 with the .1 settings (QK-l2, ctxβ, ctxλ) its ctxβ gain by beta_max,
 # DeltaNet its β by beta_max. CONTROL=1 adds falcon-1a.3 (inner-product writes: no eigenvalue 1 - β along the
 # key, so the bound should not matter).
-# Two runs at a time. Run from the repository root: bash records/tasks/beta/run.sh [RESULTS]
+# Two runs at a time (JOBS=N for more). Run from the repository root: bash records/tasks/beta/run.sh [RESULTS]
 set -u
 R=${1:-results/beta}
 jobs=()
@@ -27,8 +27,8 @@ run() {
     --out "$R/runs/$name-s$seed" --results "$R" --no-progress > "$R/logs/$name-s$seed.log" 2>&1
 }
 mkdir -p "$R/logs"
-for ((i = 0; i < ${#jobs[@]}; i += 2)); do
-  run "${jobs[i]}" &
-  [ $((i + 1)) -lt ${#jobs[@]} ] && run "${jobs[i + 1]}" &
+JOBS=${JOBS:-2}  # runs at once (a GPU takes many of these small runs side by side)
+for ((i = 0; i < ${#jobs[@]}; i += JOBS)); do
+  for ((j = i; j < i + JOBS && j < ${#jobs[@]}; j++)); do run "${jobs[j]}" & done
   wait
 done
