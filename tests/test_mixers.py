@@ -425,3 +425,18 @@ def test_rule_dtype_float32_hands_the_rule_float32_inputs(name, monkeypatch):
     torch.testing.assert_close(y32, make(name, torch.float32, backend="chunk")(x), rtol=0, atol=0)
     with pytest.raises(ValueError, match="rule_dtype"):
         make(name, rule_dtype="bf16")
+
+
+@pytest.mark.parametrize("name", ["falcon-1a.3", "falcon-1.3", "falcon-3a.3", "deltanet", "retnet"])
+@pytest.mark.parametrize(("timing", "alignment"), [("raw", "shifted"), ("raw", "same_time"), ("rbw", "shifted"),
+                                                   ("rbw", "same_time")])
+def test_every_cell_of_the_alignment_ablation_computes_the_same_in_chunks(name, timing, alignment):
+    """The four cells of the 2x2 ablation, short convolutions included: the chunk form is the recurrent one."""
+    x = inputs()
+    opts = {"timing": timing, "alignment": alignment}
+    if name == "retnet":
+        fast, slow = make(name, backend="chunk", **opts), make(name, backend="recurrent", **opts)
+    else:
+        fast = make(name, backend="chunk", chunk_size=4, **opts)
+        slow = make(name, backend="recurrent", **opts)
+    torch.testing.assert_close(fast(x), slow(x), rtol=0, atol=1e-9)
