@@ -40,7 +40,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from mixers.layers import RMSNorm, SwiGLU
-from mixers.positions import Mix, Positions, PositionsConfig
+from mixers.positions import Mix, Positions, PositionsConfig, positions_of_older_checkpoints
 from mixers.registry import MIXERS, build_mixer
 
 
@@ -155,7 +155,7 @@ class LanguageModel(nn.Module):
         self.lm_head = None if cfg.tie_embeddings else nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         self.logit_scale = 1.0 / cfg.width_multiplier
         self.reset_parameters()
-        self._register_load_state_dict_pre_hook(_positions_of_older_checkpoints, with_module=True)
+        self._register_load_state_dict_pre_hook(positions_of_older_checkpoints, with_module=True)
 
     @torch.no_grad()
     def reset_parameters(self) -> None:
@@ -275,11 +275,3 @@ class LanguageModel(nn.Module):
             group["params"].append(p)
             group["names"].append(name)
         return list(groups.values())
-
-
-def _positions_of_older_checkpoints(module: nn.Module, state_dict: dict[str, Any], prefix: str, *args: Any) -> None:
-    """Weights saved before the positions were a component of their own held ``digit_embed.weight``: they load
-    as ``positions.digit_embed.weight``."""
-    old = f"{prefix}digit_embed.weight"
-    if old in state_dict:
-        state_dict[f"{prefix}positions.digit_embed.weight"] = state_dict.pop(old)

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -194,3 +195,11 @@ class Positions(nn.Module):
         if self.digit_embed is not None:
             h = h + self.digit_embed(self.digit_positions(input_ids, samples))
         return h, None if samples is None else isolated(self.mixer, samples)
+
+
+def positions_of_older_checkpoints(module: nn.Module, state_dict: dict[str, Any], prefix: str, *args: Any) -> None:
+    """A load_state_dict pre-hook of the language model: weights saved before the positions were a component of
+    their own held ``digit_embed.weight``; they load as ``positions.digit_embed.weight``."""
+    old = f"{prefix}digit_embed.weight"
+    if old in state_dict:
+        state_dict[f"{prefix}positions.digit_embed.weight"] = state_dict.pop(old)
