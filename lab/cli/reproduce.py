@@ -7,13 +7,8 @@ import typer
 
 from lab.cli._common import (
     AdditionPresetOption,
-    GpusOption,
-    MaxStepsOption,
     CampaignOptions,
-    ResultsOption,
-    TableOnlyOption,
     campaign_preset,
-    campaign_slots,
     out_option,
     print_outcome,
     remake_campaign,
@@ -129,42 +124,31 @@ SeqSeedsOption = Annotated[int, typer.Option(help="Seeds per row, 0..N-1.")]
 SeqSetOption = set_option("data.test_lengths=17,128")
 
 
-def _sequence_task(task: str, rows: str | None, seeds: int, gpus: int | None, table_only: bool,
-                   max_steps: int | None, set_: list[str] | None, results: Path | None, out: Path | None) -> None:
-    """The campaign of a synthetic task over the mixers, with its tiny preset (lab.reproduce.sequences)."""
-    from lab.reproduce.sequences import parse_rows, reproduce_task
+def _sequence_command(task: str, help_text: str) -> None:
+    """Register `lab reproduce <task>`: the campaign of a synthetic task over the mixers with its tiny preset
+    (lab.reproduce.sequences)."""
 
-    command = remake_campaign(["lab", "reproduce", task], [("--rows", rows), ("--seeds", seeds)], max_steps, set_,
-                              results, out)
-    run_campaign_command(
-        "lab reproduce", "table.md", lambda: (parse_rows(rows), campaign_slots(gpus)),
-        lambda chosen: reproduce_task(task, chosen[0], seeds, chosen[1], max_steps, set_ or (), results, out, command,
-                                      on_done=print_outcome, table_only=table_only))
+    @with_campaign_options
+    def command(rows: SeqRowsOption = None, seeds: SeqSeedsOption = 2, campaign: CampaignOptions = CampaignOptions(),
+                set_: SeqSetOption = None, out: out_option(f"<results>/{task}") = None) -> None:
+        from lab.reproduce.sequences import parse_rows, reproduce_task
 
+        line = remake_campaign(["lab", "reproduce", task], [("--rows", rows), ("--seeds", seeds)],
+                               campaign.max_steps, set_, campaign.results, out)
+        run_campaign_command(
+            "lab reproduce", "table.md", lambda: (parse_rows(rows), campaign.slots()),
+            lambda chosen: reproduce_task(task, chosen[0], seeds, chosen[1], campaign.max_steps, set_ or (),
+                                          campaign.results, out, line, on_done=print_outcome,
+                                          table_only=campaign.table_only, per_gpu=campaign.per_gpu,
+                                          gpus_per_run=campaign.gpus_per_run))
 
-@app.command()
-def parity(rows: SeqRowsOption = None, seeds: SeqSeedsOption = 2, gpus: GpusOption = None,
-           table_only: TableOnlyOption = False, max_steps: MaxStepsOption = None, set_: SeqSetOption = None,
-           results: ResultsOption = None,
-           out: out_option("<results>/parity") = None) -> None:
-    """Running parity over the mixers (preset parity-tiny): accuracy on the train lengths and the held-out ones."""
-    _sequence_task("parity", rows, seeds, gpus, table_only, max_steps, set_, results, out)
-
-
-@app.command()
-def mqar(rows: SeqRowsOption = None, seeds: SeqSeedsOption = 2, gpus: GpusOption = None,
-         table_only: TableOnlyOption = False, max_steps: MaxStepsOption = None, set_: SeqSetOption = None,
-         results: ResultsOption = None,
-         out: out_option("<results>/mqar") = None) -> None:
-    """Multi-query associative recall over the mixers (preset mqar-tiny): recall on the train lengths and on
-    longer ones with more pairs."""
-    _sequence_task("mqar", rows, seeds, gpus, table_only, max_steps, set_, results, out)
+    command.__doc__ = help_text
+    app.command(name=task)(command)
 
 
-@app.command()
-def permutation(rows: SeqRowsOption = None, seeds: SeqSeedsOption = 2, gpus: GpusOption = None,
-                table_only: TableOnlyOption = False, max_steps: MaxStepsOption = None, set_: SeqSetOption = None,
-                results: ResultsOption = None,
-                out: out_option("<results>/permutation") = None) -> None:
-    """Composition of permutations of five elements over the mixers (preset permutation-tiny)."""
-    _sequence_task("permutation", rows, seeds, gpus, table_only, max_steps, set_, results, out)
+_sequence_command("parity", "Running parity over the mixers (preset parity-tiny): accuracy on the train lengths and "
+                            "the held-out ones.")
+_sequence_command("mqar", "Multi-query associative recall over the mixers (preset mqar-tiny): recall on the train "
+                          "lengths and on longer ones with more pairs.")
+_sequence_command("permutation", "Composition of permutations of five elements over the mixers (preset "
+                                 "permutation-tiny).")

@@ -138,12 +138,13 @@ def write_tables(jobs: Sequence[Job], results: Path, out: Path, command: str) ->
 def reproduce_task(task: str, rows: Sequence[str] | None = None, seeds: int = 2, gpus: int = 1,
                    max_steps: int | None = None, overrides: Sequence[str] = (),
                    results: str | Path | None = None, out: str | Path | None = None, command: str = "",
-                   on_done: Callable[[Outcome], None] | None = None, table_only: bool = False) -> Campaign:
-    """Train the rows' runs not yet finished (up to `gpus` at once), then write the tables to `out` (default
-    `<results>/<task>`), rewriting them after every run."""
+                   on_done: Callable[[Outcome], None] | None = None, table_only: bool = False, per_gpu: int = 1,
+                   gpus_per_run: int = 1) -> Campaign:
+    """Train the rows' runs not yet finished (up to `gpus` at once, each on `gpus_per_run` GPUs), then write the
+    tables to `out` (default `<results>/<task>`), rewriting them after every run."""
     rows = list(ROWS) if rows is None else list(rows)
     results = Path(results).resolve() if results is not None else results_root()
     jobs = plan(task, rows, seeds, max_steps, overrides)
     out = Path(out).resolve() if out is not None else results / task
     return run_campaign(jobs, jobs, write_tables, results, out, gpus, command or f"lab reproduce {task}", on_done,
-                        table_only=table_only)
+                        table_only=table_only, per_gpu=per_gpu, gpus_per_run=gpus_per_run)
