@@ -14,6 +14,9 @@
 # falcon-1.3 runs at chunks of 32 at once, compiled without graphs: the fused kernels fed bf16 (as before), fed
 # float32 (`rule_dtype=float32`), and the PyTorch chunk form. `bash regime_long.sh seeds`: the bf16- and fp32-fed
 # runs again at seeds 1 and 2, four at once.
+# `bash regime_long.sh size`: the model-size axis, never tried before: falcon-1.3 at the paper's LM shape (12 layers
+# of d_model 768, 12 heads of 64; about 85M parameters against addition-paper's 10M) in the packed preset's schedule
+# (2000 steps, ramp over 1500, lr 1e-3, warm-up 200), compiled and graphed, alone on the GPU for RUN_S seconds.
 # Run from the repository root with LAB_COMMIT set; writes $OUT/long.tgz and prints a table.
 set -u
 VARIANT=${1:-plain}
@@ -73,6 +76,11 @@ elif [ "$VARIANT" = chunk ]; then
   FAST="--max-steps 2400 --set data.ramp_steps=1000 --set train.val_every=200 --set train.compile=true --set train.cuda_graphs=true"
   one f13-c64 $RUN_S falcon-1.3 $FAST
   one f13-c32 $RUN_S falcon-1.3 $FAST --set model.mixer_options.chunk_size=32
+elif [ "$VARIANT" = size ]; then
+  NAMES="f13-768x12"
+  one f13-768x12 $RUN_S falcon-1.3 --max-steps 2000 --set data.ramp_steps=1500 --set train.val_every=100 \
+    --set train.compile=true --set train.cuda_graphs=true --set optim.lr=1e-3 --set optim.warmup_steps=200 \
+    --set model.d_model=768 --set model.n_layers=12 --set model.n_heads=12
 elif [ "$VARIANT" = abacus ]; then
   NAMES="f1a3-ab-long f13-ab-long"
   one f1a3-ab-long $RUN_S falcon-1a.3 $FAST --set model.abacus=32
