@@ -92,7 +92,7 @@ def test_lab_report_all_writes_every_section_with_its_provenance_and_figures(rec
     links = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", text)
     assert links and all(not Path(link).is_absolute() and (results / link).is_file() for link in links)
     for figure in ("report/addition/per_width.png", "report/addition/tiny/per_width.png",
-                   "report/addition/tiny/progress.png", "report/addition/tiny/positions/2db318ffdb/positions.png",
+                   "report/addition/tiny/progress.png", "report/addition/tiny/positions/positions.png",
                    "report/ablation/tiny/alignment.png", "report/ablation/tiny/alignment_per_width.png",
                    "report/sweeps/regime-transformer/slice.png", "report/sweeps/regime-transformer/contour.png",
                    "report/kernels.png"):

@@ -75,3 +75,27 @@ def test_a_missing_or_malformed_file_is_named(tmp_path: Path) -> None:
     bad.write_text("width,position\n1,0\n")
     result = CliRunner().invoke(app, ["report", "positions", str(bad)])
     assert result.exit_code == 2 and "bad.csv" in result.output
+
+
+def test_the_grid_of_heat_maps_draws_one_panel_per_run_and_reads_each_runs_trained_widths(tmp_path: Path) -> None:
+    import numpy as np
+
+    from lab.plots.positions import digit_grid, plot_positions_grid
+
+    csvs = []
+    for name, (low, high) in {"a": (3, 2), "b": (2, 6)}.items():
+        run = tmp_path / name
+        run.mkdir()
+        pd.concat([positions(low, high), positions(0, 0, which="last")]).to_csv(run / "positions.csv", index=False)
+        (run / "config.yaml").write_text("data:\n  widths: [1, 8]\n", encoding="utf-8")
+        csvs.append(run / "positions.csv")
+    grid = digit_grid(positions(3, 2))
+    assert grid.shape == (12, 13) and grid[11, 0] == 100.0 and grid[11, 5] == 10.0 and np.isnan(grid[0, 5])
+    out = plot_positions_grid(csvs, tmp_path / "grid.png", ["A, seed 0", "B, seed 1"], "two runs")
+    assert out == [tmp_path / "grid.png"] and out[0].stat().st_size > 0
+    with pytest.raises(ValueError, match="2 positions.csv files and 1 labels"):
+        plot_positions_grid(csvs, tmp_path / "bad.png", ["A"], "two runs")
+    (tmp_path / "b" / "config.yaml").unlink()
+    with pytest.raises(ValueError, match="no config.yaml of its run"):
+        plot_positions_grid(csvs, tmp_path / "bad.png", ["A", "B"], "two runs")
+    assert not (tmp_path / "bad.png").exists()

@@ -10,6 +10,7 @@ above the horizontal one.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -105,3 +106,55 @@ def plot_positions(csv: str | Path, out: str | Path | None = None, train_widths:
         fig.suptitle(title, fontsize="small")
     folder = Path(out) if out is not None else csv.parent
     return [save_png(fig, folder / f"{csv.stem}.png", shown(csv), command)]
+
+
+def digit_grid(frame: pd.DataFrame) -> np.ndarray:
+    """The (width, position) accuracies of the answer digits of one set of weights as an array: row n − 1 is
+    width n, column p position p; NaN where a width has no such position."""
+    digits = frame[frame["token"] == "digit"]
+    widest = int(frame["width"].max())
+    grid = np.full((widest, widest + 1), np.nan)
+    for row in digits.itertuples():
+        grid[int(row.width) - 1, int(row.position)] = row.accuracy
+    return grid
+
+
+def plot_positions_grid(csvs: Sequence[Path], out: str | Path, labels: Sequence[str], title: str,
+                        command: str = "lab report all") -> list[Path]:
+    """One figure of the heat maps of several runs (each at its best weights), one panel per run titled by
+    `labels`, the trained widths of each run dashed (read from its config.yaml); written to `out`
+    (a .png path). ValueError when a run's trained widths cannot be read."""
+    from lab.plots.grid import grid_columns, panels
+
+    if len(csvs) != len(labels) or not csvs:
+        raise ValueError(f"plot_positions_grid: {len(csvs)} positions.csv files and {len(labels)} labels")
+    grids, tops = [], []
+    for csv in csvs:
+        frame = read_positions(Path(csv))
+        widths = run_train_widths(Path(csv))
+        if widths is None:
+            raise ValueError(f"{csv}: no config.yaml of its run beside it to read the trained widths from")
+        if "which" in frame.columns and (frame["which"] == "best").any():
+            frame = frame[frame["which"] == "best"]
+        grids.append(digit_grid(frame))
+        tops.append(widths[1])
+    columns = 6
+    with styled():
+        fig = new_figure(10, 8)
+        axes = panels(fig, len(csvs), width=2.5, height=2.5, columns=columns)
+        for ax, grid, hi, label in zip(axes, grids, tops, labels):
+            widest = grid.shape[0]
+            image = ax.imshow(grid, origin="lower", aspect="auto", cmap="viridis", vmin=0, vmax=100,
+                              extent=(-0.5, widest + 0.5, 0.5, widest + 0.5), interpolation="nearest")
+            ax.grid(False)
+            ax.axhline(hi + 0.5, color="white", lw=1, ls="--")
+            ax.axvline(hi + 0.5, color="white", lw=1, ls="--")
+            ax.set_title(label, fontsize="small")
+        cols = grid_columns(len(axes), columns)
+        for i, ax in enumerate(axes):
+            ax.set_xlabel("answer digit (0 = units)" if i + cols >= len(axes) else "")
+            ax.set_ylabel("operand width" if i % cols == 0 else "")
+        fig.colorbar(image, ax=axes, label="teacher-forced accuracy (%)", shrink=0.6, pad=0.01)
+        fig.suptitle(title, fontsize="medium")
+    return [save_png(fig, Path(out), ", ".join(shown(Path(c)) for c in csvs[:2]) + (", …" if len(csvs) > 2 else ""),
+                     command)]

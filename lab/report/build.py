@@ -129,21 +129,43 @@ def section_ablation(b: Builder) -> list[str]:
 
 
 def positions_figures(b: Builder, folder: Path, name: str) -> list[str]:
-    """The per-position heat maps of the runs of an addition table that kept a positions.csv."""
-    from lab.plots.positions import plot_positions
+    """One figure of the per-position heat maps of the runs of an addition table that kept a positions.csv:
+    a panel per run, named by its row as the paper names it and its seed, in the table's row order."""
+    from lab.plots.grid import display_names, two_lines
+    from lab.plots.positions import plot_positions_grid
 
-    lines = []
-    for csv in sorted(folder.glob("runs/*/positions.csv")):
+    csvs = sorted(folder.glob("runs/*/positions.csv"))
+    if not csvs:
+        return []
+    order: dict[str, tuple[str, int]] = {}  # run id -> (row, seed), from the table's per_width.csv
+    if (folder / "per_width.csv").is_file():
+        widths = read_csv(folder / "per_width.csv")
+        if {"row", "seed", "run_id"} <= set(widths.columns):
+            for row, seed, run in widths[["row", "seed", "run_id"]].drop_duplicates().itertuples(index=False):
+                order[str(run)] = (str(row), int(seed))
+    runs = []
+    for csv in csvs:
         run = csv.parent.name
-        out = f"{name}/positions/{run}"
-        config = yaml.safe_load((csv.parent / "config.yaml").read_text(encoding="utf-8")) \
-            if (csv.parent / "config.yaml").is_file() else {}
-        which = f" ({config.get('mixer', '?')}, seed {(config.get('train') or {}).get('seed', '?')})" if config else ""
-        lines += [f"Run `{run}`{which}: accuracy of every answer digit of every width.", ""]
-        lines += b.figure(out, lambda target, c=csv, o=out: plot_positions(
-            c, target, command=f"lab plot positions --csv {b.shown(c)} --out {b.out(o)}"),
-            f"answer digits of run {run}")
-    return lines
+        if run not in order:
+            config = yaml.safe_load((csv.parent / "config.yaml").read_text(encoding="utf-8")) \
+                if (csv.parent / "config.yaml").is_file() else {}
+            order[run] = (str(config.get("mixer", "?")), int((config.get("train") or {}).get("seed", -1)))
+        runs.append((order[run], run, csv))
+    rows = list(dict.fromkeys(row for (row, _), _, _ in runs))
+    table = read_csv(folder / "table.csv") if (folder / "table.csv").is_file() else None
+    if table is not None and "row" in table.columns:
+        ranked = [str(r) for r in table["row"]]
+        rows = sorted(rows, key=lambda r: ranked.index(r) if r in ranked else len(ranked))
+    names = display_names(rows, table if table is not None else pd.DataFrame(), folder)
+    runs.sort(key=lambda item: (rows.index(item[0][0]), item[0][1], item[1]))
+    labels = [f"{two_lines(names[row])}\nseed {seed} · {run}" for (row, seed), run, _ in runs]
+    out = f"{name}/positions"
+    title = (f"Accuracy of every answer digit of every width, each run at its best step "
+             f"({b.shown(folder)}; dashed: the widest trained width and its last digit)")
+    return [f"Accuracy of every answer digit of every width, {len(runs)} runs (`runs/*/positions.csv`).", ""] + \
+        b.figure(out, lambda target, o=out: plot_positions_grid(
+            [c for _, _, c in runs], target / "positions.png", labels, title, command="lab report all"),
+            f"answer digits, {b.shown(folder)}")
 
 
 def section_widths(b: Builder, positions: bool) -> list[str]:
