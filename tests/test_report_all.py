@@ -51,6 +51,8 @@ def records(tmp_path: Path) -> Path:
                                       "c57fed1, 2026-12-02 01:01 UTC; then `python progress.py`.\n")
     (regime / "screen" / "r1" / "provenance.json").write_text(
         '{"commit": "c57fed1aaaa", "device": "NVIDIA H200 x1", "date": "2026-12-02T01:00:58+00:00"}')
+    (root / "ablation" / "tiny" / "README.md").write_text(  # the findings the ablation section quotes
+        "# The ablation\n\n- **The shift decides**: held out 74 against 0. More.\n- plain bullet\n")
     run = root / "addition" / "tiny" / "runs" / "2db318ffdb"
     run.mkdir(parents=True)
     (run / "config.yaml").write_text("task: addition\ndata:\n  widths:\n  - 1\n  - 6\n")
@@ -84,6 +86,8 @@ def test_lab_report_all_writes_every_section_with_its_provenance_and_figures(rec
     # 2: the ablation's table and its warning
     assert "**These numbers test the pipeline, not the rules.**" in text
     assert "| Falcon-1A.3 (QK-RMSNorm, ctxη-ctxλ) | RBW · same-time | 1/1 | 1.6 | 0.0 | 11.2 |" in text
+    assert "What it answers (`records/ablation/tiny/README.md`):\n\n- **The shift decides**: held out 74 against 0.\n" in text
+    assert "plain bullet" not in text
     # 4: the sweep's headlines and best trial; 5: the kernels, whose kernels.md is missing here
     assert "Best: Trial 24: val_token_acc = 32.34." in text and "**No trial learned the task.**" in text
     assert "| 4x4096x16x128 | falcon-1a | fwd+bwd | 1.166 | 0.44 | 0.33 | ok |" in text

@@ -107,7 +107,8 @@ def section_addition(b: Builder) -> list[str]:
 
 
 def section_ablation(b: Builder) -> list[str]:
-    """2. The alignment ablation: every records/ablation/<name>/alignment.csv, its table and heat maps."""
+    """2. The alignment ablation: every records/ablation/<name>/alignment.csv, its table, the findings its
+    README.md opens in bold, and its heat maps."""
     from lab.plots.ablation import plot_ablation
 
     lines = ["## 2. Alignment ablation: timing × write pairing", ""]
@@ -121,6 +122,10 @@ def section_ablation(b: Builder) -> list[str]:
         if warning:
             lines += [warning.group(0), ""]
         lines += [ablation_table(read_csv(csv)), ""]
+        readme = folder / "README.md"
+        found = headlines(readme.read_text(encoding="utf-8")) if readme.is_file() else []
+        if found:
+            lines += [f"What it answers (`{b.shown(readme)}`):", "", *(f"- {line}" for line in found), ""]
         name = f"ablation/{folder.name}"
         lines += b.figure(name, lambda out, f=folder, n=name: plot_ablation(
             f, out, command=f"lab plot ablation --table {b.shown(f)} --out {b.out(n)}"),
@@ -160,8 +165,8 @@ def positions_figures(b: Builder, folder: Path, name: str) -> list[str]:
     runs.sort(key=lambda item: (rows.index(item[0][0]), item[0][1], item[1]))
     labels = [f"{two_lines(names[row])}\nseed {seed} · {run}" for (row, seed), run, _ in runs]
     out = f"{name}/positions"
-    title = (f"Accuracy of every answer digit of every width, each run at its best step "
-             f"({b.shown(folder)}; dashed: the widest trained width and its last digit)")
+    title = (f"Every answer digit of every width, each run at its best step\n{b.shown(folder)}\n"
+             f"dashed: the widest trained width and its last digit")
     return [f"Accuracy of every answer digit of every width, {len(runs)} runs (`runs/*/positions.csv`).", ""] + \
         b.figure(out, lambda target, o=out: plot_positions_grid(
             [c for _, _, c in runs], target / "positions.png", labels, title, command="lab report all"),
@@ -198,7 +203,8 @@ def headlines(text: str, limit: int = 320) -> list[str]:
     for block in re.findall(r"^- \*\*.+?(?=^\S|^- |\Z)", text, flags=re.MULTILINE | re.DOTALL):
         bullet = " ".join(block[2:].split())
         found = re.match(r"\*\*(.+?)\*\*\s*(.*?\.)(?:\s|$)", bullet)
-        line = f"**{found.group(1)}** {found.group(2)}" if found else bullet
+        gap = "" if found and found.group(2)[:1] in ",;:." else " "
+        line = f"**{found.group(1)}**{gap}{found.group(2)}" if found else bullet
         out.append(line if len(line) <= limit else line[:limit - 1].rstrip() + "…")
     return out
 
