@@ -16,7 +16,9 @@
 # runs again at seeds 1 and 2, four at once.
 # `bash regime_long.sh size`: the model-size axis, never tried before: falcon-1.3 at the paper's LM shape (12 layers
 # of d_model 768, 12 heads of 64; about 85M parameters against addition-paper's 10M) in the packed preset's schedule
-# (2000 steps, ramp over 1500, lr 1e-3, warm-up 200), compiled and graphed, alone on the GPU for RUN_S seconds.
+# (2000 steps, ramp over 1500, lr 1e-3, warm-up 200), compiled and graphed, alone on the GPU for RUN_S seconds;
+# WIDTH, DEPTH, SEED and SIZE_STEPS set another shape, seed or length (a whole 2000-step run at 12 x 768 is about
+# 520 s: RUN_S=540 and nothing else in the call).
 # Run from the repository root with LAB_COMMIT set; writes $OUT/long.tgz and prints a table.
 set -u
 VARIANT=${1:-plain}
@@ -77,10 +79,14 @@ elif [ "$VARIANT" = chunk ]; then
   one f13-c64 $RUN_S falcon-1.3 $FAST
   one f13-c32 $RUN_S falcon-1.3 $FAST --set model.mixer_options.chunk_size=32
 elif [ "$VARIANT" = size ]; then
-  NAMES="f13-768x12"
-  one f13-768x12 $RUN_S falcon-1.3 --max-steps 2000 --set data.ramp_steps=1500 --set train.val_every=100 \
-    --set train.compile=true --set train.cuda_graphs=true --set optim.lr=1e-3 --set optim.warmup_steps=200 \
-    --set model.d_model=768 --set model.n_layers=12 --set model.n_heads=12
+  # WIDTH x DEPTH (default 768 x 12; heads of 64), SEED (default 0), SIZE_STEPS (default 2000, ramp over 3/4)
+  WIDTH=${WIDTH:-768}; DEPTH=${DEPTH:-12}; SIZE_STEPS=${SIZE_STEPS:-2000}
+  NAME=f13-${WIDTH}x${DEPTH}; [ "${SEED:-0}" != 0 ] && NAME=$NAME-s$SEED; [ "$SIZE_STEPS" != 2000 ] && NAME=$NAME-$SIZE_STEPS
+  NAMES="$NAME"
+  one $NAME $RUN_S falcon-1.3 --max-steps $SIZE_STEPS --set data.ramp_steps=$(( SIZE_STEPS * 3 / 4 )) \
+    --set train.val_every=100 --set train.compile=true --set train.cuda_graphs=true --set optim.lr=1e-3 \
+    --set optim.warmup_steps=200 --set model.d_model=$WIDTH --set model.n_layers=$DEPTH \
+    --set model.n_heads=$(( WIDTH / 64 ))
 elif [ "$VARIANT" = abacus ]; then
   NAMES="f1a3-ab-long f13-ab-long"
   one f1a3-ab-long $RUN_S falcon-1a.3 $FAST --set model.abacus=32
