@@ -5,9 +5,13 @@
 # eta_max (eta·E_ref < eta_max), falcon-1 with the .1 settings (QK-l2, ctxβ, ctxλ) its ctxβ gain by beta_max,
 # DeltaNet its β by beta_max. CONTROL=1 adds falcon-1a.3 (inner-product writes: no eigenvalue 1 - β along the
 # key, so the bound should not matter).
-# Two runs at a time (JOBS=N for more). Run from the repository root: bash records/tasks/beta/run.sh [RESULTS]
+# Two runs at a time (JOBS=N for more). TASK=permutation runs the same grid on S5 composition (permutation-tiny)
+# into RESULTS/permutation. Run from the repository root: bash records/tasks/beta/run.sh [RESULTS]
 set -u
+TASK=${TASK:-parity}
+case $TASK in parity|permutation) ;; *) echo "run.sh: TASK must be parity or permutation, got $TASK" >&2; exit 2;; esac
 R=${1:-results/beta}
+[ "$TASK" = parity ] || R=$R/$TASK
 jobs=()
 for seed in 0 1 2; do
   for bound in 1 2; do
@@ -23,7 +27,7 @@ run() {
   local sets=()
   IFS=',' read -ra pairs <<< "$opts"
   for p in "${pairs[@]}"; do sets+=(--set "model.mixer_options.$p"); done
-  python -m lab train --preset parity-tiny --mixer "$mixer" --seed "$seed" "${sets[@]}" \
+  python -m lab train --preset $TASK-tiny --mixer "$mixer" --seed "$seed" "${sets[@]}" \
     --out "$R/runs/$name-s$seed" --results "$R" --no-progress > "$R/logs/$name-s$seed.log" 2>&1
 }
 mkdir -p "$R/logs"
