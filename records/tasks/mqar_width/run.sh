@@ -1,14 +1,20 @@
 #!/usr/bin/env bash
-# MQAR recall against model width (zoology's figure) at toy size on a CPU: the mqar-tiny preset (2 layers, 2 heads,
-# 600 steps of batch 32; 16-32 tokens trained, 33-64 held out with more pairs) at d_model 32, 64 and 128, for the
-# transformer, DeltaNet, falcon-1a.3 and falcon-1.3, seeds 0-1, two runs at a time.
-# Run from the repository root: bash records/tasks/mqar_width/run.sh [RESULTS]; then python .../study.py RESULTS
+# MQAR recall against model width (zoology's figure): the mqar-tiny preset (2 layers, 2 heads, batch 32; 16-32
+# tokens trained, 33-64 held out with more pairs). The committed CPU study: d_model 32, 64 and 128, the transformer,
+# DeltaNet, falcon-1a.3 and falcon-1.3, seeds 0-1, 600 steps, two runs at a time (the defaults below). On a GPU set
+# MIXERS (comma-separated), WIDTHS, SEEDS (a count), STEPS and JOBS (runs at once), e.g.
+#   MIXERS=transformer,retnet,mamba2,deltanet,gated-deltanet,falcon-1a.3,falcon-3a.3,falcon-1.3 \
+#   WIDTHS="64 128 256" SEEDS=3 STEPS=1800 JOBS=14 bash records/tasks/mqar_width/run.sh RESULTS
+# Finished runs are skipped. Run from the repository root: bash records/tasks/mqar_width/run.sh [RESULTS]; then
+# python records/tasks/mqar_width/study.py RESULTS [OUT]
 set -u
 R=${1:-results/mqar_width}
+MIXERS=${MIXERS:-transformer,deltanet,falcon-1a.3,falcon-1.3}; WIDTHS=${WIDTHS:-32 64 128}
+SEEDS=${SEEDS:-2}; STEPS=${STEPS:-600}; JOBS=${JOBS:-2}
 jobs=()
-for seed in 0 1; do
-  for d in 32 64 128; do
-    for mixer in transformer deltanet falcon-1a.3 falcon-1.3; do jobs+=("$mixer $d $seed"); done
+for ((seed = 0; seed < SEEDS; seed++)); do
+  for d in $WIDTHS; do
+    for mixer in ${MIXERS//,/ }; do jobs+=("$mixer $d $seed"); done
   done
 done
 run() {
@@ -16,11 +22,10 @@ run() {
   local name="$mixer-d$d-s$seed"
   [ -f "$R/runs/$name/run.json" ] && grep -q '"finished"' "$R/runs/$name/run.json" && return
   python -m lab train --preset mqar-tiny --mixer "$mixer" --seed "$seed" --set "model.d_model=$d" \
-    --out "$R/runs/$name" --results "$R" --no-progress > "$R/logs/$name.log" 2>&1
+    --max-steps "$STEPS" --out "$R/runs/$name" --results "$R" --no-progress > "$R/logs/$name.log" 2>&1
 }
 mkdir -p "$R/logs"
-for ((i = 0; i < ${#jobs[@]}; i += 2)); do
-  run "${jobs[i]}" &
-  [ $((i + 1)) -lt ${#jobs[@]} ] && run "${jobs[i + 1]}" &
+for ((i = 0; i < ${#jobs[@]}; i += JOBS)); do
+  for ((j = i; j < i + JOBS && j < ${#jobs[@]}; j++)); do run "${jobs[j]}" & done
   wait
 done

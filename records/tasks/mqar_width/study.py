@@ -2,12 +2,16 @@
 sequence accuracy (every answer right) at each run's best step against d_model, on the train lengths and on the
 held-out ones.
 
-    python records/tasks/mqar_width/study.py [RESULTS]   # RESULTS holds runs/ (default: this folder); writes here
+    python records/tasks/mqar_width/study.py [RESULTS [OUT]]   # RESULTS holds runs/ (default: this folder);
+                                                              # writes table.md, table.csv, width.png to OUT (here)
+Mixers and widths are those the runs hold (run folders `<mixer>-d<d_model>-s<seed>`); the title names the steps
+and the machine the runs' config.yaml and provenance.json give.
 """
 
 from __future__ import annotations
 
 import csv
+import json
 import statistics
 import sys
 from pathlib import Path
@@ -18,9 +22,10 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 HERE = Path(__file__).resolve().parent
-MIXERS = (("transformer", "Transformer", "tab:grey"), ("deltanet", "DeltaNet", "tab:green"),
-          ("falcon-1a.3", "Falcon-1A.3", "tab:blue"), ("falcon-1.3", "Falcon-1.3", "tab:orange"))
-WIDTHS = (32, 64, 128)
+MIXERS = (("transformer", "Transformer", "tab:grey"), ("retnet", "RetNet", "tab:brown"),
+          ("mamba2", "Mamba-2", "tab:olive"), ("deltanet", "DeltaNet", "tab:green"),
+          ("gated-deltanet", "Gated DeltaNet", "tab:cyan"), ("falcon-1a.3", "Falcon-1A.3", "tab:blue"),
+          ("falcon-3a.3", "Falcon-3A.3", "tab:purple"), ("falcon-1.3", "Falcon-1.3", "tab:orange"))
 
 
 def best(run: Path) -> dict | None:
@@ -31,9 +36,17 @@ def best(run: Path) -> dict | None:
 
 def main() -> None:
     results = Path(sys.argv[1]) if len(sys.argv) > 1 else HERE
+    out = Path(sys.argv[2]) if len(sys.argv) > 2 else HERE
+    out.mkdir(parents=True, exist_ok=True)
+    runs = sorted((results / "runs").glob("*-d*-s*"))
+    widths = sorted({int(r.name.rsplit("-d", 1)[1].split("-s")[0]) for r in runs})
+    steps = sorted({line.split(":")[1].strip() for r in runs if (r / "config.yaml").exists()
+                    for line in (r / "config.yaml").read_text().splitlines() if line.startswith("  max_steps:")})
+    devices = sorted({json.loads((r / "provenance.json").read_text()).get("device", "?") for r in runs
+                      if (r / "provenance.json").exists()})
     table = []
     for mixer, label, _ in MIXERS:
-        for d in WIDTHS:
+        for d in widths:
             found = [b for b in (best(r) for r in sorted((results / "runs").glob(f"{mixer}-d{d}-s*"))) if b]
             if not found:
                 continue
@@ -42,7 +55,7 @@ def main() -> None:
             held_tok = [float(b["ood_token_mean"]) for b in found]
             table.append({"mixer": mixer, "label": label, "d_model": d, "seeds": len(found), "val": val,
                           "held": held, "held_tok": held_tok})
-    with open(HERE / "table.csv", "w", newline="") as f:
+    with open(out / "table.csv", "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["mixer", "d_model", "seeds", "val_acc_by_seed", "held_out_by_seed", "held_out_token_by_seed"])
         for r in table:
@@ -56,7 +69,7 @@ def main() -> None:
              "|---|---|---|---|---|---|"]
     lines += [f"| {r['label']} | {r['d_model']} | {r['seeds']} | {ms(r['val'])} | {ms(r['held'])} | "
               f"{ms(r['held_tok'])} |" for r in table]
-    (HERE / "table.md").write_text("\n".join(lines) + "\n")
+    (out / "table.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), sharey=True, layout="constrained")
     for ax, key, title in ((axes[0], "val", "train lengths (16–32 tokens, 2–4 pairs)"),
@@ -71,16 +84,16 @@ def main() -> None:
             hi = [max(r[key]) - m for m, r in zip(mean, rows)]
             ax.errorbar(xs, mean, yerr=[lo, hi], color=colour, marker="o", capsize=3, label=label)
         ax.set_xscale("log", base=2)
-        ax.set_xticks(WIDTHS, [str(d) for d in WIDTHS])
+        ax.set_xticks(widths, [str(d) for d in widths])
         ax.set_xlabel("model width d_model")
         ax.set_title(title, fontsize=10)
         ax.set_ylim(-2, 102)
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("sequences with every answer right (%)")
     axes[1].legend(fontsize=8, loc="upper left")
-    fig.suptitle("MQAR against model width at toy size on a CPU (2 layers, 600 steps); mean over seeds, bars "
-                 "min–max", fontsize=10)
-    fig.savefig(HERE / "width.png", dpi=110)
+    fig.suptitle(f"MQAR against model width (2 layers, {'/'.join(steps)} steps; {', '.join(devices)}); mean over "
+                 "seeds, bars min–max", fontsize=10)
+    fig.savefig(out / "width.png", dpi=110)
 
 
 if __name__ == "__main__":

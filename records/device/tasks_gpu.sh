@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Device call: the synthetic-task studies on one H200, many small runs sharing the GPU (JOBS at once): PARTS (default
+# "beta-parity beta-s5 mqar-width", in order) of
+#   beta-parity  the gain's range on running parity (records/tasks/beta/run.sh, CONTROL=1: falcon-1.3, falcon-1 .1,
+#                DeltaNet and the control falcon-1a.3, bound 1 or 2, seeds 0-2; 24 runs)
+#   beta-s5      the same grid on S5 composition (TASK=permutation; 24 runs)
+#   mqar-width   MQAR against d_model for eight mixers (records/tasks/mqar_width/run.sh with MQW_WIDTHS, default
+#                "64 128 256", 3 seeds, MQW_STEPS default 1800; 72 runs)
+# A call cut by its time keeps every finished run; carry RESULTS (default results/tasks) into the next call to go on.
+#   LAB_COMMIT=<sha> BUDGET_S=520 bash records/device/tasks_gpu.sh      (writes $OUT/tasks.tgz)
+set -u
+export PYTHONUNBUFFERED=1 OMP_NUM_THREADS=1
+R=${RESULTS:-results/tasks}; BUDGET_S=${BUDGET_S:-520}; JOBS=${JOBS:-14}
+PARTS=${PARTS:-beta-parity beta-s5 mqar-width}
+t0=$(date +%s)
+left() { echo $(( BUDGET_S - ($(date +%s) - t0) )); }
+for part in $PARTS; do
+  [ "$(left)" -gt 60 ] || break
+  echo "$part: start at $(( $(date +%s) - t0 )) s"
+  case $part in
+    beta-parity) JOBS=$JOBS CONTROL=1 timeout --signal=INT --kill-after=20 $(left) bash records/tasks/beta/run.sh $R/beta ;;
+    beta-s5) TASK=permutation JOBS=$JOBS CONTROL=1 timeout --signal=INT --kill-after=20 $(left) \
+      bash records/tasks/beta/run.sh $R/beta ;;
+    mqar-width) MIXERS=transformer,retnet,mamba2,deltanet,gated-deltanet,falcon-1a.3,falcon-3a.3,falcon-1.3 \
+      WIDTHS=${MQW_WIDTHS:-64 128 256} SEEDS=3 STEPS=${MQW_STEPS:-1800} JOBS=$JOBS \
+      timeout --signal=INT --kill-after=20 $(left) bash records/tasks/mqar_width/run.sh $R/mqar_width ;;
+    *) echo "tasks_gpu.sh: unknown part $part" >&2 ;;
+  esac
+  echo "$part: end at $(( $(date +%s) - t0 )) s, $(grep -l '"finished"' $R/*/runs/*/run.json $R/beta/*/runs/*/run.json 2>/dev/null | wc -l) runs finished in all"
+done
+nvidia-smi --query-gpu=name --format=csv,noheader > $R/gpu.txt
+[ -d $R/mqar_width/runs ] && python records/tasks/mqar_width/study.py $R/mqar_width $R/mqar_width > /dev/null 2>&1
+tar czf "$OUT/tasks.tgz" --exclude='checkpoints' --exclude='*.pt' --exclude='*.ckpt' --exclude='*.lock' -C $R .
+[ -f $R/mqar_width/table.md ] && cat $R/mqar_width/table.md
