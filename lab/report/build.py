@@ -147,14 +147,16 @@ def positions_figures(b: Builder, folder: Path, name: str) -> list[str]:
         widths = read_csv(folder / "per_width.csv")
         if {"row", "seed", "run_id"} <= set(widths.columns):
             for row, seed, run in widths[["row", "seed", "run_id"]].drop_duplicates().itertuples(index=False):
-                order[str(run)] = (str(row), int(seed))
+                if str(seed).isdigit():  # a malformed cell leaves the run to its config below
+                    order[str(run)] = (str(row), int(seed))
     runs = []
     for csv in csvs:
         run = csv.parent.name
         if run not in order:
             config = yaml.safe_load((csv.parent / "config.yaml").read_text(encoding="utf-8")) \
                 if (csv.parent / "config.yaml").is_file() else {}
-            order[run] = (str(config.get("mixer", "?")), int((config.get("train") or {}).get("seed", -1)))
+            seed = (config.get("train") or {}).get("seed")
+            order[run] = (str(config.get("mixer", "?")), seed if isinstance(seed, int) else -1)
         runs.append((order[run], run, csv))
     rows = list(dict.fromkeys(row for (row, _), _, _ in runs))
     table = read_csv(folder / "table.csv") if (folder / "table.csv").is_file() else None
@@ -163,11 +165,12 @@ def positions_figures(b: Builder, folder: Path, name: str) -> list[str]:
         rows = sorted(rows, key=lambda r: ranked.index(r) if r in ranked else len(ranked))
     names = display_names(rows, table if table is not None else pd.DataFrame(), folder)
     runs.sort(key=lambda item: (rows.index(item[0][0]), item[0][1], item[1]))
-    labels = [f"{two_lines(names[row])}\nseed {seed} · {run}" for (row, seed), run, _ in runs]
+    labels = [f"{two_lines(names[row])}\n{f'seed {seed} · ' if seed >= 0 else ''}{run}" for (row, seed), run, _ in runs]
     out = f"{name}/positions"
     title = (f"Every answer digit of every width, each run at its best step\n{b.shown(folder)}\n"
              f"dashed: the widest trained width and its last digit")
-    return [f"Accuracy of every answer digit of every width, {len(runs)} runs (`runs/*/positions.csv`).", ""] + \
+    count = f"{len(runs)} run{'s' if len(runs) > 1 else ''}"
+    return [f"Accuracy of every answer digit of every width, {count} (`runs/*/positions.csv`).", ""] + \
         b.figure(out, lambda target, o=out: plot_positions_grid(
             [c for _, _, c in runs], target / "positions.png", labels, title, command="lab report all"),
             f"answer digits, {b.shown(folder)}")
