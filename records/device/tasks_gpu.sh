@@ -5,7 +5,8 @@
 #                DeltaNet and the control falcon-1a.3, bound 1 or 2, seeds 0-2; 24 runs)
 #   beta-s5      the same grid on S5 composition (TASK=permutation; 24 runs)
 #   mqar-width   MQAR against d_model for eight mixers (records/tasks/mqar_width/run.sh with MQW_WIDTHS, default
-#                "64 128 256", 3 seeds, MQW_STEPS default 1800; 72 runs)
+#                "64 128 256", 3 seeds, MQW_STEPS default 1800, MQW_LR a rate for every run, default the
+#                preset's 3e-3: run it at 1e-3 too, records/tasks/mqar_width/lr/README.md; 72 runs a rate)
 # A call cut by its time keeps every finished run; carry RESULTS (default results/tasks) into the next call to go on.
 #   LAB_COMMIT=<sha> BUDGET_S=520 bash records/device/tasks_gpu.sh      (writes $OUT/tasks.tgz)
 set -u
@@ -22,13 +23,14 @@ for part in $PARTS; do
     beta-s5) TASK=permutation JOBS=$JOBS CONTROL=1 timeout --signal=INT --kill-after=20 $(left) \
       bash records/tasks/beta/run.sh $R/beta ;;
     mqar-width) MIXERS=transformer,retnet,mamba2,deltanet,gated-deltanet,falcon-1a.3,falcon-3a.3,falcon-1.3 \
-      WIDTHS=${MQW_WIDTHS:-64 128 256} SEEDS=3 STEPS=${MQW_STEPS:-1800} JOBS=$JOBS \
+      WIDTHS=${MQW_WIDTHS:-64 128 256} SEEDS=3 STEPS=${MQW_STEPS:-1800} JOBS=$JOBS LR=${MQW_LR:-} \
       timeout --signal=INT --kill-after=20 $(left) bash records/tasks/mqar_width/run.sh $R/mqar_width ;;
     *) echo "tasks_gpu.sh: unknown part $part" >&2 ;;
   esac
   echo "$part: end at $(( $(date +%s) - t0 )) s, $(grep -l '"finished"' $R/*/runs/*/run.json $R/beta/*/runs/*/run.json 2>/dev/null | wc -l) runs finished in all"
 done
 nvidia-smi --query-gpu=name --format=csv,noheader > $R/gpu.txt
-[ -d $R/mqar_width/runs ] && python records/tasks/mqar_width/study.py $R/mqar_width $R/mqar_width > /dev/null 2>&1
+[ -d $R/mqar_width/runs ] && LR=${MQW_LR:-} python records/tasks/mqar_width/study.py $R/mqar_width \
+  $R/mqar_width${MQW_LR:+/lr$MQW_LR} > /dev/null 2>&1
 tar czf "$OUT/tasks.tgz" --exclude='checkpoints' --exclude='*.pt' --exclude='*.ckpt' --exclude='*.lock' -C $R .
-[ -f $R/mqar_width/table.md ] && cat $R/mqar_width/table.md
+[ -f $R/mqar_width${MQW_LR:+/lr$MQW_LR}/table.md ] && cat $R/mqar_width${MQW_LR:+/lr$MQW_LR}/table.md

@@ -4,14 +4,16 @@ held-out ones.
 
     python records/tasks/mqar_width/study.py [RESULTS [OUT]]   # RESULTS holds runs/ (default: this folder);
                                                               # writes table.md, table.csv, width.png to OUT (here)
-Mixers and widths are those the runs hold (run folders `<mixer>-d<d_model>-s<seed>`); the title names the steps
-and the machine the runs' config.yaml and provenance.json give.
+Mixers and widths are those the runs hold (run folders `<mixer>-d<d_model>-s<seed>`, with `-lr<LR>` for a rate
+other than the preset's: LR=1e-3 in the environment reads those); the title names the steps and the machine the
+runs' config.yaml and provenance.json give.
 """
 
 from __future__ import annotations
 
 import csv
 import json
+import os
 import statistics
 import sys
 from pathlib import Path
@@ -38,7 +40,9 @@ def main() -> None:
     results = Path(sys.argv[1]) if len(sys.argv) > 1 else HERE
     out = Path(sys.argv[2]) if len(sys.argv) > 2 else HERE
     out.mkdir(parents=True, exist_ok=True)
-    runs = sorted((results / "runs").glob("*-d*-s*"))
+    rate = os.environ.get("LR")  # the runs of one rate: named ...-lr<LR>, or without a suffix for the preset's
+    runs = [r for r in sorted((results / "runs").glob("*-d*-s*"))
+            if (r.name.endswith(f"-lr{rate}") if rate else "-lr" not in r.name)]
     widths = sorted({int(r.name.rsplit("-d", 1)[1].split("-s")[0]) for r in runs})
     steps = sorted({line.split(":")[1].strip() for r in runs if (r / "config.yaml").exists()
                     for line in (r / "config.yaml").read_text().splitlines() if line.startswith("  max_steps:")})
@@ -47,7 +51,7 @@ def main() -> None:
     table = []
     for mixer, label, _ in MIXERS:
         for d in widths:
-            found = [b for b in (best(r) for r in sorted((results / "runs").glob(f"{mixer}-d{d}-s*"))) if b]
+            found = [b for b in (best(r) for r in runs if r.name.startswith(f"{mixer}-d{d}-s")) if b]
             if not found:
                 continue
             val = [float(b["val_acc"]) for b in found]
@@ -91,8 +95,8 @@ def main() -> None:
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("sequences with every answer right (%)")
     axes[1].legend(fontsize=8, loc="upper left")
-    fig.suptitle(f"MQAR against model width (2 layers, {'/'.join(steps)} steps; {', '.join(devices)}); mean over "
-                 "seeds, bars min–max", fontsize=10)
+    fig.suptitle(f"MQAR against model width (2 layers, {'/'.join(steps)} steps, lr {rate or '3e-3'}; "
+                 f"{', '.join(devices)}); mean over seeds, bars min–max", fontsize=10)
     fig.savefig(out / "width.png", dpi=110)
 
 
