@@ -17,8 +17,9 @@
 # `bash regime_long.sh size`: the model-size axis, never tried before: falcon-1.3 at the paper's LM shape (12 layers
 # of d_model 768, 12 heads of 64; about 85M parameters against addition-paper's 10M) in the packed preset's schedule
 # (2000 steps, ramp over 1500, lr 1e-3, warm-up 200), compiled and graphed, alone on the GPU for RUN_S seconds;
-# WIDTH, DEPTH, SEED, SIZE_STEPS, SIZE_LR and SIZE_VAL (evaluate every N steps, default 100) set another shape,
-# seed, length, rate or evaluation interval (a whole 2000-step run at 12 x 768 evaluated every 100 steps takes
+# WIDTH, DEPTH, SEED, SIZE_STEPS, SIZE_RAMP (the curriculum's ramp, default 3/4 of the steps), SIZE_LR, SIZE_MIXER
+# and SIZE_VAL (evaluate every N steps, default 100) set another shape, seed, length, ramp, rate, mixer or evaluation
+# interval (a whole 2000-step run at 12 x 768 evaluated every 100 steps takes
 # about 540 s and missed its last evaluation at RUN_S=545: use SIZE_VAL=200).
 # Run from the repository root with LAB_COMMIT set; writes $OUT/long.tgz and prints a table.
 set -u
@@ -82,9 +83,10 @@ elif [ "$VARIANT" = chunk ]; then
 elif [ "$VARIANT" = size ]; then
   # WIDTH x DEPTH (default 768 x 12; heads of 64), SEED (default 0), SIZE_STEPS (default 2000, ramp over 3/4)
   WIDTH=${WIDTH:-768}; DEPTH=${DEPTH:-12}; SIZE_STEPS=${SIZE_STEPS:-2000}
-  NAME=f13-${WIDTH}x${DEPTH}; [ "${SEED:-0}" != 0 ] && NAME=$NAME-s$SEED; [ -n "${SIZE_LR:-}" ] && NAME=$NAME-lr$SIZE_LR; [ "$SIZE_STEPS" != 2000 ] && NAME=$NAME-$SIZE_STEPS
+  MIXER=${SIZE_MIXER:-falcon-1.3}; RAMP=${SIZE_RAMP:-$(( SIZE_STEPS * 3 / 4 ))}
+  NAME=$(echo $MIXER | sed 's/falcon-/f/; s/\.//')-${WIDTH}x${DEPTH}; [ -n "${SIZE_RAMP:-}" ] && NAME=$NAME-ramp$RAMP; [ "${SEED:-0}" != 0 ] && NAME=$NAME-s$SEED; [ -n "${SIZE_LR:-}" ] && NAME=$NAME-lr$SIZE_LR; [ "$SIZE_STEPS" != 2000 ] && NAME=$NAME-$SIZE_STEPS
   NAMES="$NAME"
-  one $NAME $RUN_S falcon-1.3 --max-steps $SIZE_STEPS --set data.ramp_steps=$(( SIZE_STEPS * 3 / 4 )) \
+  one $NAME $RUN_S $MIXER --max-steps $SIZE_STEPS --set data.ramp_steps=$RAMP \
     --set train.val_every=${SIZE_VAL:-100} --set train.compile=true --set train.cuda_graphs=true \
     --set optim.lr=${SIZE_LR:-1e-3} --set optim.warmup_steps=200 --set model.d_model=$WIDTH --set model.n_layers=$DEPTH \
     --set model.n_heads=$(( WIDTH / 64 ))
