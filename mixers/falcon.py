@@ -18,6 +18,15 @@ Per token t, from the layer input h_t (paper §4-5, appendix C):
      ‖x‖² ≤ Dk, so η‖x‖² < eta_max; with eta_max = 2 (default) the emitted η spans the same range as
      ctxβ's normalised step and the regression rules keep their transition eigenvalue 1 − η‖x‖² in (−1, 1),
      while the network is free to use less than the full key energy. Offsets start at 0, so η·E_ref = 1.
+     The ridge enters the carry too, so a regression rule's eigenvalue along x is 1 − η(‖x‖² + λ_t)
+     (= 1 − η‖x‖²(1 + λ̄_t) scale-coupled), clamped: with η‖x‖² up to 2 and λ̄ up to lam_scale it reaches
+     ε_γ − 2, and the state grows without bound along a key written again and again (falcon-1.3 learned
+     eigenvalues to −1.5 on parity, records/tasks/beta; a 92M falcon-1.3 diverged on addition). ``eta_bound``
+     says what η is bounded by: ``ridge`` (η < eta_max / (E_ref + λ_ref), λ_ref = λ̄_t E_ref scale-coupled,
+     else λ_t: exactly ctxβ's range for the normalised step, so η(‖x‖² + λ_t) < eta_max and the eigenvalue
+     stays in (−1, 1)), ``energy`` (η < eta_max / E_ref, the bound before it), or ``auto`` (default): ridge
+     for the regression rules falcon-1/2/3, energy for the inner-product rules 1a/2a/3a, whose transition is
+     the carry γ ∈ [ε_γ, 1] alone.
    - ``const_beta``: a fixed β ∈ (0, 2) (``beta``; β > 1 is allowed).
    - ``ctx_lambda``: λ̄_t = lam_scale·σ(w·h + c) (paper appendix C.1), scale-coupled by the rule
      (λ_t = λ̄_t E_t) when ``scale_coupled_ridge`` (default). The per-head offsets c start so that λ̄ is spread
@@ -47,6 +56,8 @@ from mixers.layers import (Mixer, RMSNorm, ShortConv, full_precision, l2_norm, r
 from mixers.options import check_bool, check_choice, check_int, check_range, head_dim_of
 
 GAINS = ("ctx_beta", "ctx_eta", "const_beta")
+ETA_BOUNDS = ("auto", "ridge", "energy")
+REGRESSION_RULES = ("falcon-1", "falcon-2", "falcon-3")
 RIDGES = ("ctx_lambda", "const_lambda")
 QK_NORMS = ("rmsnorm", "l2", "none")
 RULE_DTYPES = ("input", "float32")
@@ -63,6 +74,7 @@ class FalconOptions:
     gain: str = "ctx_eta"
     beta: float = 1.0
     eta_max: float = 2.0
+    eta_bound: str = "auto"  # ctxη's bound: ridge (regression rules) or energy (inner product); module docstring
     beta_max: float = 2.0
     ridge: str = "ctx_lambda"
     lam: float = 0.0
@@ -89,6 +101,7 @@ class FalconOptions:
     def check(self, mixer: str) -> None:
         check_choice(mixer, "qk_norm", self.qk_norm, QK_NORMS)
         check_choice(mixer, "gain", self.gain, GAINS)
+        check_choice(mixer, "eta_bound", self.eta_bound, ETA_BOUNDS)
         check_choice(mixer, "ridge", self.ridge, RIDGES)
         check_choice(mixer, "rule_dtype", self.rule_dtype, RULE_DTYPES)
         try:  # the rule's options, by the op's own checks
@@ -150,6 +163,9 @@ class FalconMixer(Mixer):
         self.o_proj = residual_out(nn.Linear(inner, d_model, bias=False))
         # the key energy the QK-norm gives (ctxη's unit of step size)
         self.energy_ref = 1.0 if opts.qk_norm == "l2" else float(D)
+        # ctxη bounded with the ridge where the ridge moves the transition's eigenvalue (the regression rules)
+        self.eta_bound = (("ridge" if rule in REGRESSION_RULES else "energy") if opts.eta_bound == "auto"
+                          else opts.eta_bound)
 
     def _rule_options(self) -> dict:
         o = self.opts
@@ -183,6 +199,10 @@ class FalconMixer(Mixer):
         o = self.opts
         dtype = torch.float64 if h.dtype == torch.float64 else torch.float32  # gates in full precision
         lead = h.shape[:-1]
+        if o.ridge == "const_lambda":
+            lam = torch.full((*lead, self.n_heads), o.lam, dtype=dtype, device=h.device)
+        else:
+            lam = o.lam_scale * torch.sigmoid(self.lam_proj(h).to(dtype) + self.lam_offset.to(dtype))
         if o.gain == "const_beta":
             gain = torch.full((*lead, self.n_heads), o.beta, dtype=dtype, device=h.device)
         else:
@@ -190,11 +210,11 @@ class FalconMixer(Mixer):
             if o.gain == "ctx_beta":
                 gain = o.beta_max * torch.sigmoid(pre)
             else:
-                gain = o.eta_max * torch.sigmoid(pre) / self.energy_ref
-        if o.ridge == "const_lambda":
-            lam = torch.full((*lead, self.n_heads), o.lam, dtype=dtype, device=h.device)
-        else:
-            lam = o.lam_scale * torch.sigmoid(self.lam_proj(h).to(dtype) + self.lam_offset.to(dtype))
+                unit = self.energy_ref
+                if self.eta_bound == "ridge":  # η(E_ref + λ_ref) < eta_max: the eigenvalue 1 − η(E + λ) > −1
+                    unit = unit + (lam * self.energy_ref if o.scale_coupled_ridge else lam)
+                    unit = unit[..., None] if self.per_channel else unit
+                gain = o.eta_max * torch.sigmoid(pre) / unit
         return gain, lam
 
     def _output(self, o: Tensor, h: Tensor) -> Tensor:

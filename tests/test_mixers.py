@@ -10,6 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from kernels import fast_weight_rule
 from mixers import MIXERS, build_mixer, default_options
 from mixers.layers import l2_norm, rms_norm, rotary
 
@@ -229,6 +230,61 @@ def test_gain_range_sets_where_the_transition_eigenvalue_can_go() -> None:
         build_mixer("deltanet", D_MODEL, HEADS, beta_max=3.0)
     y = build_mixer("deltanet", D_MODEL, HEADS, beta_max=2.0)(torch.randn(2, 8, D_MODEL))
     assert torch.isfinite(y).all()
+
+
+def saturated_gates(name: str, sigma: float = 0.99, lam_bar: float = 0.9, **options):
+    """A Falcon mixer whose gates ignore the input: σ(gain) = ``sigma``, λ̄ = ``lam_bar`` (lam_scale 1)."""
+    mixer = make(name, **options)
+    with torch.no_grad():
+        mixer.gain_proj.weight.zero_()
+        mixer.gain_offset.fill_(math.log(sigma / (1 - sigma)))
+        mixer.lam_proj.weight.zero_()
+        mixer.lam_offset.fill_(math.log(lam_bar / (1 - lam_bar)))
+    return mixer
+
+
+@pytest.mark.parametrize("name", ["falcon-1", "falcon-2", "falcon-3", "falcon-1a", "falcon-2a", "falcon-3a"])
+def test_ctx_eta_bound_keeps_the_regression_eigenvalue_above_minus_one(name: str) -> None:
+    """ctxη with the scale-coupled ridge: a regression rule's eigenvalue along x is γ − η‖x‖², γ = 1 − min(ηλ̄‖x‖²,
+    1 − ε_γ). Bounded by the key energy alone (``energy``) a saturated gate with λ̄ = 0.9 puts it near ε_γ − 2;
+    bounded with the ridge (``ridge``, the regression rules' ``auto``) it stays above −1, as ctxβ's 1 − β does."""
+    E, floor = 16.0, 1e-3  # QK-RMSNorm's key energy at head_dim 16, the default decay floor
+    regression = name in ("falcon-1", "falcon-2", "falcon-3")
+    assert make(name).eta_bound == ("ridge" if regression else "energy")
+
+    @torch.no_grad()
+    def lowest_eigenvalue(mixer) -> float:
+        eta, lam = mixer._gates(torch.zeros(1, 1, D_MODEL, dtype=torch.float64))
+        lam = lam[..., None] if mixer.per_channel else lam
+        carry = 1 - torch.clamp(eta * lam * E, max=1 - floor)
+        return float((carry - eta * E).min())
+
+    assert lowest_eigenvalue(saturated_gates(name, eta_bound="energy")) < -1.9
+    ridge = lowest_eigenvalue(saturated_gates(name, eta_bound="ridge"))
+    assert -1.0 < ridge < -0.9  # η(E + λ) = 0.99·2: the bound is reached, not passed
+    with pytest.raises(ValueError, match="eta_bound"):
+        make(name, eta_bound="both")
+
+
+def test_ctx_eta_with_the_ridge_bound_keeps_the_state_finite_on_a_repeated_key() -> None:
+    """The same key written 400 times by falcon-1.3 with saturated gates (σ = 0.99, λ̄ = 0.9): bounded by the
+    key energy alone the state grows by |ε_γ − 1.98| a token and overflows float32; with the ridge bound (the
+    default) it settles."""
+    torch.manual_seed(0)
+    T, H, D = 400, HEADS, D_MODEL // HEADS
+    q = rms_norm(torch.randn(1, T, H, D), 1e-6)
+    k = rms_norm(torch.randn(1, 1, H, D), 1e-6).expand(1, T, H, D).contiguous()
+    v = torch.randn(1, T, H, D)
+    states = {}
+    for bound in ("energy", "ridge"):
+        mixer = saturated_gates("falcon-1.3", eta_bound=bound).float()
+        with torch.no_grad():
+            eta, lam = mixer._gates(torch.zeros(1, T, D_MODEL))
+        _, state = fast_weight_rule(q, k, v, lam=lam, eta=eta, output_final_state=True, backend="chunk",
+                                    **mixer._rule_options())
+        states[bound] = state.S
+    assert not torch.isfinite(states["energy"]).all()
+    assert torch.isfinite(states["ridge"]).all() and states["ridge"].abs().max() < 100 * v.abs().max()
 
 
 def test_falcon_initial_gates():
