@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # ctxη's bound for the regression rules, on a CPU: falcon-1.3 with eta_bound=ridge (the default since commit
 # 67f9d15: η(‖x‖² + λ) < eta_max, the transition's eigenvalue along x in (−1, 1)) against eta_bound=energy (the
-# bound before it: η‖x‖² < eta_max, the eigenvalue down to ε_γ − 2), seeds 0-2, two runs at a time.
+# bound before it: η‖x‖² < eta_max, the eigenvalue down to ε_γ − 2), seeds 0-2, two runs at a time (BOUNDS, default
+# "ridge energy").
 #   TASK=mqar   (default) mqar-tiny at d_model 128, lr 3e-3, STEPS (default 1800): the MQAR grid's own cell
 #               (../../ablation/mqar-gpu: falcon-1.3 unstable in every cell at this rate)
 #   TASK=parity parity-tiny with eta_max=2 (../beta: falcon-1.3 learned eigenvalues down to −1.5 there)
@@ -20,6 +21,9 @@ run() {  # bound seed
   python -m lab train --mixer falcon-1.3 $SETS --seed $2 --set model.mixer_options.eta_bound=$1 \
     --out "$R/runs/$name" --results "$R" --no-progress > "$R/logs/$name.log" 2>&1
 }
-for seed in 0 1 2; do
-  run ridge $seed & run energy $seed & wait
+BOUNDS=${BOUNDS:-ridge energy}  # BOUNDS=ridge: the new bound alone (the energy bound's parity runs: ../beta)
+pending=()
+for seed in 0 1 2; do for b in $BOUNDS; do pending+=("$b $seed"); done; done
+for ((i = 0; i < ${#pending[@]}; i += 2)); do
+  run ${pending[i]} & [ $((i + 1)) -lt ${#pending[@]} ] && run ${pending[i + 1]} & wait
 done
