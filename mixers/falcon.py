@@ -21,7 +21,7 @@ Per token t, from the layer input h_t (paper §4-5, appendix C):
      The ridge enters the carry too, so a regression rule's eigenvalue along x is 1 − η(‖x‖² + λ_t)
      (= 1 − η‖x‖²(1 + λ̄_t) scale-coupled), clamped: with η‖x‖² up to 2 and λ̄ up to lam_scale it reaches
      ε_γ − 2, and the state grows without bound along a key written again and again (falcon-1.3 learned
-     eigenvalues to −1.5 on parity, records/tasks/beta; a 92M falcon-1.3 diverged on addition). ``eta_bound``
+     eigenvalues to −1.5 on parity: records/tasks/beta, records/tasks/eta_bound). ``eta_bound``
      says what η is bounded by: ``ridge`` (η < eta_max / (E_ref + λ_ref), λ_ref = λ̄_t E_ref scale-coupled,
      else λ_t: exactly ctxβ's range for the normalised step, so η(‖x‖² + λ_t) < eta_max and the eigenvalue
      stays in (−1, 1)), ``energy`` (η < eta_max / E_ref, the bound before it), or ``auto`` (default): ridge
