@@ -55,6 +55,11 @@ class RunDir:
         return self.checkpoints / "last.ckpt"
 
     @property
+    def failed_weights(self) -> Path:
+        """The weights a run had when it failed on a non-finite loss or gradient (best.pt's layout)."""
+        return self.checkpoints / "failed.pt"
+
+    @property
     def provenance(self) -> Path:
         return self.root / "provenance.json"
 

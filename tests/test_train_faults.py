@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 
 from lab.cli import app
 from lab.config import dump_yaml, load_config
+from lab.eval.run_weights import load_run_model
 from lab.runs import Registry, RunDir
 from lab.train import LabModule, RunFailed, run_training
 from lab.train.callbacks import read_metrics
@@ -190,6 +191,13 @@ def test_a_non_finite_loss_fails_the_run_naming_the_step(value: float, tmp_path:
     assert ckpt["global_step"] == 4
     assert all(torch.isfinite(t).all() for t in ckpt["state_dict"].values())
     assert max(losses(run.root)) == 5
+    # the weights at the failure (step 6 flagged and skipped): kept for a look at what diverged
+    assert "its weights after step 6 (the flagged step not applied): " in state["message"] and run.failed_weights.name in state["message"]
+    failed = load_run_model(run.root, "failed")
+    assert failed.step == 6 and failed.which == "failed"
+    assert all(torch.isfinite(p).all() for p in failed.model.parameters())
+    kept = torch.load(run.failed_weights, weights_only=True)
+    assert kept["metrics"]["failed_step"] == 6 and not math.isfinite(kept["metrics"]["loss"])
 
 
 def test_a_non_finite_loss_between_checks_is_caught_at_the_next_one_and_never_applied(

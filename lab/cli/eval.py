@@ -42,8 +42,9 @@ def columns(val: range, held_out: range) -> tuple[tuple[str, str], ...]:
 def addition(
     run: Annotated[Path, typer.Option("--run", help="Run folder to evaluate.")],
     which: Annotated[str | None, typer.Option(
-        help="best (the best step's weights) or last (the last checkpoint); default best, or the last weights, "
-             "with a note, for a run that has no best ones.")] = None,
+        help="best (the best step's weights), last (the last checkpoint) or failed (the weights of a run that "
+             "failed on a non-finite loss, at the failure); default best, or the last weights, with a note, for a "
+             "run that has no best ones.")] = None,
     per_n: Annotated[int, typer.Option(
         help="Teacher-forced samples per operand width n (the run's eval.widths, 1-48 by default).")] = 100,
     free_per_n: Annotated[int, typer.Option(help="Free-running (greedy) samples per width; 0 skips them.")] = 10,

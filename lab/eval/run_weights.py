@@ -14,7 +14,7 @@ from lab.runs import RunDir
 from lab.train.module import lm_config
 from mixers import LanguageModel
 
-WHICH = ("best", "last")
+WHICH = ("best", "last", "failed")
 
 
 @dataclass
@@ -31,7 +31,8 @@ class RunModel:
 def load_run_model(run_dir: str | Path, which: str = "best", device: torch.device | str = "cpu",
                    abacus_offset: int | None = None, fall_back: bool = False) -> RunModel:
     """The model of the run in `run_dir` with its best weights (checkpoints/best.pt, written by the
-    addition evaluation) or its last ones (checkpoints/last.ckpt). ValueError saying what is missing.
+    addition evaluation), its last ones (checkpoints/last.ckpt) or, for a run that failed on a non-finite loss
+    or gradient, those it had then (checkpoints/failed.pt). ValueError saying what is missing.
     `fall_back`: a run without best weights gives its last ones (the result's `which` says so).
     `abacus_offset`: evaluate the digit positions at this offset instead of the run's `eval.abacus_offset`
     (ConfigError unless the run has digit positions and the offset lies in 0..model.abacus)."""
@@ -44,14 +45,14 @@ def load_run_model(run_dir: str | Path, which: str = "best", device: torch.devic
     if abacus_offset is not None:
         cfg = replace(cfg, eval=replace(cfg.eval, abacus_offset=abacus_offset))
         validate(cfg)
-    source = best_weights_path(run) if which == "best" else run.last_checkpoint
+    source = {"best": best_weights_path(run), "last": run.last_checkpoint, "failed": run.failed_weights}[which]
     if which == "best" and fall_back and not source.exists() and run.last_checkpoint.exists():
         which, source = "last", run.last_checkpoint
     if not source.exists():
         hint = " (it is written by runs that evaluate addition, eval.enabled)" if which == "best" else ""
         raise ValueError(f"run {run.root} has no {source.relative_to(run.root)}{hint}")
     saved = torch.load(source, map_location="cpu", weights_only=True)
-    if which == "best":
+    if which in ("best", "failed"):
         state, step = saved["state_dict"], int(saved["step"])
     else:
         state = {k.removeprefix("model."): v for k, v in saved["state_dict"].items() if k.startswith("model.")}

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as pl
+import torch
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_only
 
@@ -28,6 +29,7 @@ from lab.runs import (
     run_dir_for,
 )
 from lab.train.callbacks import StopOnInterrupt, read_metrics
+from lab.train.checkpoint_io import AtomicCheckpointIO
 from lab.train.data import LabData
 from lab.train.module import LabModule, NonFiniteError
 from lab.train.trainer import check_logger, has_validation, make_trainer, resolve_accelerator, resolve_precision
@@ -167,6 +169,7 @@ def _run_in_folder(cfg: RunConfig, run: RunDir, run_id: str, results: Path, call
     except NonFiniteError as err:
         message = f"{err}; last good checkpoint: {_last_good(run)}"
         if rank0:
+            message += _keep_failed_weights(run, module, trainer.global_step, err)
             _end(run, run_id, registry, "failed", message=message)
         raise RunFailed(f"run {run_id} failed: {message}") from err
     except BaseException as err:
@@ -183,6 +186,20 @@ def _run_in_folder(cfg: RunConfig, run: RunDir, run_id: str, results: Path, call
     if rank0:
         _end(run, run_id, registry, status, steps=step, metrics=metrics)
     return RunResult(run_id, run.root, status, step, metrics, resumed_from)
+
+
+def _keep_failed_weights(run: RunDir, module: LabModule, step: int, err: NonFiniteError) -> str:
+    """Write the model's weights at the failure to checkpoints/failed.pt (best.pt's layout: "step", "state_dict",
+    "metrics"), for a look at what diverged (`load_run_model(run, "failed")`): the flagged step was never applied,
+    so they are finite unless an earlier step made them otherwise, in which case nothing is written. The part of
+    the run's message that says so."""
+    state = {k: v.detach().cpu() for k, v in module.model.state_dict().items()}
+    if not all(torch.isfinite(v).all() for v in state.values() if v.is_floating_point()):
+        return "; its weights are not finite, none kept"
+    path = run.failed_weights
+    AtomicCheckpointIO().save_checkpoint(
+        {"step": step, "state_dict": state, "metrics": {"failed_step": err.step, err.what: err.value}}, path)
+    return f"; its weights after step {step} (the flagged step not applied): {path}"
 
 
 def _last_good(run: RunDir) -> str:
