@@ -35,7 +35,8 @@ HELD_OUT = range(17, 65)
 
 
 def eigenvalues(run: Path) -> torch.Tensor:
-    """Every write's eigenvalue along its key on held-out parity strings (8 of every 8th length 17-64)."""
+    """Every write's eigenvalue along its key on held-out sequences of the run's task: 8 of every 8th held-out
+    length (parity-tiny: 17, 25, ..., 57). Also read by ../eta_bound/study.py."""
     rm = load_run_model(run, "best", "cpu")
     found: list[torch.Tensor] = []
     for m in rm.model.modules():
@@ -56,9 +57,11 @@ def eigenvalues(run: Path) -> torch.Tensor:
                 found.append((1 - beta.float()).flatten())
                 return rule(q, k, v, g, beta, backend, state)
             m._rule = delta_rule
-    task = make_task("parity")
+    cfg = yaml.safe_load((run / "config.yaml").read_text())
+    d = cfg["data"]
+    task = make_task(cfg["task"], vocab_size=d["vocab_size"], tokens_per_pair=d["tokens_per_pair"], group=d["group"])
     with torch.no_grad():
-        for length in HELD_OUT[::8]:
+        for length in range(d["test_lengths"][0], d["test_lengths"][1] + 1, 8):
             ids, _ = pad_batch(eval_samples(task, "test", length, 8, seed=0))
             rm.model(ids)
     return torch.cat(found)

@@ -2,54 +2,26 @@
 mean ± std, at each run's best step (highest whole-sequence accuracy on the trained lengths, earliest among
 equals) and its last; with the largest gradient norm logged, and, from the best weights, where the transitions'
 eigenvalues along the written key went on held-out sequences (every write of every token, head and layer:
-γ − η‖x‖², records/tasks/beta/study.py's census): the share below −1 and the lowest.
+γ − η‖x‖², by records/tasks/beta/study.py's census): the share below −1 and the lowest.
 
     python records/tasks/eta_bound/study.py RESULTS/mqar [OUT]      # OUT default: this folder/<task>
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import sys
 from pathlib import Path
 
 import pandas as pd
 import torch
-import yaml
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parents[2]))
-
-from lab.eval.run_weights import load_run_model  # noqa: E402
-from mixers.falcon import FalconMixer  # noqa: E402
-from tasks.synthetic import eval_samples, make_task, pad_batch  # noqa: E402
-
-
-def eigenvalues(run: Path) -> torch.Tensor:
-    """Every regression write's eigenvalue along its key, γ − η‖x‖², on 8 held-out sequences at every 8th
-    held-out length, from the run's best weights (ctxη: η as emitted; shifted pairs: x_t = k_{t−1})."""
-    rm = load_run_model(run, "best", "cpu")
-    found: list[torch.Tensor] = []
-    for m in rm.model.modules():
-        if isinstance(m, FalconMixer):
-            def falcon_rule(q, k, v, gain, lam, samples=None, m=m, rule=m._rule):
-                o = m.opts
-                energy = (k.float() ** 2).sum(-1)[:, :-1]
-                eta, lb = gain[:, 1:].float(), lam[:, 1:].float()
-                lam_t = lb * energy if o.scale_coupled_ridge else lb
-                carry = 1 - torch.clamp(eta * lam_t, max=1 - o.decay_floor)
-                found.append((carry - eta * energy).flatten())
-                return rule(q, k, v, gain, lam, samples)
-            m._rule = falcon_rule
-    cfg = yaml.safe_load((run / "config.yaml").read_text())
-    d = cfg["data"]
-    task = make_task(cfg["task"], vocab_size=d["vocab_size"], tokens_per_pair=d["tokens_per_pair"], group=d["group"])
-    lo, hi = cfg["data"]["test_lengths"]
-    with torch.no_grad():
-        for length in range(lo, hi + 1, 8):
-            ids, _ = pad_batch(eval_samples(task, "test", length, 8, seed=0))
-            rm.model(ids)
-    return torch.cat(found)
+_spec = importlib.util.spec_from_file_location("beta_study", HERE.parent / "beta" / "study.py")
+beta_study = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(beta_study)  # the eigenvalue census of ../beta, per rule
+eigenvalues = beta_study.eigenvalues
 
 
 def main(results: Path, out: Path) -> None:
