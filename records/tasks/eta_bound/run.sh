@@ -6,13 +6,16 @@
 #   TASK=mqar   (default) mqar-tiny at d_model 128, lr 3e-3, STEPS (default 1800): the MQAR grid's own cell
 #               (../../ablation/mqar-gpu: falcon-1.3 unstable in every cell at this rate)
 #   TASK=parity parity-tiny with eta_max=2 (../beta: falcon-1.3 learned eigenvalues down to −1.5 there)
+#   TASK=addition the tiny addition table's falcon-1.3 row (addition-cpu, digit positions, isolated samples:
+#               widths 1-6 trained, 7-10 held out; ../../addition/tiny)
 # Run from the repository root: bash records/tasks/eta_bound/run.sh [RESULTS]   (default results/eta_bound)
 set -u
 TASK=${TASK:-mqar}; R=${1:-results/eta_bound}/$TASK; STEPS=${STEPS:-1800}
 case $TASK in
   mqar) SETS="--preset mqar-tiny --set model.d_model=128 --max-steps $STEPS" ;;
   parity) SETS="--preset parity-tiny --set model.mixer_options.eta_max=2.0" ;;
-  *) echo "run.sh: TASK must be mqar or parity, got $TASK" >&2; exit 2 ;;
+  addition) SETS="--task addition --preset addition-cpu --set model.abacus=4 --set model.isolate_samples=true" ;;
+  *) echo "run.sh: TASK must be mqar, parity or addition, got $TASK" >&2; exit 2 ;;
 esac
 mkdir -p "$R/logs"
 run() {  # bound seed

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 import torch
+import yaml
 
 HERE = Path(__file__).resolve().parent
 _spec = importlib.util.spec_from_file_location("beta_study", HERE.parent / "beta" / "study.py")
@@ -33,7 +34,9 @@ def main(results: Path, out: Path) -> None:
         bound, seed = run.name.split("-")[1], int(run.name.split("-s")[-1])
         m = info["metrics"]
         metrics = pd.read_csv(run / "metrics.csv")
-        eig = eigenvalues(run) if (run / "checkpoints" / "best.pt").exists() else torch.tensor([float("nan")])
+        task = yaml.safe_load((run / "config.yaml").read_text())["task"]
+        census = (run / "checkpoints" / "best.pt").exists() and task != "addition"
+        eig = eigenvalues(run) if census else torch.tensor([float("nan")])  # the census reads synthetic tasks
         prov = json.loads((run / "provenance.json").read_text())
         rows.append({"bound": bound, "seed": seed, "best_step": m["best_step"], "val_acc": m["best_val_acc"],
                      "held_out": m["best_ood_mean"], "last_val_acc": m["last_val_acc"],
