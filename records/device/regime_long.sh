@@ -101,6 +101,13 @@ else
   one f1a3-iso $ISO_S falcon-1a.3 --max-steps 300 --set data.ramp_steps=1000 --set train.val_every=100 \
     --set model.isolate_samples=true
 fi
+# where each run's transitions went (records/device/census.py): at the failure for a run that stopped on a non-finite
+# loss (its weights do not travel back), else at its best step
+for name in $NAMES; do
+  wts=best; [ -f $W/runs/$name/checkpoints/failed.pt ] && wts=failed
+  [ -f $W/runs/$name/checkpoints/$wts.pt ] && timeout 60 python records/device/census.py $W/runs/$name \
+    --which $wts 2>    --which $which 2>&11 | tail -1 | tee -a $W/census.txt
+done
 nvidia-smi --query-gpu=name --format=csv,noheader > $W/gpu.txt
 export NAMES
 tar czf "$OUT/long.tgz" --exclude='checkpoints' --exclude='*.pt' --exclude='*.lock' -C $W .

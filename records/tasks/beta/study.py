@@ -34,29 +34,39 @@ ROWS = (("f13-eta", "falcon-1.3 (ctxη, regression)"), ("f11-beta", "falcon-1 .1
 HELD_OUT = range(17, 65)
 
 
-def eigenvalues(run: Path) -> torch.Tensor:
-    """Every write's eigenvalue along its key on held-out sequences of the run's task: 8 of every 8th held-out
-    length (parity-tiny: 17, 25, ..., 57). Also read by ../eta_bound/study.py."""
-    rm = load_run_model(run, "best", "cpu")
+def hook_census(model: torch.nn.Module) -> list[torch.Tensor]:
+    """Make every Falcon and DeltaNet mixer of `model` append, at each forward, every write's eigenvalue along its
+    key to the returned list (flattened over batch, token and head; per channel for falcon-2). Also used by
+    ../eta_bound/study.py and records/device/census.py."""
     found: list[torch.Tensor] = []
-    for m in rm.model.modules():
+    for m in model.modules():
         if isinstance(m, FalconMixer):
             def falcon_rule(q, k, v, gain, lam, samples=None, m=m, rule=m._rule):
                 o = m.opts
                 energy = (k.float() ** 2).sum(-1)[:, :-1]  # x_t = k_{t-1}: the writes of tokens 2..T
                 g, lb = gain[:, 1:].float(), lam[:, 1:].float()
                 lam_t = lb * energy if o.scale_coupled_ridge else lb
+                if m.per_channel:
+                    energy, lam_t = energy[..., None], lam_t[..., None]
                 eta = g if o.gain == "ctx_eta" else g / (energy + lam_t + o.eps)
                 carry = 1 - torch.clamp(eta * lam_t, max=1 - o.decay_floor)
                 regression = m.rule in ("falcon-1", "falcon-2")  # 1a/2a write by inner product: carry alone
-                found.append((carry - eta * energy if regression else carry).flatten())
+                found.append((carry - eta * energy if regression else carry).flatten().cpu())
                 return rule(q, k, v, gain, lam, samples)
             m._rule = falcon_rule
         elif isinstance(m, DeltaNet):
             def delta_rule(q, k, v, g, beta, backend, state=None, rule=m._rule):
-                found.append((1 - beta.float()).flatten())
+                found.append((1 - beta.float()).flatten().cpu())
                 return rule(q, k, v, g, beta, backend, state)
             m._rule = delta_rule
+    return found
+
+
+def eigenvalues(run: Path) -> torch.Tensor:
+    """Every write's eigenvalue along its key on held-out sequences of the run's task: 8 of every 8th held-out
+    length (parity-tiny: 17, 25, ..., 57), from the run's best weights. Also read by ../eta_bound/study.py."""
+    rm = load_run_model(run, "best", "cpu")
+    found = hook_census(rm.model)
     cfg = yaml.safe_load((run / "config.yaml").read_text())
     d = cfg["data"]
     task = make_task(cfg["task"], vocab_size=d["vocab_size"], tokens_per_pair=d["tokens_per_pair"], group=d["group"])
