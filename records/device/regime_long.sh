@@ -106,7 +106,7 @@ fi
 for name in $NAMES; do
   wts=best; [ -f $W/runs/$name/checkpoints/failed.pt ] && wts=failed
   [ -f $W/runs/$name/checkpoints/$wts.pt ] && timeout 60 python records/device/census.py $W/runs/$name \
-    --which $wts 2>    --which $which 2>&11 | tail -1 | tee -a $W/census.txt
+    --which $wts 2>&1 | tail -1 | tee -a $W/census.txt
 done
 nvidia-smi --query-gpu=name --format=csv,noheader > $W/gpu.txt
 export NAMES
