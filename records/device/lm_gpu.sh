@@ -2,7 +2,8 @@
 # Device call: the language-model track on one H200 (issue 28). Six mixers (MIXERS) at one size (D_MODEL x LAYERS,
 # heads of 64; 6 x 512 is 45.0M parameters for the transformer to 51.4M for Gated DeltaNet, with the GPT-2
 # embedding) trained side by side on the Debian documentation corpus (`lab data debian-docs`, both corpora: 10.2M
-# train tokens, 200k val; carry data/debian-docs), rows of 1024 tokens, BATCH rows a step, STEPS steps (default 300 x 32 x 1024 = 9.8M tokens, about one pass),
+# train tokens, 200k val; carry data/debian-docs), rows of 1024 tokens, BATCH rows a step, STEPS steps (default
+# 300 x 32 x 1024 = 9.8M tokens, about one pass),
 # compiled, bf16; then each run's validation perplexity on the whole val shard (`lab eval ppl`), and the training
 # step's time for every mixer alone at 1K and 4K context with the same tokens a step (`lab bench step`, compiled
 # where BENCH_COMPILE=true, default COMPILE). Writes $OUT/lm.tgz and prints a table. The phases' limits: TRAIN_S,
