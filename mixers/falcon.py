@@ -15,8 +15,7 @@ Per token t, from the layer input h_t (paper §4-5, appendix C):
      η_t = eta_max·σ(w·h + b) / E_ref, and the rule takes it as its step size (``eta=``, no energy
      normalisation); the carry is still γ = 1 − min(η λ, 1 − ε_γ). E_ref is the write energy the
      QK-norm gives a key: Dk for ``rmsnorm`` (and ``none``, nominally), 1 for ``l2``. Why: with QK-RMSNorm
-     ‖x‖² ≤ Dk, so η‖x‖² < eta_max; with eta_max = 2 (default) the emitted η spans the same range as
-     ctxβ's normalised step and the regression rules keep their transition eigenvalue 1 − η‖x‖² in (−1, 1),
+     ‖x‖² ≤ Dk, so η‖x‖² < eta_max; with eta_max = 2 (default) the write alone, 1 − η‖x‖², stays in (−1, 1),
      while the network is free to use less than the full key energy. Offsets start at 0, so η·E_ref = 1.
      The ridge enters the carry too, so a regression rule's eigenvalue along x is 1 − η(‖x‖² + λ_t)
      (= 1 − η‖x‖²(1 + λ̄_t) scale-coupled), clamped: with η‖x‖² up to 2 and λ̄ up to lam_scale it reaches
