@@ -7,12 +7,14 @@
 # compiled, bf16; then each run's validation perplexity on the whole val shard (`lab eval ppl`), and the training
 # step's time for every mixer alone at 1K and 4K context with the same tokens a step (`lab bench step`, compiled
 # where BENCH_COMPILE=true, default COMPILE). Writes $OUT/lm.tgz and prints a table. The phases' limits: TRAIN_S,
-# PPL_S, BENCH_S (each context).
+# PPL_S, BENCH_S (each context). JOBS runs train at once (default 3: six 45M runs at 32K tokens a step need about
+# 200 GB of the H200's 140, and four of six failed at step 0 out of memory at JOBS=6); TRAIN_S bounds each run.
 #   LAB_COMMIT=<sha> STEPS=200 TRAIN_S=130 PPL_S=30 BENCH_S=35 BENCH_COMPILE=false BENCH_STEPS=5 \
 #     bash records/device/lm_gpu.sh                                            (carry data/debian-docs)
 # On a CPU, to check the script: DEVICE=cpu D_MODEL=64 LAYERS=2 BATCH=2 STEPS=4 COMPILE=false SEQ=128 ...
 set -u
-export PYTHONUNBUFFERED=1 OMP_NUM_THREADS=2
+export PYTHONUNBUFFERED=1 OMP_NUM_THREADS=2 PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
+JOBS=${JOBS:-3}
 OUT=${OUT:-/tmp/lm-out}; mkdir -p "$OUT"
 W=${W:-/tmp/lm}; rm -rf $W; mkdir -p $W
 MIXERS=${MIXERS:-transformer mamba2 deltanet gated-deltanet falcon-1a.3 falcon-3a.3}
@@ -24,6 +26,7 @@ SIZE="--set model.d_model=$D_MODEL --set model.n_layers=$LAYERS --set model.n_he
 EXTRA=""; [ "${DEVICE:-cuda}" = cpu ] && EXTRA="--set train.precision=32-true"
 t0=$(date +%s)
 for m in $MIXERS; do
+  while [ "$(jobs -rp | wc -l)" -ge "$JOBS" ]; do wait -n; done
   timeout --signal=INT --kill-after=20 $TRAIN_S python -m lab train --task fineweb --preset fineweb-124m --mixer $m \
     $SIZE --set data.path=$DATA --set data.seq_len=$SEQ --set train.batch_size=$BATCH --set train.max_steps=$STEPS \
     --set optim.warmup_steps=$(( STEPS / 10 )) --set train.val_every=$(( STEPS / 2 )) --set train.ckpt_every=$(( STEPS / 2 )) \
@@ -51,7 +54,7 @@ tar czf "$OUT/lm.tgz" --exclude='checkpoints' --exclude='*.pt' --exclude='*.ckpt
 python - "$W" <<'PY'
 import csv, json, os, sys
 W = sys.argv[1]
-print("| mixer | params | status | steps | train loss | val ppl | tok/s (shared) |")
+print("| mixer | params | status | steps | train loss | val ppl | tok/s (JOBS at once) |")
 print("|---|---|---|---|---|---|---|")
 for m in os.environ.get("MIXERS", "transformer mamba2 deltanet gated-deltanet falcon-1a.3 falcon-3a.3").split():
     run = os.path.join(W, "runs", m)
