@@ -125,9 +125,10 @@ def test_lab_train_fineweb_then_eval_ppl(shards, tmp_path):
     assert "finished (3 steps)" in text
     code, text = invoke("eval", "ppl", "--run", str(out), "--max-tokens", "16")
     assert code == 0, text
-    saved = json.loads((out / "perplexity.json").read_text())["fineweb-edu-val"]
+    # The val shard is named after its folder (data/debian-docs -> debian-docs-val), not after FineWeb-Edu.
+    saved = json.loads((out / "perplexity.json").read_text())[f"{shards.name}-val"]
     assert saved["tokens"] == 16 and saved["step"] == 3 and math.isfinite(saved["ppl"])
-    assert f"ppl {saved['ppl']:.4f}" in text
+    assert f"{shards.name}-val: ppl {saved['ppl']:.4f}" in text
     # One window by hand: the last checkpoint's model on the val shard's first 17 tokens.
     from lab.eval.run_weights import load_run_model
 
@@ -142,6 +143,6 @@ def test_lab_train_fineweb_then_eval_ppl(shards, tmp_path):
     code, text = invoke("eval", "ppl", "--run", str(out), "--text", str(lambada), "--seq-len", "8")
     assert code == 0, text
     scored = json.loads((out / "perplexity.json").read_text())
-    assert set(scored) == {"fineweb-edu-val", "lambada"} and math.isfinite(scored["lambada"]["ppl"])
+    assert set(scored) == {f"{shards.name}-val", "lambada"} and math.isfinite(scored["lambada"]["ppl"])
     code, text = invoke("eval", "ppl", "--run", str(out), "--text", str(tmp_path / "missing.jsonl"))
     assert code == 2 and "does not exist" in text

@@ -28,6 +28,12 @@ def run_tokenizer(cfg: Any, tokenizer: Path | None, folder: Path | None, missing
     return enc
 
 
+def val_name(folder: Path) -> str:
+    """The name perplexity.json gives a shard folder's val shard: the folder's name, then `-val`
+    (data/fineweb-edu -> fineweb-edu-val, data/debian-docs -> debian-docs-val), so it names the data scored."""
+    return f"{Path(folder).resolve().name or 'shards'}-val"
+
+
 def columns(val: range, held_out: range) -> tuple[tuple[str, str], ...]:
     """(summary key, title) of the row printed, for a run's validation and held-out widths."""
     v, o = f"{val.start}–{val.stop - 1}", f"{held_out.start}–{held_out.stop - 1}"
@@ -135,7 +141,8 @@ def ppl(
     batch_size: Annotated[int, typer.Option(help="Windows per forward pass.")] = 8,
 ) -> None:
     """Perplexity of a run's weights in non-overlapping windows: token-weighted mean NLL, then exp.
-    Prints one line per source and merges them into <run>/perplexity.json."""
+    Prints one line per source and merges them into <run>/perplexity.json, the val shard under its folder's
+    name (`<folder>-val`), each --text file under its stem."""
     import numpy as np
     import torch
 
@@ -161,7 +168,7 @@ def ppl(
             if folder is None:
                 raise ValueError(f"run {run} has no data.path; give --shards DIR or --text FILE")
             tokens = np.concatenate([read_shard(p, vocab_size(cfg)) for p in find_shards(folder, "val")])
-            sources.append(("fineweb-edu-val", str(folder), tokens))
+            sources.append((val_name(folder), str(folder), tokens))
         if text:
             enc = run_tokenizer(cfg, tokenizer, folder,
                                 "--text needs --tokenizer FILE.tiktoken (no shard manifest names one)")
