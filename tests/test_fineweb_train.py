@@ -115,6 +115,14 @@ def test_stream_nll_counts_every_token_once():
         assert got.tokens == 39 and got.nll_sum == pytest.approx(by_hand, rel=1e-6)
 
 
+def test_the_val_shard_is_named_after_its_folder(tmp_path):
+    from lab.cli.eval import val_name
+
+    assert val_name(Path("data/fineweb-edu")) == "fineweb-edu-val"
+    assert val_name(tmp_path / "debian-docs") == "debian-docs-val"
+    assert val_name(tmp_path / "debian-docs" / ".") == "debian-docs-val"
+
+
 def test_lab_train_fineweb_then_eval_ppl(shards, tmp_path):
     out = tmp_path / "run"
     code, text = invoke("train", "--task", "fineweb", "--preset", "tiny", "--max-steps", "3", "--out", str(out),

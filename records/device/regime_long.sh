@@ -19,8 +19,9 @@
 # (2000 steps, ramp over 1500, lr 1e-3, warm-up 200), compiled and graphed, alone on the GPU for RUN_S seconds;
 # WIDTH, DEPTH, SEED, SIZE_STEPS, SIZE_RAMP (the curriculum's ramp, default 3/4 of the steps), SIZE_LR, SIZE_MIXER
 # and SIZE_VAL (evaluate every N steps, default 100) set another shape, seed, length, ramp, rate, mixer or evaluation
-# interval, and SIZE_ABACUS=K digit positions (`model.abacus=K`, as the abacus call at 11.6M; the run's name gains
-# -abK). A whole 2000-step run at 12 x 768 evaluated every 100 steps takes about 540 s and missed its last
+# interval, SIZE_ABACUS=K digit positions (`model.abacus=K`, as the abacus call at 11.6M; the run's name gains
+# -abK) and SIZE_ISOLATE=1 isolated samples (`model.isolate_samples=true`, the state restarted at every sample of a
+# packed row; name -iso): the transformer's extrapolating recipe is both, without RoPE. A whole 2000-step run at 12 x 768 evaluated every 100 steps takes about 540 s and missed its last
 # evaluation at RUN_S=545: use SIZE_VAL=200.
 # Run from the repository root with LAB_COMMIT set; writes $OUT/long.tgz and prints a table.
 set -u
@@ -87,6 +88,7 @@ elif [ "$VARIANT" = size ]; then
   MIXER=${SIZE_MIXER:-falcon-1.3}; RAMP=${SIZE_RAMP:-$(( SIZE_STEPS * 3 / 4 ))}
   NAME=$(echo $MIXER | sed 's/falcon-/f/; s/\.//')-${WIDTH}x${DEPTH}; [ -n "${SIZE_RAMP:-}" ] && NAME=$NAME-ramp$RAMP; [ "${SEED:-0}" != 0 ] && NAME=$NAME-s$SEED; [ -n "${SIZE_LR:-}" ] && NAME=$NAME-lr$SIZE_LR; [ "$SIZE_STEPS" != 2000 ] && NAME=$NAME-$SIZE_STEPS
   ABACUS=(); [ -n "${SIZE_ABACUS:-}" ] && { ABACUS=(--set model.abacus=$SIZE_ABACUS); NAME=$NAME-ab$SIZE_ABACUS; }
+  [ "${SIZE_ISOLATE:-0}" = 1 ] && { ABACUS+=(--set model.isolate_samples=true); NAME=$NAME-iso; }
   NAMES="$NAME"
   one $NAME $RUN_S $MIXER --max-steps $SIZE_STEPS --set data.ramp_steps=$RAMP \
     --set train.val_every=${SIZE_VAL:-100} --set train.compile=true --set train.cuda_graphs=true \
