@@ -87,13 +87,14 @@ elif [ "$VARIANT" = size ]; then
   WIDTH=${WIDTH:-768}; DEPTH=${DEPTH:-12}; SIZE_STEPS=${SIZE_STEPS:-2000}
   MIXER=${SIZE_MIXER:-falcon-1.3}; RAMP=${SIZE_RAMP:-$(( SIZE_STEPS * 3 / 4 ))}
   NAME=$(echo $MIXER | sed 's/falcon-/f/; s/\.//')-${WIDTH}x${DEPTH}; [ -n "${SIZE_RAMP:-}" ] && NAME=$NAME-ramp$RAMP; [ "${SEED:-0}" != 0 ] && NAME=$NAME-s$SEED; [ -n "${SIZE_LR:-}" ] && NAME=$NAME-lr$SIZE_LR; [ "$SIZE_STEPS" != 2000 ] && NAME=$NAME-$SIZE_STEPS
-  ABACUS=(); [ -n "${SIZE_ABACUS:-}" ] && { ABACUS=(--set model.abacus=$SIZE_ABACUS); NAME=$NAME-ab$SIZE_ABACUS; }
-  [ "${SIZE_ISOLATE:-0}" = 1 ] && { ABACUS+=(--set model.isolate_samples=true); NAME=$NAME-iso; }
+  EXTRA=(); [ -n "${SIZE_ABACUS:-}" ] && { EXTRA=(--set model.abacus=$SIZE_ABACUS); NAME=$NAME-ab$SIZE_ABACUS; }
+  # isolated samples reach the rule as cu_seqlens, one per sample of the step: no static shape to graph
+  [ "${SIZE_ISOLATE:-0}" = 1 ] && { EXTRA+=(--set model.isolate_samples=true --set train.cuda_graphs=false); NAME=$NAME-iso; }
   NAMES="$NAME"
   one $NAME $RUN_S $MIXER --max-steps $SIZE_STEPS --set data.ramp_steps=$RAMP \
     --set train.val_every=${SIZE_VAL:-100} --set train.compile=true --set train.cuda_graphs=true \
     --set optim.lr=${SIZE_LR:-1e-3} --set optim.warmup_steps=200 --set model.d_model=$WIDTH --set model.n_layers=$DEPTH \
-    --set model.n_heads=$(( WIDTH / 64 )) "${ABACUS[@]}"
+    --set model.n_heads=$(( WIDTH / 64 )) "${EXTRA[@]}"
 elif [ "$VARIANT" = abacus ]; then
   NAMES="f1a3-ab-long f13-ab-long"
   one f1a3-ab-long $RUN_S falcon-1a.3 $FAST --set model.abacus=32
