@@ -1,15 +1,22 @@
-"""The gain-range study on running parity (`run.sh` beside this file): a table over seeds and a figure of accuracy by
-length, and, from each run's best weights, where its transitions' eigenvalues along the written key went on the
-held-out lengths. Eigenvalue of a write (per token, head and layer): falcon-1 (regression) γ − η‖x‖², with
-η = β/(‖x‖² + λ + ε) for ctxβ or the emitted η for ctxη, λ = λ̄‖x‖², γ = 1 − min(ηλ, 1 − ε_γ); falcon-1a (inner
-product) γ alone; DeltaNet 1 − β (unit keys).
+"""The gain-range study (`run.sh` beside this file) on running parity or, from `TASK=permutation`'s runs, S5
+composition: a table over seeds, a table per run and a figure of accuracy by length, and, from each run's best
+weights, where its transitions' eigenvalues along the written key went on the held-out lengths. Eigenvalue of a
+write (per token, head and layer): falcon-1 (regression) γ − η‖x‖², with η = β/(‖x‖² + λ + ε) for ctxβ or the
+emitted η for ctxη, λ = λ̄‖x‖², γ = 1 − min(ηλ, 1 − ε_γ); falcon-1a (inner product) γ alone; DeltaNet 1 − β (unit
+keys). A run without best weights (checkpoints/ never enter records/, nor come back from a device call) has no
+census: its columns read "n/a" (empty in the CSVs), and a row whose census covers only some of its seeds says how
+many. The task, the trained and held-out lengths and the machine come from the runs' config.yaml and
+provenance.json.
 
-    python records/tasks/beta/study.py [RESULTS]   # RESULTS holds runs/ (default: this folder); writes here
+    python records/tasks/beta/study.py [RESULTS [OUT]]   # RESULTS holds runs/ (default: this folder); OUT: where
+        # table.md, table.csv, seeds.md, seeds.csv and lengths.png go (default: this folder)
+    python records/tasks/beta/study.py /tmp/beta/permutation /tmp/beta/permutation   # the S5 grid
 """
 
 from __future__ import annotations
 
 import csv
+import json
 import statistics
 import sys
 from pathlib import Path
@@ -24,14 +31,16 @@ import yaml
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[2]))
 
+from lab.eval.callback import best_weights_path  # noqa: E402
 from lab.eval.run_weights import load_run_model  # noqa: E402
+from lab.runs import RunDir  # noqa: E402
 from mixers.deltanet import DeltaNet  # noqa: E402
 from mixers.falcon import FalconMixer  # noqa: E402
 from tasks.synthetic import eval_samples, make_task, pad_batch  # noqa: E402
 
 ROWS = (("f13-eta", "falcon-1.3 (ctxη, regression)"), ("f11-beta", "falcon-1 .1 settings (ctxβ, regression)"),
         ("dn-beta", "DeltaNet"), ("f1a3-eta", "falcon-1a.3 (ctxη, inner product: control)"))
-HELD_OUT = range(17, 65)
+TASKS = {"parity": "Running parity", "permutation": "S5 composition"}
 
 
 def hook_census(model: torch.nn.Module) -> list[torch.Tensor]:
@@ -77,9 +86,39 @@ def eigenvalues(run: Path) -> torch.Tensor:
     return torch.cat(found)
 
 
+def has_weights(run: Path) -> bool:
+    """Whether the run kept its best weights, which the census reads."""
+    return best_weights_path(RunDir(run.resolve())).exists()
+
+
+def ms(xs: list[float]) -> tuple[float, float]:
+    """Mean and sample standard deviation (0 for one value)."""
+    return (statistics.mean(xs), statistics.stdev(xs) if len(xs) > 1 else 0.0)
+
+
+def setting(runs: list[Path]) -> dict:
+    """What every run of the study shares: task, trained and held-out lengths, machine; ValueError if they differ."""
+    seen = set()
+    for run in runs:
+        d = yaml.safe_load((run / "config.yaml").read_text())
+        prov = json.loads((run / "provenance.json").read_text())
+        machine = "a CPU" if prov.get("accelerator", "cpu") == "cpu" else f"an {prov['device'].removesuffix(' x1')}"
+        seen.add((d["task"], *d["data"]["lengths"], *d["data"]["test_lengths"], machine))
+    if len(seen) != 1:
+        raise ValueError(f"the runs mix tasks, lengths or machines: {sorted(seen)}")
+    task, lo, hi, test_lo, test_hi, machine = seen.pop()
+    return {"task": task, "trained": (lo, hi), "held_out": (test_lo, test_hi), "machine": machine}
+
+
 def main() -> None:
     results = Path(sys.argv[1]) if len(sys.argv) > 1 else HERE
-    rows, curves = [], {}
+    out = Path(sys.argv[2]) if len(sys.argv) > 2 else HERE
+    every = sorted(r for prefix, _ in ROWS for r in (results / "runs").glob(f"{prefix}[12]-s*"))
+    if not every:
+        raise SystemExit(f"study.py: no runs of the study under {results / 'runs'} ({', '.join(p for p, _ in ROWS)})")
+    shared = setting(every)
+    (lo, hi), (test_lo, test_hi) = shared["trained"], shared["held_out"]
+    rows, seeds, curves = [], [], {}
     for prefix, label in ROWS:
         for bound in (1, 2):
             runs = sorted((results / "runs").glob(f"{prefix}{bound}-s*"))
@@ -90,38 +129,69 @@ def main() -> None:
                     continue
                 b = max(evals, key=lambda r: (float(r["val_acc"]), -int(r["step"])))
                 best.append(b)
-                lengths.append([float(b[f"tf@{n}"]) for n in range(1, 65)])
-                e = eigenvalues(run)
-                eig_neg.append(100.0 * (e < 0).float().mean().item())
-                eig_min.append(e.min().item())
+                lengths.append([float(b[f"tf@{n}"]) for n in range(1, test_hi + 1)])
+                neg = low = None
+                if has_weights(run):
+                    e = eigenvalues(run)
+                    neg, low = 100.0 * (e < 0).float().mean().item(), e.min().item()
+                    eig_neg.append(neg)
+                    eig_min.append(low)
+                last = max(evals, key=lambda r: int(r["step"]))
+                seeds.append({"model": label, "bound": bound, "seed": run.name.rsplit("-s", 1)[1],
+                              "best_step": int(b["step"]), "val_acc": float(b["val_acc"]),
+                              "held_out": float(b["ood_mean"]), "held_out_token": float(b["ood_token_mean"]),
+                              "last_step": int(last["step"]), "last_held_out": float(last["ood_mean"]),
+                              "neg_eig_pct": neg, "min_eig": low,
+                              "run": json.loads((run / "run.json").read_text())["id"], "folder": run.name})
             if not best:
                 continue
-            def ms(xs):
-                return (statistics.mean(xs), statistics.stdev(xs) if len(xs) > 1 else 0.0)
             val = ms([float(b["val_acc"]) for b in best])
             held = ms([float(b["ood_mean"]) for b in best])
             held_tok = ms([float(b["ood_token_mean"]) for b in best])
             rows.append({"row": prefix, "model": label, "bound": bound, "seeds": len(best),
                          "val_acc": val, "held_out": held, "held_out_token": held_tok,
-                         "neg_eig_pct": ms(eig_neg), "min_eig": min(eig_min),
-                         "runs": " ".join(r.name for r in runs)})
+                         "neg_eig_pct": ms(eig_neg) if eig_neg else None, "min_eig": min(eig_min, default=None),
+                         "census_seeds": len(eig_neg), "runs": " ".join(r.name for r in runs)})
             curves[(prefix, bound)] = lengths
-    with open(HERE / "table.csv", "w", newline="") as f:
+    out.mkdir(parents=True, exist_ok=True)
+    blank = lambda x: "" if x is None else x  # noqa: E731  no census: an empty cell
+    with open(out / "table.csv", "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["row", "model", "gain_bound", "seeds", "val_acc_mean", "val_acc_std", "held_out_mean",
                     "held_out_std", "held_out_token_mean", "held_out_token_std", "neg_eig_pct_mean",
                     "neg_eig_pct_std", "min_eig", "runs"])
         for r in rows:
             w.writerow([r["row"], r["model"], r["bound"], r["seeds"], *r["val_acc"], *r["held_out"],
-                        *r["held_out_token"], *r["neg_eig_pct"], r["min_eig"], r["runs"]])
-    lines = ["| model | gain bound | seeds | val. acc. 1–16 | held-out acc. 17–64 | held-out per token | "
+                        *r["held_out_token"], *(r["neg_eig_pct"] or ("", "")), blank(r["min_eig"]), r["runs"]])
+    held_name = f"held-out acc. {test_lo}–{test_hi}"
+    lines = [f"| model | gain bound | seeds | val. acc. {lo}–{hi} | {held_name} | held-out per token | "
              "writes with eigenvalue < 0 | lowest eigenvalue |", "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         f = lambda p: f"{p[0]:.1f} ± {p[1]:.1f}"  # noqa: E731
+        part = "" if r["census_seeds"] == r["seeds"] else f" ({r['census_seeds']} of {r['seeds']} seeds)"
+        neg = f"{f(r['neg_eig_pct'])}%{part}" if r["neg_eig_pct"] is not None else "n/a"
+        low = f"{r['min_eig']:.3f}{part}" if r["min_eig"] is not None else "n/a"
         lines.append(f"| {r['model']} | {r['bound']} | {r['seeds']} | {f(r['val_acc'])} | {f(r['held_out'])} | "
-                     f"{f(r['held_out_token'])} | {f(r['neg_eig_pct'])}% | {r['min_eig']:.3f} |")
-    (HERE / "table.md").write_text("\n".join(lines) + "\n")
+                     f"{f(r['held_out_token'])} | {neg} | {low} |")
+    (out / "table.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
+    keys = ["model", "bound", "seed", "best_step", "val_acc", "held_out", "held_out_token", "last_step",
+            "last_held_out", "neg_eig_pct", "min_eig", "run", "folder"]
+    with open(out / "seeds.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(keys)
+        for r in seeds:
+            w.writerow([blank(r[k]) for k in keys])
+    lines = [f"| model | gain bound | seed | best step | val. acc. {lo}–{hi} | {held_name} | held-out per token | "
+             f"last step | {held_name} at the last step | writes with eigenvalue < 0 | lowest eigenvalue | run |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in seeds:
+        neg = "n/a" if r["neg_eig_pct"] is None else f"{r['neg_eig_pct']:.1f}%"
+        low = "n/a" if r["min_eig"] is None else f"{r['min_eig']:.3f}"
+        lines.append(f"| {r['model']} | {r['bound']} | {r['seed']} | {r['best_step']} | {r['val_acc']:.1f} | "
+                     f"{r['held_out']:.1f} | {r['held_out_token']:.1f} | {r['last_step']} | "
+                     f"{r['last_held_out']:.1f} | {neg} | {low} | {r['run']} |")
+    (out / "seeds.md").write_text("\n".join(lines) + "\n")
     fig, axes = plt.subplots(1, len(ROWS), figsize=(16, 3.8), sharey=True, layout="constrained")
     for ax, (prefix, label) in zip(axes, ROWS):
         for bound, colour in ((1, "tab:blue"), (2, "tab:red")):
@@ -129,21 +199,22 @@ def main() -> None:
             if not runs:
                 continue
             t = torch.tensor(runs)
-            x = range(1, 65)
+            x = range(1, test_hi + 1)
             ax.plot(x, t.mean(0), color=colour, label=f"gain bound {bound} ({len(runs)} seeds)")
             ax.fill_between(x, t.min(0).values.clamp(0, 100), t.max(0).values.clamp(0, 100), color=colour,
                             alpha=0.15)
-        ax.axvspan(0.5, 16.5, color="grey", alpha=0.1)
+        ax.axvspan(lo - 0.5, hi + 0.5, color="grey", alpha=0.1)
         ax.set_title(label, fontsize=9)
         ax.set_xlabel("length")
         ax.set_ylim(0, 100)
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("whole sequences right (%)")
     axes[0].legend(fontsize=8, loc="upper right")
-    fig.suptitle("Running parity, toy size on a CPU, trained on lengths 1–16 (shaded); mean over seeds, band min–max. "
+    fig.suptitle(f"{TASKS[shared['task']]}, toy size on {shared['machine']}, trained on lengths {lo}–{hi} "
+                 "(shaded); mean over seeds, band min–max. "
                  "Gain bound 1: β (or η‖x‖²) < 1; bound 2: < 2, so the eigenvalue 1 − β along the key can be negative",
                  fontsize=10)
-    fig.savefig(HERE / "lengths.png", dpi=110)
+    fig.savefig(out / "lengths.png", dpi=110)
 
 
 if __name__ == "__main__":
