@@ -100,6 +100,34 @@ def debian_docs(
                f"{manifest['train_tokens']} train tokens from {manifest['documents']} documents of {names}")
 
 
+@app.command("last-words")
+def last_words(
+    data: Annotated[Path, typer.Option(help="A shard folder (lab data debian-docs or fineweb): its val shard.")],
+    tokenizer: Annotated[Path, typer.Option(help="The .tiktoken file the shards were made with.")],
+    out: Annotated[Path | None, typer.Option(help="The .jsonl to write; default DATA/last_words_val.jsonl.")] = None,
+    n: Annotated[int | None, typer.Option(help="Keep the first N passages (default all).")] = None,
+    min_words: Annotated[int, typer.Option(help="Words of context a passage needs before its last word.")] = 40,
+) -> None:
+    """LAMBADA-style last-word passages from the val shard (prose paragraphs, last word after all the rest),
+    for `lab eval lambada --file`; no human filter, so not LAMBADA's scores (tasks/fineweb/last_words.py)."""
+    from tasks.fineweb import find_shards, load_tokenizer
+    from tasks.fineweb.last_words import write_last_words
+
+    try:
+        shards = find_shards(data, "val")
+        if not shards:
+            raise ValueError(f"{data}: no val shard (*_val_*.bin)")
+        info = write_last_words(shards[0], load_tokenizer(tokenizer), out or data / "last_words_val.jsonl", n,
+                                min_words)
+    except ValueError as err:
+        typer.echo(f"lab data last-words: {err}", err=True)
+        raise typer.Exit(code=2) from None
+    except OSError as err:
+        typer.echo(f"lab data last-words: {err.filename or data}: {err.strerror}", err=True)
+        raise typer.Exit(code=1) from None
+    typer.echo(f"{info['file']}: {info['passages']} passages of {info['found']} found in {info['shard']}")
+
+
 @app.command("gpt2-ranks")
 def gpt2_ranks(
     out: Annotated[Path, typer.Option(help="Where to write the rank file.")] = Path("data/gpt2.tiktoken"),
