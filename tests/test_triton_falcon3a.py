@@ -1,6 +1,7 @@
-"""backend="triton" for falcon-3a (W falcon-1a recurrences over the window's lags, kernels/window/fused.py)
-against the float64 recurrent oracle: outputs, final state and every gradient. Without CUDA the kernels run in
-Triton's interpreter at tiny sizes; every buffer the kernels write is allocated full of NaN here.
+"""backend="triton" for falcon-3a (one delayed decayed linear attention on the falcon-1a kernels and a band,
+kernels/window/fused.py) against the float64 recurrent oracle: outputs, final state and every gradient; and that
+decayed attention (gates given as they are) against its recurrence. Without CUDA the kernels run in Triton's
+interpreter at tiny sizes; every buffer the kernels write is allocated full of NaN here.
 """
 
 from __future__ import annotations
@@ -62,3 +63,39 @@ def test_packed_sequences_are_refused_by_name() -> None:
     ins = [x[n].to(DEVICE) for n in ("q", "k", "v", "beta", "lam")]
     with pytest.raises(ValueError, match="falcon-3a takes no cu_seqlens"):
         fast_weight_rule(*ins, rule=RULE, backend="triton", cu_seqlens=torch.tensor([0, 5, 12], device=DEVICE))
+
+
+@pytest.mark.parametrize("T", [7, 40])
+@pytest.mark.parametrize("raw", [True, False])
+def test_decayed_attention_with_given_gates_matches_its_recurrence(T: int, raw: bool) -> None:
+    """S_t = γ_t S_{t−1} + η_t k_t v_tᵀ read at t (RAW) or t − 1 (RBW), from a state: outputs, final state and
+    the gradients of q, k, v, η, log γ and S_0 against float64, across chunks of 16 and a short last one."""
+    from kernels.inner_product.fused import decayed_attention
+
+    g = torch.Generator().manual_seed(T + raw)
+    B, H, Dk, Dv = 2, 2, 8, 16
+    q, k = torch.randn(B, T, H, Dk, generator=g), torch.randn(B, T, H, Dk, generator=g)
+    v = torch.randn(B, T, H, Dv, generator=g)
+    eta, log_gamma = torch.rand(B, T, H, generator=g), -torch.rand(B, T, H, generator=g)
+    S0 = torch.randn(B, H, Dk, Dv, generator=g)
+    w_o, w_s = torch.randn(B, T, H, Dv, generator=g), torch.randn(B, H, Dk, Dv, generator=g)
+
+    def loss_and_grads(fn, dtype):
+        ins = [t.to(DEVICE, dtype).detach().clone().requires_grad_() for t in (q, k, v, eta, log_gamma, S0)]
+        o, S = fn(*ins)
+        ((o * w_o.to(DEVICE, dtype)).sum() + (S * w_s.to(DEVICE, dtype)).sum()).backward()
+        return [o, S, *(t.grad for t in ins)]
+
+    def recurrence(q, k, v, eta, log_gamma, S):
+        out = []
+        for t in range(T):
+            before = S
+            S = log_gamma[:, t].exp()[..., None, None] * S + eta[:, t][..., None, None] * torch.einsum(
+                "bhk,bhv->bhkv", k[:, t], v[:, t])
+            out.append(torch.einsum("bhkv,bhk->bhv", S if raw else before, q[:, t]))
+        return torch.stack(out, 1), S
+
+    fast = loss_and_grads(lambda *x: decayed_attention(*x, raw=raw, chunk_size=16), torch.float32)
+    ref = loss_and_grads(recurrence, torch.float64)
+    for name, a, b in zip(("o", "S", "dq", "dk", "dv", "deta", "dlog_gamma", "dS0"), fast, ref):
+        assert torch.allclose(a.double(), b, atol=TOL_FP32, rtol=TOL_FP32), name

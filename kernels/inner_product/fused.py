@@ -24,6 +24,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import torch
+import torch.nn.functional as F
 import triton
 from torch import Tensor
 
@@ -32,7 +33,7 @@ from kernels.common.config import RuleConfig
 from kernels.common.state import FastWeightState
 from kernels.common.triton_helpers import chunk_table, next_power_of_2
 from kernels.inner_product.triton_bwd import (_bwd_c_kernel, _bwd_dh_kernel, _bwd_dqdx_kernel, _bwd_dv_kernel,
-                                              _bwd_final_kernel)
+                                              _bwd_final_kernel, _bwd_gates_kernel)
 from kernels.inner_product.triton_fwd import _fwd_h_kernel, _fwd_o_kernel, _prep_kernel
 from kernels.inner_product.triton_parts import SUB
 
@@ -70,21 +71,26 @@ def _flags(p: _Plan) -> dict:
 
 
 def _forward(p: _Plan, q: Tensor, k: Tensor, v: Tensor, beta: Tensor, lam: Tensor, S0: Tensor,
-             last_key: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+             last_key: Tensor, gates: tuple[Tensor, Tensor] | None = None) -> tuple[Tensor, Tensor, Tensor, Tensor,
+                                                                                  Tensor]:
+    """With ``gates`` = (η, G) given (``decayed_attention``), beta and lam are not read and the prep is skipped."""
     B, T, H, K = k.shape
     V = v.shape[-1]
     dev = k.device
     gshape = (B, T, H, V) if p.per_channel else (B, T, H)
-    eta = helpers.new_buffer(*gshape, dtype=torch.float32, device=dev)
-    G = helpers.new_buffer(*gshape, dtype=torch.float32, device=dev)
     h = helpers.new_buffer(p.NTT + p.N, H, K, V, dtype=k.dtype, device=dev)
     ST = helpers.new_buffer(p.N, H, K, V, dtype=torch.float32, device=dev)
     o = helpers.new_buffer(*v.shape, dtype=q.dtype, device=dev)
     tables = (p.cu_seqlens, p.chunk_indices, p.chunk_offsets)
     rows = p.NT if p.cu_seqlens is None else p.NTT
-    _prep_kernel[(rows, B * H)](k, last_key, beta, lam, eta, G, *tables, p.eps, p.floor, T, p.NT, H=H, K=K, V=V,
-                                BT=p.BT, BK=p.BK, BV=p.BV, NORMALIZE=p.normalize, SCALE_RIDGE=p.scale_ridge,
-                                **_flags(p))
+    if gates is None:
+        eta = helpers.new_buffer(*gshape, dtype=torch.float32, device=dev)
+        G = helpers.new_buffer(*gshape, dtype=torch.float32, device=dev)
+        _prep_kernel[(rows, B * H)](k, last_key, beta, lam, eta, G, *tables, p.eps, p.floor, T, p.NT, H=H, K=K,
+                                    V=V, BT=p.BT, BK=p.BK, BV=p.BV, NORMALIZE=p.normalize,
+                                    SCALE_RIDGE=p.scale_ridge, **_flags(p))
+    else:
+        eta, G = gates
     NK, NV = triton.cdiv(K, p.BK), triton.cdiv(V, p.BV)
     _fwd_h_kernel[(NK, NV, p.N * H)](k, v, last_key, eta, G, S0, h, ST, p.cu_seqlens, p.chunk_offsets, T, p.NT,
                                      H=H, K=K, V=V, BT=p.BT, BK=p.BK, BV=p.BV, PREC=p.prec, **_flags(p))
@@ -94,7 +100,7 @@ def _forward(p: _Plan, q: Tensor, k: Tensor, v: Tensor, beta: Tensor, lam: Tenso
     return o, ST, eta, G, h
 
 
-def _backward(p: _Plan, q: Tensor, k: Tensor, v: Tensor, beta: Tensor, lam: Tensor, last_key: Tensor,
+def _backward(p: _Plan, q: Tensor, k: Tensor, v: Tensor, beta: Tensor | None, lam: Tensor | None, last_key: Tensor,
               eta: Tensor, G: Tensor, h: Tensor, do: Tensor, dST: Tensor | None) -> tuple[Tensor, ...]:
     B, T, H, K = k.shape
     V = v.shape[-1]
@@ -130,6 +136,12 @@ def _backward(p: _Plan, q: Tensor, k: Tensor, v: Tensor, beta: Tensor, lam: Tens
     _bwd_dqdx_kernel[(NK, rows, B * H)](q, k, v, last_key, eta, G, h, dhe, do, C, dq, dxd, *tables, T, p.NT, H=H,
                                         K=K, V=V, BT=p.BT, BK=p.BK, BV=p.BV, RAW=p.raw, PREC=p.prec, **_flags(p),
                                         **lean)
+    if beta is None:  # gates given as they are (decayed_attention): dη and d log γ; x = k, no energy term
+        deta_out = helpers.new_buffer(B, T, H, dtype=torch.float32, device=dev)
+        dlogg = helpers.new_buffer(B, T, H, dtype=torch.float32, device=dev)
+        _bwd_gates_kernel[(rows, B * H)](eta, P, deta, end, deta_out, dlogg, T, p.NT, p.NTT, H=H, V=V, BT=p.BT,
+                                         BV=p.BV, NK=NK, NV=NV, RAW=p.raw)
+        return dq, dxd.to(k.dtype), dv, deta_out, dlogg, dS0
     dk = helpers.new_buffer(*k.shape, dtype=k.dtype, device=dev)
     dbeta = helpers.new_buffer(*beta.shape, dtype=beta.dtype, device=dev)
     dlam = helpers.new_buffer(*lam.shape, dtype=lam.dtype, device=dev)
@@ -194,3 +206,51 @@ def triton_inner_product(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, lam: Ten
                             x_tail=ST.new_zeros(N, H, 0, Dk), v_tail=ST.new_zeros(N, H, 0, Dv),
                             tail_mask=torch.zeros(N, 0, dtype=torch.bool, device=q.device))
     return o, final
+
+
+class _Decayed(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q: Tensor, k: Tensor, v: Tensor, eta: Tensor, log_gamma: Tensor, S0: Tensor,
+                plan: _Plan) -> tuple[Tensor, Tensor]:
+        B, T, H = eta.shape
+        pad = plan.NT * plan.BT - T  # G: the chunk-local cumulative log-carries
+        G = F.pad(log_gamma, (0, 0, 0, pad)).view(B, plan.NT, plan.BT, H).cumsum(2).view(B, -1, H)[:, :T]
+        G = G.contiguous()
+        last_key = S0.new_zeros(B, H, k.shape[-1])
+        o, ST, _, _, h = _forward(plan, q, k, v, None, None, S0, last_key, gates=(eta, G))
+        ctx.save_for_backward(q, k, v, last_key, eta, G, h)
+        ctx.plan = plan
+        return o, ST
+
+    @staticmethod
+    def backward(ctx, do: Tensor, dST: Tensor | None):
+        q, k, v, last_key, eta, G, h = ctx.saved_tensors
+        dST = None if dST is None else dST.contiguous()
+        grads = _backward(ctx.plan, q, k, v, None, None, last_key, eta, G, h, do.contiguous(), dST)
+        return (*grads, None)
+
+
+def decayed_attention(q: Tensor, k: Tensor, v: Tensor, eta: Tensor, log_gamma: Tensor, S0: Tensor, raw: bool = True,
+                      chunk_size: int = 64) -> tuple[Tensor, Tensor]:
+    """Decayed linear attention with its gates given as they are, on the fused kernels of falcon-1a:
+
+        S_t = γ_t S_{t−1} + η_t k_t v_tᵀ,    o_t = S_tᵀ q_t (``raw``) or S_{t−1}ᵀ q_t,
+
+    q, k ``[B, T, H, Dk]``, v ``[B, T, H, Dv]`` in one dtype, η and log γ ``[B, T, H]`` float32 (log γ ≤ 0), S0
+    ``[B, H, Dk, Dv]`` float32. Returns (o in q's dtype, the final state in float32); differentiable in every
+    input (dη and d log γ from the falcon-1a backward's carry identity, ``_bwd_gates_kernel``). Pairs are the
+    same-time (k_t, v_t) and every token is a pair; no packed sequences. falcon-3a runs on it
+    (kernels/window/fused.py)."""
+    B, T, H, Dk = q.shape
+    Dv = v.shape[-1]
+    if eta.shape != (B, T, H) or log_gamma.shape != (B, T, H):
+        raise ValueError(f"eta and log_gamma must be [B, T, H] = {[B, T, H]}, got {list(eta.shape)} and "
+                         f"{list(log_gamma.shape)}")
+    NT = triton.cdiv(T, chunk_size)
+    plan = _Plan(per_channel=False, shifted=False, fresh=False, raw=raw, normalize=False, scale_ridge=False,
+                 eps=0.0, floor=0.0, BT=chunk_size, BR=chunk_size, BK=min(next_power_of_2(Dk), 64),
+                 BV=min(next_power_of_2(Dv), 64), T=T, NT=NT, NTT=B * NT, N=B, cu_seqlens=None, chunk_indices=None,
+                 chunk_offsets=None, prec=PRECISION[q.dtype])
+    f32 = torch.float32
+    return _Decayed.apply(q.contiguous(), k.contiguous(), v.contiguous(), eta.to(f32).contiguous(),
+                          log_gamma.to(f32).contiguous(), S0.to(f32).contiguous(), plan)

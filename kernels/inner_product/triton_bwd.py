@@ -315,3 +315,38 @@ def _bwd_final_kernel(k, last_key, beta, lam, eta, G, P, deta, end, dxd, dk, dbe
                     dk.dtype.element_ty), mask=d < K)
         else:
             store_rows(dk, dx, bos, i_h, t, L, d, H, K)
+
+
+@triton.jit
+def _bwd_gates_kernel(eta, P, deta, end, deta_out, dlogg, T, NT, NTT, H, V: tl.constexpr, BT: tl.constexpr,
+                      BV: tl.constexpr, NK: tl.constexpr, NV: tl.constexpr, RAW: tl.constexpr):
+    """Per chunk, for gates given as they are (η and log γ, scalar per token; ``decayed_attention``): dη and
+    d log γ, the reverse cumulative sum of dG within the chunk (the same identity as ``_bwd_final_kernel``)."""
+    i_t, i_bh = tl.program_id(0), tl.program_id(1)
+    i_b, i_h = i_bh // H, i_bh % H
+    bos, L, gch = i_b * T, T, i_b * NT + i_t
+    t0 = i_t * BT
+    t = t0 + tl.arange(0, BT)
+    rm = t < L
+    is_last = t == tl.minimum(t0 + BT, L) - 1
+    if RAW:
+        tp = t
+    else:
+        tp = t + 1
+    pm = (tp < t0 + BT) & (tp < L)
+    Pt = tl.zeros([BT], dtype=tl.float32)
+    de = tl.zeros([BT], dtype=tl.float32)
+    for i_v in range(NV):
+        Pt += tl.load(P + ((bos + tp) * NV + i_v) * H + i_h, mask=pm, other=0.0)
+        de += tl.load(deta + ((bos + t) * NV + i_v) * H + i_h, mask=rm, other=0.0)
+    e_acc = tl.zeros([BV], dtype=tl.float32)
+    for i_k in range(NK):
+        for i_v in range(NV):
+            j = i_v * BV + tl.arange(0, BV)
+            e_acc += tl.load(end + ((i_k * NTT + gch) * H + i_h) * V + j, mask=j < V, other=0.0)
+    e_end = tl.sum(e_acc, 0)
+    e = tl.load(eta + (bos + t) * H + i_h, mask=rm, other=0.0)
+    dG = tl.where(rm, Pt - e * de + tl.where(is_last, e_end, 0.0), 0.0)
+    dg = tl.sum(dG, 0) - tl.cumsum(dG, 0) + dG
+    tl.store(deta_out + (bos + t) * H + i_h, de, mask=rm)
+    tl.store(dlogg + (bos + t) * H + i_h, dg, mask=rm)

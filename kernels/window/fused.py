@@ -1,32 +1,51 @@
-"""``backend="triton"`` for falcon-3a: the window rule as W decayed linear attentions on the falcon-1a kernels.
+"""``backend="triton"`` for falcon-3a: the window rule as one delayed decayed linear attention and a band.
 
 falcon-3a writes the mean outer product of its window of W pairs, with one step and one carry per token:
 
     S_t = γ_t S_{t−1} + a_t Σ_{j<W} x_{t−j} y_{t−j}ᵀ,    a_t = η_t / B_t,
 
-(x, y the pairs, zero where a slot holds no pair; B_t the pairs in the window). The write is linear in the
-pairs and every lag j shares a_t and γ_t, so S_t = Σ_j S^(j)_t with
+(x, y the pairs, zero where a slot holds no pair; B_t the pairs in the window). Collected by pair, S_t is
+Γ(0, t) S_0 + Σ_u c(u, t) x_u y_uᵀ, with Γ(s, t) = Π_{s<r≤t} γ_r and c(u, t) = Σ_{s=u}^{min(u+W−1, t)} Γ(s, t) a_s
+over the tokens s whose window holds pair u. Once the window has passed u (t ≥ u + W − 1) the coefficient
+factors, c(u, t) = Γ(u + W − 1, t) A_u with A_u = c(u, u + W − 1): pair u acts as if written once, at token
+u + W − 1, with the gain A_u, and carried by γ from there. So
 
-    S^(j)_t = γ_t S^(j)_{t−1} + a_t x_{t−j} y_{t−j}ᵀ,
+    S_t = S'_t + Σ_{d=0}^{W−2} c(t − d, t) x_{t−d} y_{t−d}ᵀ,    S'_t = γ_t S'_{t−1} + A_{t−W+1} x_{t−W+1} y_{t−W+1}ᵀ,
 
-each a falcon-1a recurrence in the ctxη reading (``normalize=False``: the gain passed is the step itself)
-over keys and values delayed by j, same-time aligned. Its carry 1 − min(β λ, 1 − ε_γ) is falcon-3a's when the
-gain passed is a_t and the ridge λ_t B_t (λ̄_t Ē_t B_t with the scale-coupled ridge): their product is η_t λ_t,
-clamped alike. The reads add up the same way, for RAW and RBW alike. So falcon-3a runs as W calls of the fused
-falcon-1a kernels (kernels/inner_product/fused.py), the initial state going to lag 0, with the
-window's pairs, η_t, B_t and the carry prepared in PyTorch (kernels/common/prepare.py, as the chunk form does)
-and differentiated through both. The final state's window tail comes from the prepared pairs.
+S' a decayed linear attention over the pairs delayed by W − 1 (``decayed_attention``: the fused falcon-1a kernels
+with η = A and log γ given as they are), and the rest a band of the W − 1 pairs still inside the window, read in
+PyTorch: o_t = S'_tᵀ q_t + Σ_d c(t − d, t) (x_{t−d}·q_t) y_{t−d} (for RBW the same at t − 1). The partial sums
+c_d(t) = c(t − d, t) follow from c_0(t) = a_t and c_d(t) = c_{d−1}(t) + Γ(t − d, t) a_{t−d}, with A at d = W − 1;
+pairs in front of the sequence are the state's window tail (their earlier writes are already in S_0). One pass of
+the kernels and O(T·W·D) besides, where running each lag as its own falcon-1a recurrence costs W passes.
+Everything but the kernels is PyTorch in float32 and differentiated by autograd, through ``prepare`` to k, β, λ.
 """
 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from kernels.common.config import RuleConfig
 from kernels.common.prepare import final_state, prepare
 from kernels.common.state import FastWeightState
-from kernels.inner_product.fused import triton_inner_product
+from kernels.inner_product.fused import decayed_attention
+
+
+def _late(t: Tensor, d: int) -> Tensor:
+    """``t`` ``[B, T, H]`` d tokens later along time: entry t holds t − d, zero in front."""
+    return F.pad(t, (0, 0, d, 0))[:, : t.shape[1]] if d else t
+
+
+def window_coefficients(a: Tensor, log_gamma: Tensor, W: int) -> list[Tensor]:
+    """``[c_0, …, c_{W−1}]``, each ``[B, T, H]``: c_d(t) = Σ_{s=t−d}^{t} Γ(s, t) a_s over the sequence's tokens s."""
+    coef = [a]
+    span = torch.zeros_like(log_gamma)  # log Γ(t − d, t)
+    for d in range(1, W):
+        span = span + _late(log_gamma, d - 1)
+        coef.append(coef[-1] + torch.exp(span) * _late(a, d))
+    return coef
 
 
 def triton_falcon3a(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, lam: Tensor, cfg: RuleConfig,
@@ -38,24 +57,21 @@ def triton_falcon3a(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, lam: Tensor, 
         raise ValueError(f"triton_falcon3a runs rule 'falcon-3a' only, got {cfg.rule!r}")
     f32 = torch.float32
     prep = prepare(k.to(f32), v.to(f32), beta.to(f32), lam.to(f32), cfg, state, fresh)
-    n = prep.n_pairs.clamp(min=1.0)[..., None]  # B_t, [B, T, 1]
-    ridge = lam.to(f32) * prep.energy if cfg.scale_coupled_ridge else lam.to(f32)
-    step, lag_ridge = prep.eta / n, ridge * n  # their product is η_t λ_t: the carry is falcon-3a's
-    lag_cfg = RuleConfig(rule="falcon-1a", eps=cfg.eps, decay_floor=cfg.decay_floor, alignment="same_time",
-                         timing=cfg.timing, normalize=False)
-    T = q.shape[1]
-    W = cfg.span
-    o = None
-    S = None
-    for j in range(W):  # lag j: the pair j tokens back in each token's window
-        start = W - 1 - j
-        x_j = prep.x_ext[:, start:start + T].to(q.dtype)
-        y_j = prep.y_ext[:, start:start + T].to(q.dtype)
-        S_in = state.S if j == 0 else torch.zeros_like(state.S)
-        lag_state = FastWeightState(S=S_in, last_key=state.last_key, x_tail=state.x_tail[:, :, :0],
-                                    v_tail=state.v_tail[:, :, :0], tail_mask=state.tail_mask[:, :0])
-        o_j, final_j = triton_inner_product(q, x_j, y_j, step, lag_ridge, lag_cfg, lag_state, fresh=False,
-                                            chunk_size=chunk_size)
-        o = o_j.to(f32) if o is None else o + o_j.to(f32)
-        S = final_j.S if S is None else S + final_j.S
+    T, W = q.shape[1], cfg.span
+    a = prep.eta / prep.n_pairs.clamp(min=1.0)[..., None]  # a_t = η_t / B_t, [B, T, H]
+    log_gamma = torch.log(prep.gamma)
+    coef = window_coefficients(a, log_gamma, W)
+    # the delayed pairs: token t writes pair t − W + 1, position t of the extended arrays
+    o, S = decayed_attention(q, prep.x_ext[:, :T].to(q.dtype), prep.y_ext[:, :T].to(q.dtype), coef[W - 1],
+                             log_gamma, state.S, raw=cfg.timing == "raw", chunk_size=chunk_size)
+    o = o.to(f32)
+    qf = q.to(f32)
+    lag = 0 if cfg.timing == "raw" else 1  # RBW reads S_{t−1}: the band of token t − 1
+    for d in range(W - 1):  # pair t − lag − d, position t − lag − d + W − 1 of the extended arrays
+        start = W - 1 - d - lag
+        x_d, y_d = prep.x_ext[:, start:start + T], prep.y_ext[:, start:start + T]
+        c_d = _late(coef[d], lag)
+        o = o + (c_d * (x_d * qf).sum(-1))[..., None] * y_d
+        last = coef[d][:, -1]  # the final state's band: pairs T − 1 − d, c_d(T − 1)
+        S = S + torch.einsum("bh,bhk,bhv->bhkv", last, prep.x_ext[:, T + W - 2 - d], prep.y_ext[:, T + W - 2 - d])
     return o.to(q.dtype), final_state(S, k.to(f32), prep, cfg)
