@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from kernels import gated_delta_rule
-from kernels.delta import DELTA_BACKENDS
+from kernels.delta import DELTA_BACKENDS, FUSED_BACKENDS
 from mixers.layers import (Mixer, RMSNorm, ShortConv, dt_bias_init, full_precision, l2_norm, residual_out,
                            short_conv_step)
 from mixers.options import check_bool, check_int, check_kernel_choices, check_range, head_dim_of
@@ -34,7 +34,9 @@ from mixers.options import check_bool, check_int, check_kernel_choices, check_ra
 class DeltaNetOptions:
     """head_dim: key width per head (default d_model / n_heads); expand_v: value width / key width;
     beta_max: β = beta_max·σ(w·x), so the transition I − β k kᵀ has eigenvalue 1 − β along k in (1 − beta_max, 1):
-    1 (default, DeltaNet's β ∈ (0, 1)) or up to 2, where it can be negative (Grazzi et al., 2024)."""
+    1 (default, DeltaNet's β ∈ (0, 1)) or up to 2, where it can be negative (Grazzi et al., 2024). backend:
+    ``auto`` (DeltaNet's default: falcon-1's fused kernels on a GPU, the WY chunk form elsewhere), ``triton``,
+    ``chunk`` (Gated DeltaNet's default: the gated rule has no fused form here) or ``recurrent``."""
 
     head_dim: int | None = None
     expand_v: int = 1
@@ -43,7 +45,7 @@ class DeltaNetOptions:
     output_gate: bool = False
     alignment: str = "same_time"
     timing: str = "raw"
-    backend: str = "chunk"
+    backend: str = "auto"
     chunk_size: int = 64
     norm_eps: float = 1e-5
     beta_max: float = 1.0
@@ -53,7 +55,7 @@ class DeltaNetOptions:
             check_int(mixer, name, getattr(self, name), 1)
         for name in ("conv", "output_gate"):
             check_bool(mixer, name, getattr(self, name))
-        check_kernel_choices(mixer, self.alignment, self.timing, self.backend, tuple(DELTA_BACKENDS))
+        check_kernel_choices(mixer, self.alignment, self.timing, self.backend, (*DELTA_BACKENDS, *FUSED_BACKENDS))
         check_range(mixer, "norm_eps", self.norm_eps, 0.0, float("inf"), low_open=True)
         check_range(mixer, "beta_max", self.beta_max, 0.0, 2.0, low_open=True)
 
@@ -64,6 +66,7 @@ class GatedDeltaNetOptions(DeltaNetOptions):
 
     expand_v: int = 2
     output_gate: bool = True
+    backend: str = "chunk"
     dt_min: float = 1e-3
     dt_max: float = 1e-1
     dt_init_floor: float = 1e-4
@@ -72,6 +75,9 @@ class GatedDeltaNetOptions(DeltaNetOptions):
 
     def check(self, mixer: str) -> None:
         super().check(mixer)
+        if self.backend == "triton":
+            raise ValueError(f"mixer {mixer!r}: backend 'triton' runs DeltaNet only (the gated rule has no fused form "
+                             f"here); use 'chunk' or 'auto'")
         check_range(mixer, "dt_min", self.dt_min, 0.0, float("inf"), low_open=True)
         check_range(mixer, "dt_max", self.dt_max, self.dt_min, float("inf"))
         check_range(mixer, "dt_init_floor", self.dt_init_floor, 0.0, float("inf"), low_open=True)
@@ -103,8 +109,9 @@ class DeltaNet(Mixer):
         self.g_proj = nn.Linear(d_model, n_heads * self.dv, bias=False) if opts.output_gate else None
         self.o_proj = residual_out(nn.Linear(n_heads * self.dv, d_model, bias=False))
 
-    def _features(self, x: Tensor, q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, ...]:
-        """Per-head ℓ2-normalised q, k, v ``[..., H, D]``, β and log gate g ``[..., H]`` from x ``[..., d]``."""
+    def _features(self, x: Tensor, q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor | None, ...]:
+        """Per-head ℓ2-normalised q, k, v ``[..., H, D]``, β and log gate g ``[..., H]`` (None for DeltaNet) from
+        x ``[..., d]``."""
         eps = 1e-6
         q = l2_norm(q.unflatten(-1, (self.n_heads, self.dk)), eps)
         k = l2_norm(k.unflatten(-1, (self.n_heads, self.dk)), eps)
@@ -114,7 +121,7 @@ class DeltaNet(Mixer):
         if self.gated:
             g = -torch.exp(self.A_log.to(dtype)) * F.softplus(self.a_proj(x).to(dtype) + self.dt_bias.to(dtype))
         else:
-            g = torch.zeros_like(beta)
+            g = None
         return q, k, v, g, beta
 
     def _output(self, o: Tensor, x: Tensor) -> Tensor:
@@ -123,7 +130,7 @@ class DeltaNet(Mixer):
             o = o * F.silu(self.g_proj(x)).unflatten(-1, (self.n_heads, self.dv))
         return self.o_proj(o.flatten(-2))
 
-    @torch.compiler.disable  # the WY chunk form stays outside torch.compile's graph (train.compile)
+    @torch.compiler.disable  # the WY chunk form and the fused kernels stay outside torch.compile's graph
     def _rule(self, q, k, v, g, beta, backend: str, state=None):
         with full_precision(q):
             return gated_delta_rule(q, k, v, g, beta, scale=1.0 / math.sqrt(self.dk),
@@ -148,6 +155,6 @@ class DeltaNet(Mixer):
     def step(self, x_t: Tensor, cache: dict) -> tuple[Tensor, dict]:
         q, k, v = self.q_proj(x_t), self.k_proj(x_t), self.v_proj(x_t)
         (q, k, v), convs = short_conv_step(self.convs, (q, k, v), cache["conv"])
-        feats = (t[:, None] for t in self._features(x_t, q, k, v))
+        feats = (None if t is None else t[:, None] for t in self._features(x_t, q, k, v))
         o, state = self._rule(*feats, "recurrent", cache["state"])
         return self._output(o[:, 0], x_t), {"conv": convs, "state": state}
