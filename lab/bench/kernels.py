@@ -16,8 +16,8 @@ Floors. The time no implementation can beat on this GPU, from two counts per row
     - ``linear`` (falcon-1a, falcon-2a, simple GLA): state update xᵀv' 2KV, inter-chunk read q·h 2KV,
       intra scores q xᵀ C·K, scores·v C·V: fwd = 4KV + C(K + V). The per-channel carry of 2a adds only
       elementwise work.
-    - ``linear_window`` (falcon-3a, window B = 4): B times ``linear``, one decayed linear attention per lag
-      of the window (kernels/window/fused.py).
+    - ``linear_window`` (falcon-3a, window B = 4): ``linear`` once, over the pairs delayed by B − 1, and the
+      band of the B − 1 pairs still inside each window, (B − 1)(2K + 2V) (kernels/window/fused.py).
     - ``delta`` (falcon-1, delta rule, gated delta rule; WY form): Gram k kᵀ C·K, the unit-triangular
       inverse 2C²/3, w = T k C·K, u = T v C·V, pseudo-values u − w h 2KV, state update 2KV, q·h 2KV,
       q kᵀ C·K, scores·values C·V: fwd = 6KV + C(3K + 2V) + 2C²/3.
@@ -82,7 +82,7 @@ def flops(family: str, shape: Shape, mode: str) -> float:
     C = CHUNK
     per_token = {
         "linear": 4 * K * V + C * (K + V),
-        "linear_window": WINDOW * (4 * K * V + C * (K + V)),
+        "linear_window": 4 * K * V + C * (K + V) + (WINDOW - 1) * (2 * K + 2 * V),
         "delta": 6 * K * V + C * (3 * K + 2 * V) + 2 * C * C / 3,
         "delta_per_channel": 6 * K * V + C * (3 * K + 3 * V) + 2 * C * C / 3,
         "softmax": 2 * T * D,
