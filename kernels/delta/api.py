@@ -102,5 +102,5 @@ def gated_delta_rule(
     else:
         o, S = DELTA_BACKENDS["chunk" if backend == "auto" else backend](q, x, v, g, beta, float(scale), timing,
                                                                           state.S, chunk_size)
-    final = state._replace(S=S, last_key=k[:, -1]) if output_final_state else None
+    final = state._replace(S=S, last_key=k[:, -1].to(dtype)) if output_final_state else None
     return o.to(out_dtype), final
