@@ -23,8 +23,14 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from kernels import gated_delta_rule
-from kernels.delta import DELTA_BACKENDS, FUSED_BACKENDS
+from kernels import fast_weight_rule, gated_delta_rule
+from kernels.delta import DELTA_BACKENDS
+
+# DeltaNet's recurrence S_t = (I − β_t k_t k_tᵀ) S_{t−1} + β_t k_t v_tᵀ is falcon-1's S_{t−1} + η_t k_t (v_t −
+# S_{t−1}ᵀ k_t)ᵀ with η = β and no ridge (carry 1): on these backends DeltaNet runs falcon-1's op, "triton" its
+# fused kernels, "auto" those on a GPU where they take the inputs (else the WY chunk form); the gated rule's
+# decay-then-update has no fused form here
+FUSED_BACKENDS = ("triton", "auto")
 from mixers.layers import (Mixer, RMSNorm, ShortConv, dt_bias_init, full_precision, l2_norm, residual_out,
                            short_conv_step)
 from mixers.options import check_bool, check_int, check_kernel_choices, check_range, head_dim_of
@@ -132,9 +138,16 @@ class DeltaNet(Mixer):
 
     @torch.compiler.disable  # the WY chunk form and the fused kernels stay outside torch.compile's graph
     def _rule(self, q, k, v, g, beta, backend: str, state=None):
+        scale = 1.0 / math.sqrt(self.dk)
+        fused = g is None and (backend == "triton" or (backend == "auto" and q.is_cuda and q.dtype != torch.float64))
         with full_precision(q):
-            return gated_delta_rule(q, k, v, g, beta, scale=1.0 / math.sqrt(self.dk),
-                                    alignment=self.opts.alignment, timing=self.opts.timing, backend=backend,
+            if fused:  # falcon-1's op, the inputs in their own dtype as the Falcon mixers give them
+                return fast_weight_rule(q * scale, k, v, eta=beta, lam=torch.zeros_like(beta), rule="falcon-1",
+                                        alignment=self.opts.alignment, timing=self.opts.timing, backend=backend,
+                                        chunk_size=self.opts.chunk_size, initial_state=state,
+                                        output_final_state=state is not None)
+            return gated_delta_rule(q, k, v, g, beta, scale=scale, alignment=self.opts.alignment,
+                                    timing=self.opts.timing, backend="chunk" if backend == "auto" else backend,
                                     chunk_size=self.opts.chunk_size, initial_state=state,
                                     output_final_state=state is not None)
 

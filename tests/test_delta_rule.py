@@ -158,35 +158,37 @@ def test_bad_input_names_the_argument(change: dict, name: str) -> None:
 
 @pytest.mark.parametrize("alignment,timing", list(itertools.product(("same_time", "shifted"), ("raw", "rbw"))))
 def test_deltanet_on_falcon_1s_fused_kernels(alignment: str, timing: str) -> None:
-    """backend='triton' (g=None): DeltaNet through falcon-1's fused kernels (η = β, λ = 0; Triton's interpreter
-    without CUDA), continuing the oracle's state after 9 tokens, against the float64 oracle: outputs, final state
-    and every input's gradient."""
+    """DeltaNet as the mixer runs it on a GPU: falcon-1's op with η = β and λ = 0 on its fused kernels (Triton's
+    interpreter without CUDA), continuing the oracle's state after 9 tokens, against the gated delta rule's float64
+    oracle with g = None: outputs, final state and every input's gradient."""
     x = inputs(46, seed=zlib.crc32(f"fused{alignment}{timing}".encode()), gated=False, Dk=16, Dv=16)
     x["beta"] = x["beta"] / 2  # DeltaNet's β ∈ (0, 1)
     opts = dict(alignment=alignment, timing=timing)
-    _, first = run({n: t[:, :9] for n, t in x.items()}, "recurrent", **opts)
+    _, first = run({**{n: t[:, :9] for n, t in x.items()}, "g": None}, "recurrent", **opts)
     rest = {n: t[:, 9:] for n, t in x.items()}
     device = "cuda" if torch.cuda.is_available() else "cpu"
     w = torch.randn(2, 37, 2, 16, dtype=torch.float64, generator=torch.Generator().manual_seed(5))
 
-    def go(backend: str, dtype: torch.dtype):
+    def go(fused: bool, dtype: torch.dtype):
         ins = {n: rest[n].to(device, dtype).detach().clone().requires_grad_() for n in ("q", "k", "v", "beta")}
         state = FastWeightState(*(t.to(device, dtype) if t.is_floating_point() else t.to(device) for t in first))
-        g = None if backend == "triton" else torch.zeros_like(ins["beta"])
-        o, final = gated_delta_rule(ins["q"], ins["k"], ins["v"], g, ins["beta"], scale=0.25, backend=backend,
-                                    chunk_size=16, initial_state=state, output_final_state=True, **opts)
+        if fused:
+            o, final = fast_weight_rule(ins["q"] * 0.25, ins["k"], ins["v"], eta=ins["beta"],
+                                        lam=torch.zeros_like(ins["beta"]), rule="falcon-1", backend="triton",
+                                        chunk_size=16, initial_state=state, output_final_state=True, **opts)
+        else:
+            o, final = gated_delta_rule(ins["q"], ins["k"], ins["v"], None, ins["beta"], scale=0.25,
+                                        backend="recurrent", initial_state=state, output_final_state=True, **opts)
         ((o * w.to(device, dtype)).sum() + final.S.sum()).backward()
         return [o, final.S, final.last_key, *(ins[n].grad for n in ("q", "k", "v", "beta"))]
 
-    for name, a, b in zip(("o", "S", "last_key", "dq", "dk", "dv", "dbeta"), go("triton", torch.float32),
-                          go("recurrent", torch.float64)):
+    for name, a, b in zip(("o", "S", "last_key", "dq", "dk", "dv", "dbeta"), go(True, torch.float32),
+                          go(False, torch.float64)):
         assert rel(a.double().cpu(), b.cpu()) < 1e-4, name
 
 
-def test_the_fused_backend_refuses_a_gate() -> None:
-    x = inputs(5, seed=1, gated=True)
-    with pytest.raises(ValueError, match="g=None"):
-        run(x, "triton")
-    out, _ = gated_delta_rule(x["q"], x["k"], x["v"], None, x["beta"], backend="auto")  # float64: the chunk form
-    ref, _ = run({**x, "g": torch.zeros_like(x["g"])}, "recurrent")
+def test_no_gate_is_a_zero_gate() -> None:
+    x = inputs(9, seed=1, gated=False)
+    out, _ = gated_delta_rule(x["q"], x["k"], x["v"], None, x["beta"], backend="chunk")
+    ref, _ = run(x, "recurrent")
     assert rel(out, ref) < 1e-10

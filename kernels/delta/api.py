@@ -27,21 +27,6 @@ def _recurrent(q, x, v, g, beta, scale, timing, S0, chunk_size):
 
 
 DELTA_BACKENDS: dict[str, Backend] = {"recurrent": _recurrent, "chunk": _chunk}
-# DeltaNet (no gate) also runs on falcon-1's fused kernels: ``"triton"``, or ``"auto"`` (those on a GPU where they
-# take the inputs, else ``"chunk"``); the gated rule has no fused form here
-FUSED_BACKENDS = ("triton", "auto")
-
-
-def _fused(q: Tensor, x: Tensor, v: Tensor, beta: Tensor, scale: float, timing: str, S0: Tensor, chunk_size: int,
-           backend: str) -> tuple[Tensor, Tensor]:
-    """DeltaNet as falcon-1 with η = β given and no ridge: S_t = S_{t−1} + β_t x_t (v_t − S_{t−1}ᵀ x_t)ᵀ is
-    (I − β_t x_t x_tᵀ) S_{t−1} + β_t x_t v_tᵀ, the carry 1 − min(η·0, 1 − ε_γ) = 1; the pairs come aligned."""
-    from kernels.falcon.api import fast_weight_rule
-
-    o, final = fast_weight_rule(q * scale, x, v, eta=beta, lam=torch.zeros_like(beta), rule="falcon-1",
-                                alignment="same_time", timing=timing, backend=backend, chunk_size=chunk_size,
-                                initial_state=S0, output_final_state=True)
-    return o, final.S
 
 
 @autocast_off
@@ -61,9 +46,8 @@ def gated_delta_rule(
         alignment: ``"same_time"`` (x_t = k_t) or ``"shifted"`` (x_t = k_{t−1}; on a fresh sequence x_1 = 0,
             so the first token writes nothing; its decay exp(g_1) still applies to the initial S).
         timing: ``"raw"`` (read S_t) or ``"rbw"`` (read S_{t−1}).
-        backend: ``"recurrent"`` (the loop, the oracle), ``"chunk"`` (chunk-parallel WY form), or for DeltaNet
-            (``g`` None) ``"triton"`` (falcon-1's fused kernels, η = β, λ = 0; inputs kept in their dtype) or
-            ``"auto"`` (those on a GPU where they take the inputs, else ``"chunk"``).
+        backend: ``"recurrent"`` (the loop, the oracle) or ``"chunk"`` (chunk-parallel WY form). DeltaNet on
+            fused kernels is falcon-1's op with η = β and no ridge (``mixers.deltanet``).
         chunk_size: C of the chunk form; any T works (the last chunk may be short).
         initial_state: a ``FastWeightState`` to continue from (S and the last key), a bare S (a fresh
             sequence starting from S), or None (a fresh sequence from S = 0).
@@ -73,34 +57,24 @@ def gated_delta_rule(
         o ``[B, T, H, Dv]`` in q's dtype, and the final ``FastWeightState`` (or None). The state is fp32
         (float64 for float64 inputs).
     """
-    check_sequence_options(alignment=alignment, timing=timing, backend=backend,
-                           backends=(*DELTA_BACKENDS, *FUSED_BACKENDS), chunk_size=chunk_size)
+    check_sequence_options(alignment=alignment, timing=timing, backend=backend, backends=tuple(DELTA_BACKENDS),
+                           chunk_size=chunk_size)
     check_real("scale", scale)
     B, T, H, _, _ = check_qkv(q, k, v)
     if g is not None:
         check_shape("g", g, (B, T, H), "[B, T, H]")
-        if backend == "triton":
-            raise ValueError("backend='triton' runs DeltaNet (g=None) only: the gated delta rule has no fused form "
-                             "here; use 'chunk'")
     check_shape("beta", beta, (B, T, H), "[B, T, H]")
     check_floating_on_one_device(q=q, k=k, v=v, beta=beta, **({} if g is None else {"g": g}))
     out_dtype = q.dtype
     dtype = compute_dtype(q.dtype)
     state, fresh = start_state(q, v, initial_state, dtype)
-    fused = g is None and (backend == "triton" or (backend == "auto" and q.is_cuda and dtype != torch.float64))
-    if not fused:  # the fused kernels take the inputs in their own dtype, as falcon-1 does
-        q, k, v = (t.to(dtype) for t in (q, k, v))
-    g = torch.zeros_like(beta, dtype=dtype) if g is None else g.to(dtype)
-    beta = beta.to(dtype)
+    q, k, v, beta = (t.to(dtype) for t in (q, k, v, beta))
+    g = torch.zeros_like(beta) if g is None else g.to(dtype)
     if alignment == "shifted":
-        first = (torch.zeros_like(state.last_key) if fresh else state.last_key).to(k.dtype)
+        first = torch.zeros_like(state.last_key) if fresh else state.last_key
         x = torch.cat([first[:, None], k[:, :-1]], dim=1)
     else:
         x = k
-    if fused:
-        o, S = _fused(q, x, v, beta, float(scale), timing, state.S, chunk_size, backend)
-    else:
-        o, S = DELTA_BACKENDS["chunk" if backend == "auto" else backend](q, x, v, g, beta, float(scale), timing,
-                                                                          state.S, chunk_size)
-    final = state._replace(S=S, last_key=k[:, -1].to(dtype)) if output_final_state else None
+    o, S = DELTA_BACKENDS[backend](q, x, v, g, beta, float(scale), timing, state.S, chunk_size)
+    final = state._replace(S=S, last_key=k[:, -1]) if output_final_state else None
     return o.to(out_dtype), final
