@@ -210,6 +210,27 @@ def _bwd_dqdx_kernel(q, k, v, last_key, eta, G, h, dhe, do, C, dq, dxd, cu_seqle
 
 
 @triton.jit
+def _scalar_gate_grads(eta, P, deta, end, bos, t, tp, rm, pm, is_last, gch, i_h, NTT, H, V: tl.constexpr,
+                       BT: tl.constexpr, BV: tl.constexpr, NK: tl.constexpr, NV: tl.constexpr):
+    """One chunk's η, dη (summed over value blocks) and d log γ of a scalar-gate rule: dG_τ = P_τ' − η_τ dη_τ
+    (+ the chunk end's term at its last token), reverse-summed within the chunk."""
+    Pt = tl.zeros([BT], dtype=tl.float32)
+    de = tl.zeros([BT], dtype=tl.float32)
+    for i_v in range(NV):
+        Pt += tl.load(P + ((bos + tp) * NV + i_v) * H + i_h, mask=pm, other=0.0)
+        de += tl.load(deta + ((bos + t) * NV + i_v) * H + i_h, mask=rm, other=0.0)
+    e_acc = tl.zeros([BV], dtype=tl.float32)
+    for i_k in range(NK):
+        for i_v in range(NV):
+            j = i_v * BV + tl.arange(0, BV)
+            e_acc += tl.load(end + ((i_k * NTT + gch) * H + i_h) * V + j, mask=j < V, other=0.0)
+    e_end = tl.sum(e_acc, 0)
+    e = tl.load(eta + (bos + t) * H + i_h, mask=rm, other=0.0)
+    dG = tl.where(rm, Pt - e * de + tl.where(is_last, e_end, 0.0), 0.0)
+    return e, de, tl.sum(dG, 0) - tl.cumsum(dG, 0) + dG
+
+
+@triton.jit
 def _bwd_final_kernel(k, last_key, beta, lam, eta, G, P, deta, end, dxd, dk, dbeta, dlam, cu_seqlens,
                       chunk_indices, chunk_offsets, eps, floor, T, NT, NTT, H, K: tl.constexpr,
                       V: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, NK: tl.constexpr,
@@ -269,20 +290,8 @@ def _bwd_final_kernel(k, last_key, beta, lam, eta, G, P, deta, end, dxd, dk, dbe
                 db = de
             store_rows(dbeta, db, bos, i_h, t, L, j, H, V)
     else:
-        Pt = tl.zeros([BT], dtype=tl.float32)
-        de = tl.zeros([BT], dtype=tl.float32)
-        for i_v in range(NV):
-            Pt += tl.load(P + ((bos + tp) * NV + i_v) * H + i_h, mask=pm, other=0.0)
-            de += tl.load(deta + ((bos + t) * NV + i_v) * H + i_h, mask=rm, other=0.0)
-        e_acc = tl.zeros([BV], dtype=tl.float32)
-        for i_k in range(NK):
-            for i_v in range(NV):
-                j = i_v * BV + tl.arange(0, BV)
-                e_acc += tl.load(end + ((i_k * NTT + gch) * H + i_h) * V + j, mask=j < V, other=0.0)
-        e_end = tl.sum(e_acc, 0)
-        e = tl.load(eta + (bos + t) * H + i_h, mask=rm, other=0.0)
-        dG = tl.where(rm, Pt - e * de + tl.where(is_last, e_end, 0.0), 0.0)
-        dg = tl.sum(dG, 0) - tl.cumsum(dG, 0) + dG
+        e, de, dg = _scalar_gate_grads(eta, P, deta, end, bos, t, tp, rm, pm, is_last, gch, i_h, NTT, H, V, BT,
+                                       BV, NK, NV)
         a = e * lam_t
         free = a <= 1.0 - floor
         dalpha = -dg / (1.0 - tl.minimum(a, 1.0 - floor))
@@ -334,19 +343,7 @@ def _bwd_gates_kernel(eta, P, deta, end, deta_out, dlogg, T, NT, NTT, H, V: tl.c
     else:
         tp = t + 1
     pm = (tp < t0 + BT) & (tp < L)
-    Pt = tl.zeros([BT], dtype=tl.float32)
-    de = tl.zeros([BT], dtype=tl.float32)
-    for i_v in range(NV):
-        Pt += tl.load(P + ((bos + tp) * NV + i_v) * H + i_h, mask=pm, other=0.0)
-        de += tl.load(deta + ((bos + t) * NV + i_v) * H + i_h, mask=rm, other=0.0)
-    e_acc = tl.zeros([BV], dtype=tl.float32)
-    for i_k in range(NK):
-        for i_v in range(NV):
-            j = i_v * BV + tl.arange(0, BV)
-            e_acc += tl.load(end + ((i_k * NTT + gch) * H + i_h) * V + j, mask=j < V, other=0.0)
-    e_end = tl.sum(e_acc, 0)
-    e = tl.load(eta + (bos + t) * H + i_h, mask=rm, other=0.0)
-    dG = tl.where(rm, Pt - e * de + tl.where(is_last, e_end, 0.0), 0.0)
-    dg = tl.sum(dG, 0) - tl.cumsum(dG, 0) + dG
+    _, de, dg = _scalar_gate_grads(eta, P, deta, end, bos, t, tp, rm, pm, is_last, gch, i_h, NTT, H, V, BT, BV,
+                                   NK, NV)
     tl.store(deta_out + (bos + t) * H + i_h, de, mask=rm)
     tl.store(dlogg + (bos + t) * H + i_h, dg, mask=rm)
