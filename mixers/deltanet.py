@@ -25,15 +25,15 @@ from torch import Tensor, nn
 
 from kernels import fast_weight_rule, gated_delta_rule
 from kernels.delta import DELTA_BACKENDS
+from mixers.layers import (Mixer, RMSNorm, ShortConv, dt_bias_init, full_precision, l2_norm, residual_out,
+                           short_conv_step)
+from mixers.options import check_bool, check_int, check_kernel_choices, check_range, head_dim_of
 
 # DeltaNet's recurrence S_t = (I − β_t k_t k_tᵀ) S_{t−1} + β_t k_t v_tᵀ is falcon-1's S_{t−1} + η_t k_t (v_t −
 # S_{t−1}ᵀ k_t)ᵀ with η = β and no ridge (carry 1): on these backends DeltaNet runs falcon-1's op, "triton" its
 # fused kernels, "auto" those on a GPU where they take the inputs (else the WY chunk form); the gated rule's
 # decay-then-update has no fused form here
 FUSED_BACKENDS = ("triton", "auto")
-from mixers.layers import (Mixer, RMSNorm, ShortConv, dt_bias_init, full_precision, l2_norm, residual_out,
-                           short_conv_step)
-from mixers.options import check_bool, check_int, check_kernel_choices, check_range, head_dim_of
 
 
 @dataclass
