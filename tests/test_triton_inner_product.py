@@ -226,3 +226,14 @@ def test_packed_sequences_sliced_past_the_grid_limit(rule: str, monkeypatch: pyt
     sliced = run(x, "triton", torch.float32, chunk_size=16, cu_seqlens=cu, rule=rule)
     for name, a, b in zip(NAMES, whole, sliced):
         torch.testing.assert_close(b, a, rtol=1e-6, atol=1e-6, msg=name)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("rule", ["falcon-1a", "falcon-1"])
+def test_batch_past_the_grid_limit_on_the_gpu(rule: str) -> None:
+    """B·H = 65,600, past CUDA's 65,535 on a launch axis (one addition sample a row at batch 16,400, 4 heads):
+    the launch runs, and outputs, final state and gradients match the float64 chunk form."""
+    x = inputs(rule, B=16400, T=24, H=4, D=16, seed=65)
+    ref = run(x, "chunk", torch.float64, rule=rule, chunk_size=16)
+    out = run(x, "triton", torch.float32, rule=rule, chunk_size=16)
+    check(out, ref, 1e-3)

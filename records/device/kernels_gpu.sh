@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Device call for the kernels after the layout move (issue 30): every fused kernel's tests on the GPU (float64
+# references at real sizes, falcon-3a's one delayed pass, decayed_attention, DeltaNet on falcon-1's kernels, a
+# batch past the launch-axis limit), then `lab bench kernels` at the three shapes beside fla (carried as a wheel in
+# .whl/). Every log is written under $OUT as it runs. Run from the repository root with LAB_COMMIT set.
+set -u
+export PYTHONUNBUFFERED=1
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+  .whl/fla_core-*.whl .whl/einops-*.whl && export PYTHONPATH=/tmp/site
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > $OUT/gpu.txt
+python -c "import torch, triton, fla; print('torch', torch.__version__, 'triton', triton.__version__, 'fla', fla.__version__)" \
+  >> $OUT/gpu.txt 2>&1
+t0=$(date +%s)
+timeout ${TEST_S:-200} python -m pytest -q -p no:cacheprovider -m "gpu or not gpu" \
+  tests/test_triton_falcon3a.py tests/test_triton_inner_product.py tests/test_triton_regression.py \
+  tests/test_mixers_triton.py tests/test_delta_rule.py tests/test_falcon3_triton_parts.py -x -rs \
+  > $OUT/gpu_tests.log 2>&1; echo "tests rc=$? at $(( $(date +%s) - t0 )) s" | tee -a $OUT/times.txt
+mkdir -p $OUT/kernels
+timeout --signal=INT ${BENCH_S:-240} python -m lab bench kernels --out $OUT/kernels --rep ${REP:-50} \
+  > $OUT/kernels/console.log 2>&1; echo "bench rc=$? at $(( $(date +%s) - t0 )) s" | tee -a $OUT/times.txt
+cat $OUT/gpu.txt; tail -4 $OUT/gpu_tests.log; grep -E "FAIL|Error" $OUT/gpu_tests.log | head -10
+cut -c1-150 $OUT/kernels/console.log | tail -45
