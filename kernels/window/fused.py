@@ -13,12 +13,13 @@ u + W − 1, with the gain A_u, and carried by γ from there. So
     S_t = S'_t + Σ_{d=0}^{W−2} c(t − d, t) x_{t−d} y_{t−d}ᵀ,    S'_t = γ_t S'_{t−1} + A_{t−W+1} x_{t−W+1} y_{t−W+1}ᵀ,
 
 S' a decayed linear attention over the pairs delayed by W − 1 (``decayed_attention``: the fused falcon-1a kernels
-with η = A and log γ given as they are), and the rest a band of the W − 1 pairs still inside the window, read in
-PyTorch: o_t = S'_tᵀ q_t + Σ_d c(t − d, t) (x_{t−d}·q_t) y_{t−d} (for RBW the same at t − 1). The partial sums
+with η = A and log γ given as they are), and the rest a band of the W − 1 pairs still inside the window, read by
+one Triton kernel each way (``kernels/window/triton_band.py``):
+o_t = S'_tᵀ q_t + Σ_d c(t − d, t) (x_{t−d}·q_t) y_{t−d} (for RBW the same at t − 1). The partial sums
 c_d(t) = c(t − d, t) follow from c_0(t) = a_t and c_d(t) = c_{d−1}(t) + Γ(t − d, t) a_{t−d}, with A at d = W − 1;
 pairs in front of the sequence are the state's window tail (their earlier writes are already in S_0). One pass of
 the kernels and O(T·W·D) besides, where running each lag as its own falcon-1a recurrence costs W passes.
-Everything but the kernels is PyTorch in float32 and differentiated by autograd, through ``prepare`` to k, β, λ.
+The coefficients and ``prepare`` are PyTorch in float32, differentiated by autograd through to k, β, λ.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from kernels.common.config import RuleConfig
 from kernels.common.prepare import final_state, prepare
 from kernels.common.state import FastWeightState
 from kernels.inner_product.fused import decayed_attention
+from kernels.window.triton_band import band_read
 
 
 def _late(t: Tensor, d: int) -> Tensor:
@@ -64,14 +66,13 @@ def triton_falcon3a(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, lam: Tensor, 
     # the delayed pairs: token t writes pair t − W + 1, position t of the extended arrays
     o, S = decayed_attention(q, prep.x_ext[:, :T].to(q.dtype), prep.y_ext[:, :T].to(q.dtype), coef[W - 1],
                              log_gamma, state.S, raw=cfg.timing == "raw", chunk_size=chunk_size)
-    o = o.to(f32)
-    qf = q.to(f32)
+    if W == 1:
+        return o, final_state(S, k.to(f32), prep, cfg)
     lag = 0 if cfg.timing == "raw" else 1  # RBW reads S_{t−1}: the band of token t − 1
-    for d in range(W - 1):  # pair t − lag − d, position t − lag − d + W − 1 of the extended arrays
-        start = W - 1 - d - lag
-        x_d, y_d = prep.x_ext[:, start:start + T], prep.y_ext[:, start:start + T]
-        c_d = _late(coef[d], lag)
-        o = o + (c_d * (x_d * qf).sum(-1))[..., None] * y_d
-        last = coef[d][:, -1]  # the final state's band: pairs T − 1 − d, c_d(T − 1)
-        S = S + torch.einsum("bh,bhk,bhv->bhkv", last, prep.x_ext[:, T + W - 2 - d], prep.y_ext[:, T + W - 2 - d])
+    # token t reads pair t − lag − d, position t − lag − d + W − 1 of the extended arrays, with c_d(t − lag)
+    band = torch.stack([_late(coef[d], lag) for d in range(W - 1)], dim=-1)  # [B, T, H, W − 1]
+    o = o.to(f32) + band_read(q, prep.x_ext, prep.y_ext, band, lag)
+    for d in range(W - 1):  # the final state's band: pairs T − 1 − d, c_d(T − 1)
+        S = S + torch.einsum("bh,bhk,bhv->bhkv", coef[d][:, -1], prep.x_ext[:, T + W - 2 - d],
+                             prep.y_ext[:, T + W - 2 - d])
     return o.to(q.dtype), final_state(S, k.to(f32), prep, cfg)
