@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Device call: a list of addition runs in the packed preset's schedule (6 x 384, 2000 steps, ramp over 1500, lr 1e-3,
+# batch 256 x 256 positions, 50 samples a width, evaluated every VAL=200 steps), compiled and graphed, one after the
+# other (one compiled run fills the GPU: sharing it buys no tokens a second). RUNS lists "name mixer seed [lab train
+# options...]" separated by ';'. A run starts only while CALL_S (the call's own limit, default 560 s) leaves RUN_S for
+# it, and $OUT/runs.tgz is rewritten after every run, so a call cut short still brings back what finished.
+# Run from the repository root with LAB_COMMIT set; prints a table.
+#   RUNS="f13-ab0-s0 falcon-1.3 0 --set model.abacus=0;f13-ab0-s1 falcon-1.3 1 --set model.abacus=0" \
+#     bash records/device/regime_runs.sh
+set -u
+export PYTHONUNBUFFERED=1 OMP_NUM_THREADS=4
+W=/tmp/runs; mkdir -p $W/runs
+T0=$(date +%s); CALL_S=${CALL_S:-560}; RUN_S=${RUN_S:-150}; KILL_S=${KILL_S:-10}; STEPS=${STEPS:-2000}
+BASE="--task addition --preset addition-paper --set data.curriculum=linear --set data.start_width=1
+  --set data.ramp_steps=$(( STEPS * 3 / 4 )) --set data.packing=true --set data.seq_len=256 --max-steps $STEPS
+  --set train.ckpt_every=100000 --set train.val_every=${VAL:-200} --set eval.n_per_length=50 --set eval.free_per_length=0
+  --set train.compile=true --set train.cuda_graphs=${GRAPHS:-true} --no-progress"
+nvidia-smi --query-gpu=name --format=csv,noheader > $W/gpu.txt
+NAMES=""
+IFS=';' read -ra SPECS <<< "$RUNS"
+for spec in "${SPECS[@]}"; do
+  set -- $spec; name=$1 mixer=$2 seed=$3; shift 3
+  left=$(( CALL_S - ($(date +%s) - T0) - 30 ))
+  [ $left -lt $RUN_S ] && { echo "$name not started: $left s left" | tee -a $W/times.txt; continue; }
+  NAMES="$NAMES $name"; t0=$(date +%s)
+  timeout --signal=INT --kill-after=$KILL_S $RUN_S python -m lab train $BASE --mixer $mixer --seed $seed "$@" \
+    --out $W/runs/$name --results $W/res > $W/$name.log 2>&1
+  echo "$name rc=$? wall_s=$(( $(date +%s) - t0 ))" | tee -a $W/times.txt
+  tar czf "$OUT/runs.tgz" --exclude='checkpoints' --exclude='*.pt' --exclude='*.lock' --exclude='res' -C $W .
+done
+export NAMES
+python - <<'PY'
+import csv, os
+W = "/tmp/runs/runs"
+for name in os.environ["NAMES"].split():
+    p = os.path.join(W, name, "evals.csv")
+    ev = list(csv.DictReader(open(p))) if os.path.exists(p) else []
+    print(f"{name}: " + "  ".join(f"{r['step']}:{float(r['val_acc']):.1f}" for r in ev))
+    if ev:
+        print("  last, per width 1-40: " + " ".join(f"{float(ev[-1][f'tf@{w}']):.0f}" for w in range(1, 41)))
+        print(f"  last ood_mean {float(ev[-1]['ood_mean']):.1f} ood_token_mean {float(ev[-1]['ood_token_mean']):.1f}")
+PY
+cat $W/times.txt
