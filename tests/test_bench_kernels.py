@@ -115,3 +115,24 @@ def test_the_chunk_forms_run_at_t_4096_with_chunk_forms_and_the_anchor_only_at_t
     anchor = torch_chunk_op()
     assert _skipped(anchor, (8, 2048, 12, 64)) is None
     assert "smaller shapes" in _skipped(anchor, (4, 4096, 16, 128))
+
+
+def test_rules_are_timed_at_every_shape_before_the_anchors(tmp_path, monkeypatch) -> None:
+    """fla autotunes for tens of seconds an op: a run cut short keeps every rule's rows. The files still list
+    the rows shape by shape, each shape's ops in their order."""
+    import lab.bench.kernels as bench
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(bench, "_provenance", lambda command, dtype: {
+        "gpu": "none", "commit": "x", "date": "d", "command": command, "dtype": dtype, "torch": "t", "triton": "t",
+        "fla": "f"})
+    monkeypatch.setattr(bench, "_row", lambda op, shape, dtype, mode, rep: {
+        "shape": "x".join(map(str, shape)), "op": op.name, "mode": mode, "ms": 1.0, "status": "ok"})
+    said: list[str] = []
+    shapes = [(1, 64, 2, 16), (1, 128, 2, 16)]
+    rows = bench.run(shapes, ("falcon-1a",), "bf16", tmp_path, command="test", echo=said.append)
+    timed = [line[15:43].strip() for line in said]  # the op's name, as `run` echoes each row
+    assert timed[:4] == ["falcon-1a"] * 4 and all(name != "falcon-1a" for name in timed[4:])
+    assert [r["shape"] for r in rows] == sorted((r["shape"] for r in rows), key=["1x64x2x16", "1x128x2x16"].index)
+    assert rows[0]["op"] == "falcon-1a" and rows[1]["op"] == "falcon-1a"
+    assert (tmp_path / "kernels.md").read_text().count("| 1x64x2x16 |") == len(rows) // 2

@@ -264,15 +264,20 @@ def run(shapes: list[Shape], rules: tuple[str, ...], dtype_name: str, out: Path,
     if chunk_forms:  # falcon-1a's own row then stands for the "falcon-1a PyTorch chunk" anchor too
         ops = [op for pair in zip(ops, rule_chunk_ops(rules)) for op in pair]
     ops += anchor_ops() + ([] if chunk_forms and "falcon-1a" in rules else [torch_chunk_op()])
-    rows: list[dict] = []
+    # the rules at every shape first, then the anchors (fla autotunes each op on first use, 25-45 s on an H200):
+    # a run cut short keeps every rule's row; the files list the rows shape by shape in the ops' order
+    plan = [(i, j) for own in (True, False) for i in range(len(shapes)) for j, op in enumerate(ops)
+            if (not op.anchor) == own]
+    measured: dict[tuple[int, int, int], dict] = {}
     start = time.perf_counter()
-    for shape in shapes:
-        for op in ops:
-            for mode in MODES:
-                row = _row(op, shape, dtype, mode, rep)
-                rows.append(row)
-                _ratios(rows)
-                write(rows, prov, out)  # after every row: an interrupted run keeps what it measured
-                echo(f"{row['shape']:>14} {op.name:<28} {mode:<8} {_fmt(row.get('ms')):>8} ms  {row['status']}"
-                     f"  [{time.perf_counter() - start:.0f}s]")
-    return rows
+    for i, j in plan:
+        op = ops[j]
+        for m, mode in enumerate(MODES):
+            row = _row(op, shapes[i], dtype, mode, rep)
+            measured[i, j, m] = row
+            rows = [measured[key] for key in sorted(measured)]
+            _ratios(rows)
+            write(rows, prov, out)  # after every row: an interrupted run keeps what it measured
+            echo(f"{row['shape']:>14} {op.name:<28} {mode:<8} {_fmt(row.get('ms')):>8} ms  {row['status']}"
+                 f"  [{time.perf_counter() - start:.0f}s]")
+    return [measured[key] for key in sorted(measured)]
