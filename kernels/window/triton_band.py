@@ -8,8 +8,8 @@ and a band over the pairs the window still holds:
 with x, y the extended pairs ``[B, T + W − 1, H, D]`` (the state's window tail in front), c ``[B, T, H, W − 1]``
 the window coefficients already moved by ``lag`` (0 for RAW, 1 for RBW) and zero where no token stands. Written
 in PyTorch the band is W − 1 rounds of full-size float32 products, slices and, backward, slice gradients the size
-of the whole extended arrays: with it, the PyTorch around falcon-3a's kernels wrote 4.15 GB of tensors forward and
-backward at 8 × 2048 × 12 × 64 and W = 4, and 2.18 GB with this kernel (counted on the CPU). Here one program
+of the whole extended arrays: with it, the PyTorch around falcon-3a's kernels writes 4.32 GB of tensors forward and
+backward at 8 × 2048 × 12 × 64 and W = 4, and 2.18 GB with this kernel (records/bench/falcon3a-glue/). Here one program
 reads a block of tokens once forward; backward, one program per block of rows gathers every token that reads its
 row, so no gradient is accumulated by atomics:
 
