@@ -29,7 +29,11 @@ from torch import Tensor
 from kernels.common import triton_helpers
 from kernels.common.triton_helpers import next_power_of_2
 
-BLOCK_T = 32  # tokens (forward) or rows (backward) a program takes
+BLOCK_T = 32  # tokens (forward) or rows (backward) a program takes; 16 past heads of 128 (its tiles are [BT, D])
+
+
+def _block(Dk: int, Dv: int) -> int:
+    return BLOCK_T if max(Dk, Dv) <= 128 else BLOCK_T // 2
 
 
 @triton.jit
@@ -103,9 +107,9 @@ def _band_bwd_kernel(q_ptr, x_ptr, y_ptr, c_ptr, do_ptr, dq_ptr, dx_ptr, dy_ptr,
     tl.store(dy_ptr + rows * DV + cv[None, :], dy, mask=mr[:, None] & (cv[None, :] < DV))
 
 
-def _grid(B: int, H: int, n: int) -> tuple[int, int]:
+def _grid(B: int, H: int, n: int, block: int) -> tuple[int, int]:
     """B·H on axis 0 (up to 2³¹ − 1 programs), the blocks of n tokens or rows on axis 1."""
-    return B * H, triton.cdiv(n, BLOCK_T)
+    return B * H, triton.cdiv(n, block)
 
 
 class _Band(torch.autograd.Function):
@@ -114,8 +118,9 @@ class _Band(torch.autograd.Function):
         B, T, H, Dk = q.shape
         Dv, W = y.shape[-1], coef.shape[-1] + 1
         o = triton_helpers.new_buffer(B, T, H, Dv, dtype=torch.float32, device=q.device)
-        _band_fwd_kernel[_grid(B, H, T)](q, x, y, coef, o, T, H, DK=Dk, DV=Dv, W=W, LAG=lag, BT=BLOCK_T,
-                                         BK=next_power_of_2(Dk), BV=next_power_of_2(Dv))
+        BT = _block(Dk, Dv)
+        _band_fwd_kernel[_grid(B, H, T, BT)](q, x, y, coef, o, T, H, DK=Dk, DV=Dv, W=W, LAG=lag, BT=BT,
+                                             BK=next_power_of_2(Dk), BV=next_power_of_2(Dv))
         ctx.save_for_backward(q, x, y, coef)
         ctx.lag = lag
         return o
@@ -130,9 +135,10 @@ class _Band(torch.autograd.Function):
         dx = new(*x.shape, dtype=torch.float32, device=q.device)
         dy = new(*y.shape, dtype=torch.float32, device=q.device)
         dc = new(*coef.shape, dtype=torch.float32, device=q.device)
-        _band_bwd_kernel[_grid(B, H, T + W - 1)](q, x, y, coef, do.contiguous(), dq, dx, dy, dc, T, H, DK=Dk, DV=Dv,
-                                                 W=W, LAG=ctx.lag, BT=BLOCK_T, BK=next_power_of_2(Dk),
-                                                 BV=next_power_of_2(Dv))
+        BT = _block(Dk, Dv)
+        _band_bwd_kernel[_grid(B, H, T + W - 1, BT)](q, x, y, coef, do.contiguous(), dq, dx, dy, dc, T, H, DK=Dk,
+                                                     DV=Dv, W=W, LAG=ctx.lag, BT=BT, BK=next_power_of_2(Dk),
+                                                     BV=next_power_of_2(Dv))
         return dq.to(q.dtype), dx.to(x.dtype), dy.to(y.dtype), dc.to(coef.dtype), None
 
 
