@@ -58,8 +58,8 @@ def test_folders_import_one_way() -> None:
 
 
 def test_one_table_covers_every_rule_and_backend() -> None:
-    """Every (rule, backend) has one entry, but falcon-3 on triton; the fused rules are the table's."""
-    expected = {(rule, backend) for rule in RULES for backend in BACKENDS} - {("falcon-3", "triton")}
+    """Every (rule, backend) has one entry; the fused rules are the table's."""
+    expected = {(rule, backend) for rule in RULES for backend in BACKENDS}
     assert set(dispatch.FORMS) == expected
     assert set(FUSED_RULES) == {rule for rule, backend in dispatch.FORMS if backend == "triton"}
     for rule, backend in dispatch.FORMS:

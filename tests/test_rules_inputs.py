@@ -165,15 +165,17 @@ def test_auto_backend_picks_the_fused_kernels_only_where_they_apply():
     def tensor(cuda=True, dtype=torch.bfloat16, d=64):
         return SimpleNamespace(is_cuda=cuda, dtype=dtype, shape=(1, 8, 2, d))
 
-    def pick(rule="falcon-1", chunk=64, floor=1e-3, packed=False, **kw):
-        return auto_backend(tensor(**kw), tensor(**kw), RuleConfig(rule=rule, decay_floor=floor), chunk,
-                            packed=packed)
+    def pick(rule="falcon-1", chunk=64, floor=1e-3, packed=False, window=4, **kw):
+        return auto_backend(tensor(**kw), tensor(**kw), RuleConfig(rule=rule, decay_floor=floor, window=window),
+                            chunk, packed=packed)
 
     assert pick() == "triton" and pick(rule="falcon-2a") == "triton"
     assert pick(cuda=False) == "chunk"
     assert pick(dtype=torch.float64) == "chunk"
-    assert pick(rule="falcon-3") == "chunk" and pick(rule="falcon-3a") == "triton"
+    assert pick(rule="falcon-3") == "triton" and pick(rule="falcon-3a") == "triton"
     assert pick(rule="falcon-3a", packed=True) == "chunk" and pick(rule="falcon-1a", packed=True) == "triton"
+    assert pick(rule="falcon-3", packed=True) == "chunk"
+    assert pick(rule="falcon-3", window=64) == "triton" and pick(rule="falcon-3", window=65) == "chunk"
     assert pick(d=512) == "chunk" and pick(chunk=48) == "chunk"
     assert pick(rule="falcon-2a", floor=1e-4) == "chunk" and pick(rule="falcon-1a", floor=1e-4) == "triton"
 

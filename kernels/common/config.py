@@ -10,9 +10,12 @@ TIMINGS = ("raw", "rbw")
 BACKENDS = ("recurrent", "masked", "chunk", "triton")
 # backend="triton": the rules with fused kernels, the chunk sizes every one of them takes (falcon-2 and
 # falcon-2a work in blocks of 16 tokens inside a chunk) and the widest head they take
-FUSED_RULES = ("falcon-1", "falcon-2", "falcon-1a", "falcon-2a", "falcon-3a")
+FUSED_RULES = ("falcon-1", "falcon-2", "falcon-3", "falcon-1a", "falcon-2a", "falcon-3a")
 CHUNK_SIZES = (16, 32, 64)
 FUSED_MAX_HEAD_DIM = 256
+# falcon-3's fused chunk holds at most 64 window slots (its block-strict system is inverted in registers), so at
+# least one token's window padded to a power of two: windows up to 64
+FUSED_MAX_WINDOW = 64
 # falcon-2a's fused kernels factor its per-channel carry around the midpoint of each block of 16 tokens: the
 # factors stay below e^{8 |log ε_γ|} only for floors this large
 FUSED_MIN_DECAY_FLOOR_PER_CHANNEL = 1e-3

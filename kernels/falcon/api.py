@@ -55,7 +55,7 @@ def fast_weight_rule(
         alignment: ``"shifted"`` (x_t = k_{t−1}) or ``"same_time"`` (x_t = k_t).
         timing: ``"raw"`` (read S_t) or ``"rbw"`` (read S_{t−1}).
         backend: ``"recurrent"`` (the oracle), ``"masked"`` (O(T²)), ``"chunk"`` (chunk-parallel),
-            ``"triton"`` (fused kernels for falcon-1/2/1a/2a/3a) or ``"auto"`` (triton where it applies, else chunk).
+            ``"triton"`` (fused kernels for every rule) or ``"auto"`` (triton where it applies, else chunk).
         initial_state: a ``FastWeightState`` to continue from, a bare S (a fresh sequence starting from S),
             or None (a fresh sequence from S = 0).
         output_final_state: return the state for exact continuation.

@@ -39,6 +39,7 @@ FORMS: dict[tuple[str, str], str] = {
     ("falcon-3", "recurrent"): "kernels.window.naive.recurrent_window",
     ("falcon-3", "masked"): "kernels.window.masked.masked_falcon3",
     ("falcon-3", "chunk"): "kernels.window.chunk.chunk_falcon3",
+    ("falcon-3", "triton"): "kernels.window.fused.triton_falcon3",
     ("falcon-3a", "recurrent"): "kernels.window.naive.recurrent_window",
     # falcon-3a's parallel forms are the inner-product ones with a window of pairs; its fused form runs W
     # falcon-1a recurrences, one per lag of the window
@@ -74,7 +75,7 @@ def run(backend: str, q: Tensor, k: Tensor, v: Tensor, beta: Tensor, lam: Tensor
 
 def auto_backend(q: Tensor, v: Tensor, cfg: RuleConfig, chunk_size: int, packed: bool = False) -> str:
     """``backend="auto"``: the fused kernels where they apply (CUDA, half or single precision, a rule they
-    cover, Dk and Dv ≤ 256, a chunk size they take; falcon-3a not for packed sequences), else the PyTorch
+    cover, Dk and Dv ≤ 256, a chunk size they take; falcon-3 and falcon-3a not for packed sequences, falcon-3's window up to 64), else the PyTorch
     chunk form."""
     return "triton" if q.is_cuda and fused_refusal(q, v, cfg, chunk_size, packed) is None else "chunk"
 

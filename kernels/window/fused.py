@@ -1,4 +1,10 @@
-"""``backend="triton"`` for falcon-3a: the window rule as one delayed decayed linear attention and a band.
+"""``backend="triton"`` for the window rules: falcon-3 on its own chunk kernels, falcon-3a as one delayed decayed
+linear attention and a band.
+
+falcon-3 (``triton_falcon3``): ``prepare`` (μ_t, η, γ, the window tail) and the gather of each token's W window
+slots into rows stay PyTorch in float32, differentiated by autograd through to k, β, λ and the state; the chunked
+recurrence, forward and backward, is Triton (``kernels/window/triton_falcon3*.py``): the block-strict UT transform
+per chunk of slot rows, the state pass, the reads at each token, and their backward (dq, dX, dV, da, d log γ, dS_0).
 
 falcon-3a writes the mean outer product of its window of W pairs, with one step and one carry per token:
 
@@ -29,10 +35,12 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from kernels.common.config import RuleConfig
-from kernels.common.prepare import final_state, prepare
+from kernels.common.prepare import final_state, prepare, windows
 from kernels.common.state import FastWeightState
 from kernels.inner_product.fused import decayed_attention
+from kernels.window.eigen import top_eigenvalue
 from kernels.window.triton_band import band_read
+from kernels.window.triton_falcon3_launch import Falcon3Chunks, geometry
 
 
 def _late(t: Tensor, d: int) -> Tensor:
@@ -76,3 +84,25 @@ def triton_falcon3a(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, lam: Tensor, 
         S = S + torch.einsum("bh,bhk,bhv->bhkv", coef[d][:, -1], prep.x_ext[:, T + W - 2 - d],
                              prep.y_ext[:, T + W - 2 - d])
     return o.to(q.dtype), final_state(S, k.to(f32), prep, cfg)
+
+
+def triton_falcon3(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, lam: Tensor, cfg: RuleConfig,
+                   state: FastWeightState, fresh: bool, chunk_size: int = 64,
+                   cu_seqlens: Tensor | None = None) -> tuple[Tensor, FastWeightState]:
+    """falcon-3 over ``[B, T, H, D]`` inputs in their own dtype from a float32 ``state``; o in q's dtype. The
+    kernels' chunk holds min(chunk_size · WP, 64) slot rows (WP: the window padded to a power of two), so
+    64 / WP tokens at the default. Not for packed sequences (``kernels.common.checks.fused_refusal``)."""
+    if cfg.rule != "falcon-3":
+        raise ValueError(f"triton_falcon3 runs rule 'falcon-3' only, got {cfg.rule!r}")
+    if cu_seqlens is not None:
+        raise ValueError("triton_falcon3 takes no cu_seqlens; use backend='chunk' for packed sequences")
+    f32 = torch.float32
+    prep = prepare(k.to(f32), v.to(f32), beta.to(f32), lam.to(f32), cfg, state, fresh, top_eigenvalue)
+    B, T, H = q.shape[:3]
+    geo = geometry(cfg.span, chunk_size)
+    pad = (0, 0, 0, 0, 0, geo["WP"] - cfg.span)  # slots past the window hold x = v = 0: they write nothing
+    X, V = (F.pad(windows(t, cfg.span), pad).reshape(B, T * geo["WP"], H, -1).to(q.dtype)
+            for t in (prep.x_ext, prep.y_ext))
+    a = prep.eta / prep.n_pairs.clamp(min=1.0)[..., None]  # a_t = η_t / B_t, [B, T, H]
+    o, S = Falcon3Chunks.apply(q, X, V, a, torch.log(prep.gamma), state.S.float(), cfg.timing == "rbw", geo)
+    return o, final_state(S, k.to(f32), prep, cfg)

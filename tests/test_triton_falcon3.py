@@ -1,0 +1,124 @@
+"""backend="triton" for falcon-3 (its own chunk kernels, kernels/window/triton_falcon3*.py) against the float64
+recurrent oracle: outputs, final state and every gradient (q, k, v, β, λ, the initial S). Without CUDA the kernels
+run in Triton's interpreter at tiny sizes; every buffer the kernels write is allocated full of NaN here.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kernels import FastWeightState, fast_weight_rule
+from kernels.common import triton_helpers
+from kernels.common.config import FUSED_MAX_WINDOW
+from kernels.window.triton_falcon3_launch import MAX_ROWS, geometry
+from tests.test_triton_inner_product import DEVICE, TOL_FP32, check, check_continuation, inputs, rms_rel, run
+
+RULE = "falcon-3"
+
+
+@pytest.fixture(autouse=True)
+def poisoned(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(triton_helpers, "new_buffer", lambda *shape, dtype, device: torch.full(
+        shape, float("nan"), dtype=dtype, device=device))
+
+
+@pytest.mark.parametrize("window", [1, 2, 4])
+@pytest.mark.parametrize("timing", ["raw", "rbw"])
+def test_forward_and_gradients_match_the_oracle(window: int, timing: str) -> None:
+    """T = 37 over chunks of 16 tokens (W = 1), 16 (W = 2: 32 slot rows) or 16 (W = 4: 64 rows), a short last one,
+    from a nonzero initial S."""
+    x = inputs(RULE, B=2, T=37, H=1, D=16, seed=window * 10 + (timing == "rbw"))
+    opts = dict(rule=RULE, window=window, timing=timing)
+    check(run(x, "triton", torch.float32, chunk_size=16, **opts), run(x, "recurrent", torch.float64, **opts),
+          TOL_FP32)
+
+
+@pytest.mark.parametrize("timing", ["raw", "rbw"])
+def test_same_time_alignment(timing: str) -> None:
+    x = inputs(RULE, B=1, T=29, H=2, D=16, seed=3 + (timing == "rbw"))
+    opts = dict(rule=RULE, window=3, timing=timing, alignment="same_time")
+    check(run(x, "triton", torch.float32, chunk_size=16, **opts), run(x, "recurrent", torch.float64, **opts),
+          TOL_FP32)
+
+
+@pytest.mark.parametrize("window,chunk_size,T", [(3, 32, 40), (5, 64, 30), (1, 64, 70), (2, 32, 2)])
+def test_padded_windows_and_chunk_sizes(window: int, chunk_size: int, T: int) -> None:
+    """A window of 3 (padded to 4 slots: 16 tokens of 64 rows), of 5 (8 slots: 8 tokens, a token tile of 16 with
+    half masked), W = 1 over two chunks of 64 tokens, and two tokens."""
+    x = inputs(RULE, B=1, T=T, H=2, D=16, seed=window + chunk_size + T)
+    opts = dict(rule=RULE, window=window, timing="raw")
+    check(run(x, "triton", torch.float32, chunk_size=chunk_size, **opts),
+          run(x, "recurrent", torch.float64, **opts), TOL_FP32)
+
+
+@pytest.mark.parametrize("variant", ["scale_coupled_ridge", "ctx_eta", "clamped"])
+def test_ridge_options_and_the_decay_clamp(variant: str) -> None:
+    """λ̄·μ, η given directly (eta=), and λ large enough that α = min(ηλ, 1 − ε_γ) clamps."""
+    clamped = variant == "clamped"
+    x = inputs(RULE, B=1, T=26, H=2, D=16, seed=len(variant), lam_scale=40.0 if clamped else 1.0)
+    opts = dict(rule=RULE, window=3, scale_coupled_ridge=variant == "scale_coupled_ridge",
+                normalize=variant != "ctx_eta")
+    if variant == "ctx_eta":
+        x["beta"] = x["beta"] * 0.1
+    check(run(x, "triton", torch.float32, chunk_size=16, **opts), run(x, "recurrent", torch.float64, **opts),
+          TOL_FP32)
+
+
+def test_continuing_from_a_state_with_its_window_tail_equals_one_pass() -> None:
+    """A first segment by the oracle, the second by the kernels from its state: S, the last key and the last
+    W − 1 pairs, which the second segment's first windows read."""
+    check_continuation(inputs(RULE, B=1, T=30, H=2, D=16, seed=7), split=11, rule=RULE, window=4)
+
+
+def test_the_final_state_continues_the_oracle() -> None:
+    """Every field of the final state (the window tail included) equals the oracle's."""
+    x = inputs(RULE, B=2, T=21, H=2, D=16, seed=5)
+    ins = [x[n].to(DEVICE) for n in ("q", "k", "v", "beta", "lam")]
+    _, fast = fast_weight_rule(*ins, rule=RULE, backend="triton", chunk_size=16, output_final_state=True)
+    _, ref = fast_weight_rule(*(t.double() for t in ins), rule=RULE, backend="recurrent", output_final_state=True)
+    for name, a, b in zip(FastWeightState._fields, fast, ref):
+        if a.is_floating_point():
+            assert torch.allclose(a.double(), b, atol=1e-4), name
+        else:
+            assert torch.equal(a, b), name
+
+
+def test_packed_sequences_and_wide_windows_are_refused_by_name() -> None:
+    x = inputs(RULE, B=1, T=12, H=1, D=16, seed=3)
+    ins = [x[n].to(DEVICE) for n in ("q", "k", "v", "beta", "lam")]
+    with pytest.raises(ValueError, match="falcon-3 takes no cu_seqlens"):
+        fast_weight_rule(*ins, rule=RULE, backend="triton", cu_seqlens=torch.tensor([0, 5, 12], device=DEVICE))
+    with pytest.raises(ValueError, match=f"window up to {FUSED_MAX_WINDOW}"):
+        fast_weight_rule(*ins, rule=RULE, backend="triton", window=FUSED_MAX_WINDOW + 1)
+
+
+def test_the_chunk_geometry() -> None:
+    """R = min(chunk_size · WP, 64) slot rows, C = R / WP tokens, token tiles of at least 16."""
+    assert MAX_ROWS == FUSED_MAX_WINDOW
+    assert geometry(4, 64) == dict(C=16, CT=16, R=64, WP=4)
+    assert geometry(3, 16) == dict(C=16, CT=16, R=64, WP=4)
+    assert geometry(1, 32) == dict(C=32, CT=32, R=32, WP=1)
+    assert geometry(5, 16) == dict(C=8, CT=16, R=64, WP=8)
+    assert geometry(64, 16) == dict(C=1, CT=16, R=64, WP=64)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-3), (torch.bfloat16, 2e-2)])
+def test_gpu_sizes(dtype: torch.dtype, tol: float) -> None:
+    """(B, T, H, D) = (8, 2048, 12, 64), W = 4, chunk_size = 64 (16 tokens of 64 slot rows) on a GPU, in fp32 and
+    bf16, against the float64 chunk form (itself held to the oracle to 1e-10 in test_backends_falcon3.py); the
+    reference sees the inputs rounded to ``dtype``."""
+    g = torch.Generator().manual_seed(2048)
+    B, T, H, D = 8, 2048, 12, 64
+    x = {"q": torch.randn(B, T, H, D, generator=g), "k": torch.randn(B, T, H, D, generator=g) / D ** 0.5,
+         "v": torch.randn(B, T, H, D, generator=g), "beta": 0.05 + 1.9 * torch.rand(B, T, H, generator=g),
+         "lam": torch.rand(B, T, H, generator=g), "S0": torch.randn(B, H, D, D, generator=g) / D,
+         "w": torch.randn(B, T, H, D, generator=g), "wS": torch.randn(B, H, D, D, generator=g)}
+    for name in ("q", "k", "v", "beta", "lam"):
+        x[name] = x[name].to(dtype).float()
+    out = run(x, "triton", dtype, rule=RULE, window=4, chunk_size=64)
+    ref = run(x, "chunk", torch.float64, rule=RULE, window=4, chunk_size=16)
+    for name, a, b in zip(("o", "S", "dq", "dk", "dv", "dbeta", "dlam", "dS0"), out, ref):
+        assert not torch.isnan(a).any(), name
+        assert rms_rel(a, b) <= tol, f"{name}: {rms_rel(a, b):.2e}"
