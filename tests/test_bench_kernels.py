@@ -70,7 +70,7 @@ def test_without_a_gpu_it_says_so_and_writes_nothing(tmp_path):
 
 
 def test_bad_options_are_named(tmp_path):
-    for args, word in ((["--dtype", "fp8"], "dtype"), (["--rules", "falcon-3"], "falcon-3")):
+    for args, word in ((["--dtype", "fp8"], "dtype"), (["--rules", "falcon-4"], "falcon-4")):
         proc = subprocess.run([sys.executable, "-m", "lab", "bench", "kernels", "--out", str(tmp_path), *args],
                               capture_output=True, text=True)
         assert proc.returncode == 1 and word in proc.stderr

@@ -14,7 +14,7 @@ DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 TOL = 1e-4 if DEVICE == "cpu" else 1e-3
 
 
-@pytest.mark.parametrize("name", ["falcon-1", "falcon-2", "falcon-1a.3", "falcon-2a", "falcon-3a.3", "deltanet"])
+@pytest.mark.parametrize("name", ["falcon-1", "falcon-2", "falcon-3", "falcon-1a.3", "falcon-2a", "falcon-3a.3", "deltanet"])
 def test_triton_backend_matches_chunk_in_a_mixer(name):
     torch.manual_seed(0)
     chunk = build_mixer(name, 32, 2, backend="chunk", chunk_size=16).to(DEVICE)

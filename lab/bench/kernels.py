@@ -22,6 +22,8 @@ Floors. The time no implementation can beat on this GPU, from two counts per row
       inverse 2C²/3, w = T k C·K, u = T v C·V, pseudo-values u − w h 2KV, state update 2KV, q·h 2KV,
       q kᵀ C·K, scores·values C·V: fwd = 6KV + C(3K + 2V) + 2C²/3.
     - ``delta_per_channel`` (falcon-2): as delta plus one triangular solve per value channel, C·V.
+    - ``delta_window`` (falcon-3, window B = 4): ``delta`` over the B window slots of every token as rows,
+      R = 64 rows a chunk (16 tokens), the reads per token: fwd = B(4KV + R(2K + V) + 2R²/3) + 2KV + R(K + V).
     - ``softmax`` (causal SDPA): Q Kᵀ and P V over the causal half: fwd = 2·T·D per token (T²·D per
       head and matrix, halved, times 2 FLOPs).
   The backward of the chunked forms does each product of the forward about twice (dq, dk, dv): bwd = 2·fwd;
@@ -47,11 +49,12 @@ from lab.bench.ops import CHUNK, Op, Shape, anchor_ops, rule_chunk_ops, rule_ops
 BANDWIDTH = 4.3e12  # bytes/s
 PEAK_FLOPS = 790e12  # bf16 dense FLOP/s
 SHAPES: tuple[Shape, ...] = ((8, 2048, 12, 64), (4, 4096, 16, 128), (1, 16384, 16, 128))
-RULES = ("falcon-1", "falcon-2", "falcon-1a", "falcon-2a", "falcon-3a")
+RULES = ("falcon-1", "falcon-2", "falcon-3", "falcon-1a", "falcon-2a", "falcon-3a")
 DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 MODES = ("fwd", "fwd+bwd")
 N_SETS = 3
-WINDOW = 4  # falcon-3a's window B in these rows (the op's default)
+WINDOW = 4  # falcon-3/3a's window B in these rows (the op's default)
+WINDOW_ROWS = 64  # falcon-3's chunk in window-slot rows (kernels/window/triton_falcon3_launch.py at chunk_size 64)
 TORCH_CHUNK_MAX_TOKENS = 8 * 2048 * 12  # the PyTorch chunk form runs at the smaller shapes only (B·T·H)
 RULE_CHUNK_MAX_TOKENS = 4 * 4096 * 16  # --chunk-forms: each rule's own PyTorch chunk form, up to this B·T·H
 ANCHORS = ("fla chunk_delta_rule", "fla chunk_gated_delta_rule", "fla chunk_simple_gla", "torch SDPA causal",
@@ -85,6 +88,8 @@ def flops(family: str, shape: Shape, mode: str) -> float:
         "linear_window": 4 * K * V + C * (K + V) + (WINDOW - 1) * (2 * K + 2 * V),
         "delta": 6 * K * V + C * (3 * K + 2 * V) + 2 * C * C / 3,
         "delta_per_channel": 6 * K * V + C * (3 * K + 3 * V) + 2 * C * C / 3,
+        "delta_window": (WINDOW * (4 * K * V + WINDOW_ROWS * (2 * K + V) + 2 * WINDOW_ROWS ** 2 / 3) + 2 * K * V
+                         + WINDOW_ROWS * (K + V)),
         "softmax": 2 * T * D,
     }[family]
     fwd = B * T * H * per_token

@@ -80,12 +80,15 @@ def _falcon(rule: str, lam_positive: bool) -> tuple[Callable, Callable]:
 
 
 def rule_ops(rules: tuple[str, ...]) -> list[Op]:
-    """falcon-1 (λ = 0 and λ > 0), falcon-2, falcon-1a, falcon-2a, falcon-3a (B = 4) on backend="triton"."""
+    """falcon-1 (λ = 0 and λ > 0), falcon-2, falcon-3 (B = 4), falcon-1a, falcon-2a, falcon-3a (B = 4) on
+    backend="triton"."""
     regression = _module_missing("kernels.regression.fused", "not built (kernels/regression/fused.py)")
     inner = _module_missing("kernels.inner_product.fused", "not built")
+    window = _module_missing("kernels.window.triton_falcon3_launch", "not built")
     rows = [("falcon-1", "falcon-1 λ=0", False, "delta", regression),
             ("falcon-1", "falcon-1 λ>0", True, "delta", regression),
             ("falcon-2", "falcon-2", True, "delta_per_channel", regression),
+            ("falcon-3", "falcon-3", True, "delta_window", window),
             ("falcon-1a", "falcon-1a", True, "linear", inner),
             ("falcon-2a", "falcon-2a", True, "linear", inner),
             ("falcon-3a", "falcon-3a", True, "linear_window", inner)]
