@@ -36,7 +36,7 @@ def test_forward_and_gradients_match_the_oracle(window: int, timing: str) -> Non
 
 @pytest.mark.parametrize("timing", ["raw", "rbw"])
 def test_same_time_alignment(timing: str) -> None:
-    x = inputs(RULE, B=1, T=29, H=2, D=16, seed=3 + (timing == "rbw"))
+    x = inputs(RULE, B=2, T=29, H=2, D=16, seed=3 + (timing == "rbw"))
     opts = dict(rule=RULE, window=3, timing=timing, alignment="same_time")
     check(run(x, "triton", torch.float32, chunk_size=16, **opts), run(x, "recurrent", torch.float64, **opts),
           TOL_FP32)
@@ -63,6 +63,18 @@ def test_ridge_options_and_the_decay_clamp(variant: str) -> None:
         x["beta"] = x["beta"] * 0.1
     check(run(x, "triton", torch.float32, chunk_size=16, **opts), run(x, "recurrent", torch.float64, **opts),
           TOL_FP32)
+
+
+def test_bf16_inputs() -> None:
+    """q, k, v, β, λ in bf16 (slots stored in bf16, o in bf16, the state fp32) against the float64 oracle on the
+    same rounded inputs: within bf16's rounding."""
+    x = inputs(RULE, B=1, T=20, H=2, D=16, seed=16)
+    for name in ("q", "k", "v", "beta", "lam"):
+        x[name] = x[name].bfloat16().float()
+    opts = dict(rule=RULE, window=4)
+    out = run(x, "triton", torch.bfloat16, chunk_size=16, **opts)
+    assert out[0].dtype == torch.bfloat16
+    check(out, run(x, "recurrent", torch.float64, **opts), 2e-2)
 
 
 def test_continuing_from_a_state_with_its_window_tail_equals_one_pass() -> None:
