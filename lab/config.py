@@ -42,6 +42,7 @@ PLACEMENT_KEYS = ("train.devices", "train.num_nodes", "train.strategy", "train.a
 # the ids of earlier runs do not change.
 LATER_KEYS = {"data.path": None, "data.val_windows": 16, "train.accumulate": 1, "model.abacus": None,
               "model.isolate_samples": False, "eval.abacus_offset": 0, "data.lengths": [1, 16],
+              "model.abacus_ahead": False,
               "data.test_lengths": [17, 64], "data.group": "S5", "data.tokens_per_pair": 8, "eval.widths": [1, 48],
               "eval.held_out_from": 33}
 
@@ -52,7 +53,9 @@ class ModelConfig:
 
     `abacus` (addition only): None, or digit-position embeddings (each digit's significance, the Abacus
     embeddings of McLeish et al., 2024; `mixers.positions`) whose indices are shifted in training by a random
-    offset of at most `abacus` per row (per sample with `isolate_samples`).
+    offset of at most `abacus` per row (per sample with `isolate_samples`). `abacus_ahead`: the answer's tokens
+    carry the index of the digit they predict (the marker 1, the k-th answer digit k + 1) instead of their own,
+    so the token that predicts significance k holds the index of the operand digits it adds.
 
     `isolate_samples` (addition): the samples packed in a row do not see each other, and each draws its own
     digit-position offset; without it a sample attends to those packed before it (a recurrent state carries
@@ -66,6 +69,7 @@ class ModelConfig:
     mixer_options: dict[str, Any] = field(default_factory=dict)
     mup: bool = False
     abacus: int | None = None
+    abacus_ahead: bool = False
     isolate_samples: bool = False
 
 
@@ -320,6 +324,9 @@ def validate(cfg: RunConfig) -> None:
             raise ConfigError(f"model.abacus must be null (off) or >= 0 (the largest offset), got {m.abacus}")
         if cfg.task != "addition":
             raise ConfigError(f"model.abacus (digit positions) is for task addition, not {cfg.task!r}")
+    if m.abacus_ahead and m.abacus is None:
+        raise ConfigError("model.abacus_ahead moves the digit positions of the answer: it needs model.abacus "
+                          "(e.g. model.abacus=0)")
     lo, hi = cfg.eval.widths
     if not 1 <= lo < cfg.eval.held_out_from <= hi:
         raise ConfigError(f"eval.widths={[lo, hi]} and eval.held_out_from={cfg.eval.held_out_from} must satisfy "

@@ -45,7 +45,8 @@ class PositionsConfig:
 
     abacus: None (no digit positions) or the largest random offset of the digit positions in training, with
         abacus_size indices (0 for non-digits) and the task's digit_ids (first, last) and answer_marker;
-        abacus_eval_offset: the fixed offset of the indices outside training.
+        abacus_eval_offset: the fixed offset of the indices outside training; abacus_ahead: the answer's tokens
+        carry the index of the digit they predict (``digit_significance``).
     sample_end: None, or the token that ends a sample: attention then stays inside each sample of a packed
         row, and digit-position offsets are drawn per sample.
     """
@@ -55,6 +56,7 @@ class PositionsConfig:
     digit_ids: tuple[int, int] | None = None
     answer_marker: int | None = None
     abacus_eval_offset: int = 0
+    abacus_ahead: bool = False
     sample_end: int | None = None
 
     def __post_init__(self) -> None:
@@ -73,15 +75,23 @@ class PositionsConfig:
             raise ValueError(f"PositionsConfig.abacus_eval_offset must be an integer >= 0, got {offset!r}")
         if offset and self.abacus is None:
             raise ValueError("PositionsConfig.abacus_eval_offset shifts digit positions: it needs abacus")
+        if self.abacus_ahead and self.abacus is None:
+            raise ValueError("PositionsConfig.abacus_ahead moves digit positions: it needs abacus")
         if self.sample_end is not None:
             if isinstance(self.sample_end, bool) or not isinstance(self.sample_end, int):
                 raise ValueError(f"PositionsConfig.sample_end must be None or a token id, got {self.sample_end!r}")
 
 
-def digit_significance(input_ids: Tensor, digit_ids: tuple[int, int], answer_marker: int) -> Tensor:
+def digit_significance(input_ids: Tensor, digit_ids: tuple[int, int], answer_marker: int,
+                       ahead: bool = False) -> Tensor:
     """``[B, L]`` indices: 0 for a token outside ``digit_ids`` (first, last); for a digit, its place in its
     run of digits, counted from the left (1, 2, ...) when the run follows ``answer_marker``, else from the
-    right (the run's last digit is 1). Rows may pack several samples."""
+    right (the run's last digit is 1). Rows may pack several samples.
+
+    ``ahead``: the answer's tokens carry the index of the digit they predict instead of their own: the marker
+    1, the answer's k-th digit k + 1. The token that predicts the digit of significance k then holds the index of
+    the operand digits it adds, so a model can find them by matching one index to itself rather than by a
+    successor it must learn for every index."""
     first, last = digit_ids
     digit = (input_ids >= first) & (input_ids <= last)
     length = input_ids.shape[1]
@@ -90,6 +100,9 @@ def digit_significance(input_ids: Tensor, digit_ids: tuple[int, int], answer_mar
     after = torch.where(digit, length, pos).flip(1).cummin(dim=1).values.flip(1)  # the first at or after t
     marker = input_ids.gather(1, before.clamp(min=0))
     answer = (before >= 0) & (marker == answer_marker)
+    if ahead:
+        index = torch.where(digit, torch.where(answer, pos - before + 1, after - pos), 0)
+        return torch.where(input_ids == answer_marker, 1, index)
     return torch.where(digit, torch.where(answer, pos - before, after - pos), 0)
 
 
@@ -171,7 +184,7 @@ class Positions(nn.Module):
         training no check runs (it would sync every step): the table's size must cover the widest run plus
         the offset, as `lab.train.module.lm_config` sizes it, and an index past it is clamped to the last."""
         cfg = self.cfg
-        index = digit_significance(input_ids, cfg.digit_ids, cfg.answer_marker)
+        index = digit_significance(input_ids, cfg.digit_ids, cfg.answer_marker, cfg.abacus_ahead)
         if self.training and cfg.abacus:
             rows = input_ids.shape[0]
             draws = 1 if samples is None else input_ids.shape[1]

@@ -30,11 +30,36 @@ def test_operands_count_from_their_last_digit_and_answers_from_their_first() -> 
     assert row == [3, 2, 1, 0, 3, 2, 1, 0, 1, 2, 3, 4, 0, 1, 0, 1, 0, 1, 2, 0, 0]
 
 
+def test_ahead_the_answer_holds_the_index_of_the_digit_it_predicts() -> None:
+    """``ahead``: the marker predicts the units (index 1), the answer's k-th digit predicts digit k + 1; the
+    operands are as before."""
+    ids = torch.tensor([encode("012+345=") + encode("7530") + [EOS] + encode("9+9=") + encode("81") + [EOS, PAD]])
+    row = digit_significance(ids, DIGITS, EQUALS, ahead=True)[0].tolist()
+    assert row == [3, 2, 1, 0, 3, 2, 1, 1, 2, 3, 4, 5, 0, 1, 0, 1, 1, 2, 3, 0, 0]
+    # the token that predicts significance k (the marker or answer digit k - 1) holds index k
+    plain = significance(encode("012+345="), encode("7530"), [EOS])
+    assert row[8:12] == [k + 1 for k in plain[8:12]]
+
+
+def test_ahead_needs_digit_positions_and_keeps_earlier_run_ids() -> None:
+    cfg = load_config(preset="addition-tiny", overrides=["model.abacus=0", "model.abacus_ahead=true"])
+    assert lm_config(cfg).positions.abacus_ahead
+    off = load_config(preset="addition-tiny", overrides=["model.abacus=0"])
+    assert not lm_config(off).positions.abacus_ahead and config_hash(off) != config_hash(cfg)
+    assert config_hash(off) == config_hash(load_config(preset="addition-tiny",
+                                                       overrides=["model.abacus=0", "model.abacus_ahead=false"]))
+    with pytest.raises(ConfigError, match="model.abacus_ahead .* needs model.abacus"):
+        load_config(preset="addition-tiny", overrides=["model.abacus_ahead=true"])
+
+
 def test_a_digit_keeps_its_index_as_the_answer_grows() -> None:
     """Generation re-runs the prefix: no index may change when a token is appended."""
     full = encode("4821+0937=") + encode("85750")
     for t in range(len(encode("4821+0937=")), len(full) + 1):
         assert significance(full[:t]) == significance(full)[:t]
+        ahead = [digit_significance(torch.tensor([ids]), DIGITS, EQUALS, ahead=True)[0].tolist() for ids in
+                 (full[:t], full)]
+        assert ahead[0] == ahead[1][:t]
 
 
 def abacus_model(mixer: str = "transformer", offset: int = 4, seed: int = 0) -> LanguageModel:
