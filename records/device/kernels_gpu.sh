@@ -12,8 +12,9 @@ python -c "import torch, triton, fla; print('torch', torch.__version__, 'triton'
   >> $OUT/gpu.txt 2>&1
 t0=$(date +%s)
 # TESTS: the files in the order to run them (-v: a run cut by its limit still names every test it passed); the
-# first call (commit a1ee0d5) passed falcon-3a's 22 and 39 of falcon-1a/2a's before its 180 s: the rest come first
-TESTS=${TESTS:-"tests/test_fla_parity.py tests/test_triton_band.py tests/test_mixers_triton.py tests/test_delta_rule.py
+# first call (commit a1ee0d5) passed falcon-3a's 22 and 39 of falcon-1a/2a's before its 180 s: the rest come first,
+# falcon-3's own kernels (never run whole on a GPU; `auto` keeps the chunk form until they pass) before all
+TESTS=${TESTS:-"tests/test_triton_falcon3.py tests/test_fla_parity.py tests/test_triton_band.py tests/test_mixers_triton.py tests/test_delta_rule.py
   tests/test_triton_regression.py tests/test_triton_inner_product.py tests/test_falcon3_triton_parts.py
   tests/test_triton_falcon3a.py"}
 timeout ${TEST_S:-200} python -m pytest -v -s -p no:cacheprovider $TESTS -rs \
