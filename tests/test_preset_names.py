@@ -22,6 +22,7 @@ def test_the_campaign_presets_are_named_after_their_lab_preset_or_their_track() 
     assert campaign_names("addition")["addition-paper"] == "paper"
     assert campaign_names("addition")["addition-packed"] == "packed"
     assert campaign_names("addition")["addition-packed-constant"] == "packed-constant"
+    assert campaign_names("addition")["addition-packed-exact"] == "packed-exact"
     assert campaign_names("fineweb") == {"fineweb-124m": "fineweb-124m", "fineweb-tiny": "tiny"}
     for track, module in (("addition", addition), ("fineweb", fineweb)):
         for name, key in campaign_names(track).items():

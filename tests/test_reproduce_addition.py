@@ -75,6 +75,9 @@ def test_plan_goes_seed_by_seed_with_one_run_id_per_row_and_seed() -> None:
     assert packed.run_id == same.run_id  # the runs made with --preset paper --set ... join its table
     constant = plan("packed-constant", parse_rows("transformer"), seeds=1)[0].cfg
     assert constant.optim.min_lr_ratio == 1.0 and constant.data == packed.cfg.data
+    exact = plan("packed-exact", parse_rows("transformer"), seeds=1)[0]
+    assert exact.cfg.model.abacus == 0 and exact.cfg.data == packed.cfg.data
+    assert exact.run_id == plan("packed", parse_rows("transformer"), seeds=1, overrides=["model.abacus=0"])[0].run_id
     from lab.reproduce.addition_table import settings_sentence
     assert "(warm-up 100, cosine to 0.1×)" in settings_sentence([packed])  # the table says which schedule ran
     assert "(warm-up 100, then constant)" in settings_sentence(plan("packed-constant", parse_rows("transformer"), 1))

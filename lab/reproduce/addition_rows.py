@@ -21,8 +21,12 @@ PRESETS: dict[str, tuple[str, tuple[str, ...]]] = {
     # packed with the learning rate held at its peak after the warm-up (no cosine decay): on a CPU at widths
     # 1-8 this took two Falcon rules to every trained width where the decay stopped at 1-6 (cpu_probe.md)
     "packed-constant": ("addition-paper", (*PACKED, "optim.min_lr_ratio=1.0")),
+    # packed with exact digit positions (no random offset): the first regime in which a recurrent row fits
+    # widths 1-32 (falcon-1.3 99.6-99.9% in three seeds on an H200, records/addition/regime-2026-12-03); a test
+    # of fit alone, since no index past 32 is trained and no width past 32 can be answered
+    "packed-exact": ("addition-paper", (*PACKED, "model.abacus=0")),
 }
-DEFAULT_SEEDS = {"tiny": 1, "paper": 3, "packed": 3, "packed-constant": 3}
+DEFAULT_SEEDS = {"tiny": 1, "paper": 3, "packed": 3, "packed-constant": 3, "packed-exact": 3}
 # The rows a preset trains when --rows is not given (every row for a preset not named here).
 DEFAULT_ROWS: dict[str, tuple[str, ...]] = {"tiny": ("transformer", "falcon-1.3")}
 # Settings of one row under one preset, applied after the preset's and before --set: on a CPU the
