@@ -22,7 +22,7 @@ def kernels(
         "--shapes", "--shape", help="B,T,H,D to time (repeatable); default 8,2048,12,64 4,4096,16,128 1,16384,16,128."
     )] = None,
     rules: Annotated[list[str] | None, typer.Option(
-        "--rules", "--rule", help="falcon-1, falcon-2, falcon-1a, falcon-2a or falcon-3a (repeatable); default all.")] = None,
+        "--rules", "--rule", help="falcon-1, falcon-2, falcon-3, falcon-1a, falcon-2a or falcon-3a (repeatable); default all.")] = None,
     dtype: Annotated[str, typer.Option(help="bf16, fp16 or fp32.")] = "bf16",
     out: Annotated[Path | None, typer.Option(
         help="Folder for kernels.csv and kernels.md; default <results>/bench.",
