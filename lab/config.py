@@ -42,7 +42,7 @@ PLACEMENT_KEYS = ("train.devices", "train.num_nodes", "train.strategy", "train.a
 # the ids of earlier runs do not change.
 LATER_KEYS = {"data.path": None, "data.val_windows": 16, "train.accumulate": 1, "model.abacus": None,
               "model.isolate_samples": False, "eval.abacus_offset": 0, "data.lengths": [1, 16],
-              "model.abacus_ahead": False,
+              "model.abacus_ahead": False, "model.abacus_embed": "learned",
               "data.test_lengths": [17, 64], "data.group": "S5", "data.tokens_per_pair": 8, "eval.widths": [1, 48],
               "eval.held_out_from": 33}
 
@@ -55,7 +55,9 @@ class ModelConfig:
     embeddings of McLeish et al., 2024; `mixers.positions`) whose indices are shifted in training by a random
     offset of at most `abacus` per row (per sample with `isolate_samples`). `abacus_ahead`: the answer's tokens
     carry the index of the digit they predict (the marker 1, the k-th answer digit k + 1) instead of their own,
-    so the token that predicts significance k holds the index of the operand digits it adds.
+    so the token that predicts significance k holds the index of the operand digits it adds. `abacus_embed`:
+    "learned" (a vector per index) or "sinusoidal" (fixed sines and cosines of the index, mapped by a learned linear
+    layer: index k + 1 is a fixed rotation of index k, so one linear map serves every index, trained or not).
 
     `isolate_samples` (addition): the samples packed in a row do not see each other, and each draws its own
     digit-position offset; without it a sample attends to those packed before it (a recurrent state carries
@@ -70,6 +72,7 @@ class ModelConfig:
     mup: bool = False
     abacus: int | None = None
     abacus_ahead: bool = False
+    abacus_embed: str = "learned"
     isolate_samples: bool = False
 
 
@@ -324,6 +327,13 @@ def validate(cfg: RunConfig) -> None:
             raise ConfigError(f"model.abacus must be null (off) or >= 0 (the largest offset), got {m.abacus}")
         if cfg.task != "addition":
             raise ConfigError(f"model.abacus (digit positions) is for task addition, not {cfg.task!r}")
+    from mixers.positions import ABACUS_EMBEDS
+
+    if m.abacus_embed not in ABACUS_EMBEDS:
+        raise ConfigError(f"model.abacus_embed={m.abacus_embed!r} is not one of {list(ABACUS_EMBEDS)}")
+    if m.abacus_embed != "learned" and m.abacus is None:
+        raise ConfigError(f"model.abacus_embed={m.abacus_embed!r} embeds digit positions: it needs model.abacus "
+                          f"(e.g. model.abacus=0)")
     if m.abacus_ahead and m.abacus is None:
         raise ConfigError("model.abacus_ahead moves the digit positions of the answer: it needs model.abacus "
                           "(e.g. model.abacus=0)")

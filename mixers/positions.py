@@ -11,7 +11,10 @@ significant digit first: 1, 2, ...), any other run from its right end (an operan
 digit first: its last digit is 1), and a token that is no digit gets index 0, whose vector is zero (and
 stays so). Digits of one significance thus share a vector wherever they stand, and in training every row's
 indices are shifted by a random offset in ``0..abacus`` so that indices past the trained widths are trained
-too; outside training they are shifted by the fixed ``abacus_eval_offset`` (0 by default). An operand's
+too; outside training they are shifted by the fixed ``abacus_eval_offset`` (0 by default). The index's
+vector is learned per index (``abacus_embed="learned"``) or a learned linear map of fixed sines and cosines of
+the index (``"sinusoidal"``, ``SINE_PERIODS``): there index k + 1 is a fixed rotation of index k, so a map learned
+on the trained indices applies unchanged to every other, and no offset is needed to reach them. An operand's
 indices depend on where its run ends, so they need the whole prompt: such a model has no ``step``
 (``can_step`` is False) and generation re-runs the prefix.
 
@@ -38,6 +41,11 @@ from mixers.registry import masks_samples
 # How a block mixes its normalised input: ``mix(mixer, h)``.
 Mix = Callable[[nn.Module, Tensor], Tensor]
 
+# Periods of the sinusoidal digit positions, in indices: 2, 2·√2, 4, ... (16 of them, to about 362): the
+# shortest resolve neighbours, the longest keep indices far past any trained width apart.
+SINE_PERIODS = tuple(2.0 * 2.0 ** (i / 2) for i in range(16))
+ABACUS_EMBEDS = ("learned", "sinusoidal")
+
 
 @dataclass
 class PositionsConfig:
@@ -46,7 +54,8 @@ class PositionsConfig:
     abacus: None (no digit positions) or the largest random offset of the digit positions in training, with
         abacus_size indices (0 for non-digits) and the task's digit_ids (first, last) and answer_marker;
         abacus_eval_offset: the fixed offset of the indices outside training; abacus_ahead: the answer's tokens
-        carry the index of the digit they predict (``digit_significance``).
+        carry the index of the digit they predict (``digit_significance``); abacus_embed: "learned" (a
+        vector per index) or "sinusoidal" (a learned linear map of the index's fixed sines and cosines).
     sample_end: None, or the token that ends a sample: attention then stays inside each sample of a packed
         row, and digit-position offsets are drawn per sample.
     """
@@ -57,6 +66,7 @@ class PositionsConfig:
     answer_marker: int | None = None
     abacus_eval_offset: int = 0
     abacus_ahead: bool = False
+    abacus_embed: str = "learned"
     sample_end: int | None = None
 
     def __post_init__(self) -> None:
@@ -75,6 +85,8 @@ class PositionsConfig:
             raise ValueError(f"PositionsConfig.abacus_eval_offset must be an integer >= 0, got {offset!r}")
         if offset and self.abacus is None:
             raise ValueError("PositionsConfig.abacus_eval_offset shifts digit positions: it needs abacus")
+        if self.abacus_embed not in ABACUS_EMBEDS:
+            raise ValueError(f"PositionsConfig.abacus_embed must be one of {ABACUS_EMBEDS}, got {self.abacus_embed!r}")
         if self.abacus_ahead and self.abacus is None:
             raise ValueError("PositionsConfig.abacus_ahead moves digit positions: it needs abacus")
         if self.sample_end is not None:
@@ -153,23 +165,40 @@ def isolated(mixer_name: str, samples: Tensor) -> Mix:
 
 class Positions(nn.Module):
     """A task's input features for ``LanguageModel`` (module docstring): the digit-position embedding
-    (``digit_embed``, when ``abacus`` is set) and the isolation of packed samples (when ``sample_end`` is)."""
+    (``digit_embed`` per index, or ``digit_sines`` mapped by ``digit_proj``, when ``abacus`` is set) and the
+    isolation of packed samples (when ``sample_end`` is)."""
 
     def __init__(self, cfg: PositionsConfig, d_model: int, mixer: str) -> None:
         super().__init__()
         self.cfg, self.mixer = cfg, mixer
-        self.digit_embed = None if cfg.abacus is None else nn.Embedding(cfg.abacus_size, d_model, padding_idx=0)
+        learned = cfg.abacus is not None and cfg.abacus_embed == "learned"
+        sines = cfg.abacus is not None and cfg.abacus_embed == "sinusoidal"
+        self.digit_embed = nn.Embedding(cfg.abacus_size, d_model, padding_idx=0) if learned else None
+        self.digit_proj = nn.Linear(2 * len(SINE_PERIODS), d_model, bias=False) if sines else None
+        if sines:
+            self.register_buffer("frequencies", 2 * torch.pi / torch.tensor(SINE_PERIODS),
+                                 persistent=False)
 
     @torch.no_grad()
     def reset_parameters(self, init_std: float) -> None:
-        """The digit positions as the token embedding, and index 0 (no digit) at zero."""
+        """The digit positions as the token embedding (each index's vector of std ``init_std``), and index 0
+        (no digit) at zero."""
         if self.digit_embed is not None:
             nn.init.normal_(self.digit_embed.weight, std=init_std)
             self.digit_embed.weight[0].zero_()
+        if self.digit_proj is not None:  # features of norm 1 (digit_sines): each index's vector as an embedding's
+            nn.init.normal_(self.digit_proj.weight, std=init_std)
+
+    def digit_sines(self, index: Tensor) -> Tensor:
+        """``[..., 2F]`` fixed features of digit-position indices: ``sin`` and ``cos`` of ``2π k / p`` for each
+        period ``p`` of ``SINE_PERIODS``, scaled to norm 1, and zero for index 0 (no digit)."""
+        angles = index.to(self.frequencies.dtype)[..., None] * self.frequencies
+        scale = (index > 0)[..., None].to(angles.dtype) / len(SINE_PERIODS) ** 0.5
+        return (torch.cat([angles.sin(), angles.cos()], dim=-1) * scale).to(self.digit_proj.weight.dtype)
 
     def why_no_step(self) -> str | None:
         """Why a model with these features cannot generate token by token (None: it can)."""
-        if self.digit_embed is not None:
+        if self.cfg.abacus is not None:
             return ("a model with digit positions (abacus) cannot generate token by token: an operand's "
                     "positions need the whole prompt; re-run forward on the prefix")
         if self.cfg.sample_end is not None:
@@ -207,6 +236,8 @@ class Positions(nn.Module):
         samples = None if self.cfg.sample_end is None else sample_index(input_ids, self.cfg.sample_end)
         if self.digit_embed is not None:
             h = h + self.digit_embed(self.digit_positions(input_ids, samples))
+        elif self.digit_proj is not None:
+            h = h + self.digit_proj(self.digit_sines(self.digit_positions(input_ids, samples))).to(h.dtype)
         return h, None if samples is None else isolated(self.mixer, samples)
 
 

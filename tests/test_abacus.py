@@ -12,6 +12,7 @@ from lab.eval.addition import greedy
 from lab.eval.free_running import greedy_correct
 from lab.train.module import lm_config
 from mixers import LanguageModel, LMConfig, PositionsConfig
+from mixers import positions as mixers_positions
 from mixers.positions import digit_significance
 from tasks.addition import generate_records
 from tasks.addition.batches import make_batch
@@ -62,10 +63,10 @@ def test_a_digit_keeps_its_index_as_the_answer_grows() -> None:
         assert ahead[0] == ahead[1][:t]
 
 
-def abacus_model(mixer: str = "transformer", offset: int = 4, seed: int = 0) -> LanguageModel:
+def abacus_model(mixer: str = "transformer", offset: int = 4, seed: int = 0, embed: str = "learned") -> LanguageModel:
     torch.manual_seed(seed)
     cfg = LMConfig(vocab_size=VOCAB_SIZE, d_model=32, n_layers=2, n_heads=2, mixer=mixer, positions=PositionsConfig(
-        abacus=offset, abacus_size=offset + 20, digit_ids=DIGITS, answer_marker=EQUALS))
+        abacus=offset, abacus_size=offset + 20, digit_ids=DIGITS, answer_marker=EQUALS, abacus_embed=embed))
     return LanguageModel(cfg).double()
 
 
@@ -101,6 +102,55 @@ def test_the_vector_of_non_digits_stays_zero() -> None:
     lm(ids).sum().backward()
     embed = lm.positions.digit_embed
     assert embed.weight.grad[0].abs().sum() == 0 and embed.weight[0].abs().sum() == 0
+
+
+def test_sinusoidal_positions_are_one_rotation_per_index_step_and_zero_off_the_digits() -> None:
+    """``abacus_embed="sinusoidal"``: the features of index k + 1 are one fixed rotation of index k's, for
+    indices far past any trained width too, so the learned map that reads them is the same for every index."""
+    positions = abacus_model(embed="sinusoidal").positions
+    assert positions.digit_embed is None and positions.digit_proj is not None
+    index = torch.arange(0, 200)
+    f = positions.digit_sines(index).double()
+    assert f[0].abs().sum() == 0
+    torch.testing.assert_close(f[1:].norm(dim=-1), torch.ones(199, dtype=torch.float64), atol=1e-6, rtol=0)
+    n = len(positions.frequencies)
+    # the one rotation: each (sin, cos) pair turns by its period's angle
+    rotation = torch.linalg.lstsq(f[1:100], f[2:101]).solution
+    torch.testing.assert_close(f[100:199] @ rotation, f[101:200], atol=1e-4, rtol=0)
+    angle = (2 * torch.pi / torch.tensor(mixers_positions.SINE_PERIODS, dtype=torch.float64))
+    torch.testing.assert_close(rotation[:n, :n].diagonal(), angle.cos(), atol=1e-4, rtol=0)
+    # distinct indices, near or far, have distinct features
+    gram = f[1:] @ f[1:].T
+    assert (gram - torch.eye(199, dtype=torch.float64)).max() < 0.999
+
+
+def test_sinusoidal_positions_train_and_read_every_index() -> None:
+    lm = abacus_model("falcon-1.3", embed="sinusoidal").train()
+    ids = make_batch(seed=0, step=0, batch_size=2, digits=(1, 4), seq_len=30, pack=True).input_ids
+    lm(ids).sum().backward()
+    assert lm.positions.digit_proj.weight.grad.abs().sum() > 0
+    plain = LanguageModel(lm.cfg.__class__(**{**lm.cfg.to_dict(), "positions": None})).double().eval()
+    plain.load_state_dict({k: v for k, v in lm.state_dict().items() if not k.startswith("positions.")})
+    lm.eval()
+    assert not torch.allclose(lm(ids), plain(ids))
+    with torch.no_grad():
+        lm.positions.digit_proj.weight.zero_()
+    torch.testing.assert_close(lm(ids), plain(ids))
+
+
+def test_sinusoidal_positions_in_the_config() -> None:
+    cfg = load_config(preset="addition-tiny", overrides=["model.abacus=0", "model.abacus_embed=sinusoidal"])
+    assert lm_config(cfg).positions.abacus_embed == "sinusoidal"
+    learned = load_config(preset="addition-tiny", overrides=["model.abacus=0"])
+    assert lm_config(learned).positions.abacus_embed == "learned" and config_hash(learned) != config_hash(cfg)
+    assert config_hash(learned) == config_hash(load_config(
+        preset="addition-tiny", overrides=["model.abacus=0", "model.abacus_embed=learned"]))
+    with pytest.raises(ConfigError, match="model.abacus_embed='rotary' is not one of"):
+        load_config(preset="addition-tiny", overrides=["model.abacus=0", "model.abacus_embed=rotary"])
+    with pytest.raises(ConfigError, match="model.abacus_embed='sinusoidal' .* needs model.abacus"):
+        load_config(preset="addition-tiny", overrides=["model.abacus_embed=sinusoidal"])
+    with pytest.raises(ValueError, match="abacus_embed must be one of"):
+        PositionsConfig(abacus=0, abacus_size=4, digit_ids=DIGITS, answer_marker=EQUALS, abacus_embed="rotary")
 
 
 def test_generation_reruns_the_prefix_and_agrees_with_one_forward_pass() -> None:
