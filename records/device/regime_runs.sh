@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Device call: a list of addition runs in the packed preset's schedule (6 x 384, 2000 steps, ramp over 1500, lr 1e-3,
 # batch 256 x 256 positions, 50 samples a width, evaluated every VAL=200 steps), compiled and graphed, one after the
-# other (one compiled run fills the GPU: sharing it buys no tokens a second). RUNS lists "name mixer seed [lab train
-# options...]" separated by ';'. A run starts only while CALL_S (the call's own limit, default 560 s) leaves RUN_S for
-# it, and $OUT/runs.tgz is rewritten after every run, so a call cut short still brings back what finished.
+# other (one compiled run fills the GPU: sharing it buys no tokens a second). RUNS lists "name mixer seed [@seconds]
+# [lab train options...]" separated by ';' (@seconds: this run's own limit in place of RUN_S, e.g. @330 for Gated
+# DeltaNet, whose PyTorch chunk form trains at 0.46M tokens a second). A run starts only while CALL_S (the call's own
+# limit, default 560 s) leaves its limit for it, and $OUT/runs.tgz is rewritten after every run, so a call cut short
+# still brings back what finished.
 # Run from the repository root with LAB_COMMIT set; prints a table.
 #   RUNS="f13-ab0-s0 falcon-1.3 0 --set model.abacus=0;f13-ab0-s1 falcon-1.3 1 --set model.abacus=0" \
 #     bash records/device/regime_runs.sh
@@ -20,10 +22,11 @@ NAMES=""
 IFS=';' read -ra SPECS <<< "$RUNS"
 for spec in "${SPECS[@]}"; do
   set -- $spec; name=$1 mixer=$2 seed=$3; shift 3
+  limit=$RUN_S; case "${1:-}" in @*) limit=${1#@}; shift;; esac
   left=$(( CALL_S - ($(date +%s) - T0) - 30 ))
-  [ $left -lt $RUN_S ] && { echo "$name not started: $left s left" | tee -a $W/times.txt; continue; }
+  [ $left -lt $limit ] && { echo "$name not started: $left s left" | tee -a $W/times.txt; continue; }
   NAMES="$NAMES $name"; t0=$(date +%s)
-  timeout --signal=INT --kill-after=$KILL_S $RUN_S python -m lab train $BASE --mixer $mixer --seed $seed "$@" \
+  timeout --signal=INT --kill-after=$KILL_S $limit python -m lab train $BASE --mixer $mixer --seed $seed "$@" \
     --out $W/runs/$name --results $W/res > $W/$name.log 2>&1
   echo "$name rc=$? wall_s=$(( $(date +%s) - t0 ))" | tee -a $W/times.txt
   tar czf "$OUT/runs.tgz" --exclude='checkpoints' --exclude='*.pt' --exclude='*.lock' --exclude='res' -C $W .
