@@ -57,7 +57,7 @@ class ModelConfig:
     carry the index of the digit they predict (the marker 1, the k-th answer digit k + 1) instead of their own,
     so the token that predicts significance k holds the index of the operand digits it adds. `abacus_embed`:
     "learned" (a vector per index) or "sinusoidal" (fixed sines and cosines of the index, mapped by a learned linear
-    layer: index k + 1 is a fixed rotation of index k, so one linear map serves every index, trained or not).
+    layer: index k + 1 is a fixed rotation of index k, one linear map for every index, trained or not).
 
     `isolate_samples` (addition): the samples packed in a row do not see each other, and each draws its own
     digit-position offset; without it a sample attends to those packed before it (a recurrent state carries

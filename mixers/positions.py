@@ -13,8 +13,9 @@ stays so). Digits of one significance thus share a vector wherever they stand, a
 indices are shifted by a random offset in ``0..abacus`` so that indices past the trained widths are trained
 too; outside training they are shifted by the fixed ``abacus_eval_offset`` (0 by default). The index's
 vector is learned per index (``abacus_embed="learned"``) or a learned linear map of fixed sines and cosines of
-the index (``"sinusoidal"``, ``SINE_PERIODS``): there index k + 1 is a fixed rotation of index k, so a map learned
-on the trained indices applies unchanged to every other, and no offset is needed to reach them. An operand's
+the index (``"sinusoidal"``, ``SINE_PERIODS``): there index k + 1 is a fixed rotation of index k, so a linear map of
+the features is one map for every index, trained or not (whether a model reads the untrained ones by it is measured
+in records/addition/cpu_sines/: at toy size it did not). An operand's
 indices depend on where its run ends, so they need the whole prompt: such a model has no ``step``
 (``can_step`` is False) and generation re-runs the prefix.
 
