@@ -56,7 +56,9 @@ class PositionsConfig:
         abacus_size indices (0 for non-digits) and the task's digit_ids (first, last) and answer_marker;
         abacus_eval_offset: the fixed offset of the indices outside training; abacus_ahead: the answer's tokens
         carry the index of the digit they predict (``digit_significance``); abacus_embed: "learned" (a
-        vector per index) or "sinusoidal" (a learned linear map of the index's fixed sines and cosines).
+        vector per index) or "sinusoidal" (a learned linear map of the index's fixed sines and cosines);
+        abacus_shift_frac: the fraction of rows (samples) that take the random offset in training, the rest
+        keeping offset 0.
     sample_end: None, or the token that ends a sample: attention then stays inside each sample of a packed
         row, and digit-position offsets are drawn per sample.
     """
@@ -68,6 +70,7 @@ class PositionsConfig:
     abacus_eval_offset: int = 0
     abacus_ahead: bool = False
     abacus_embed: str = "learned"
+    abacus_shift_frac: float = 1.0
     sample_end: int | None = None
 
     def __post_init__(self) -> None:
@@ -90,6 +93,8 @@ class PositionsConfig:
             raise ValueError(f"PositionsConfig.abacus_embed must be one of {ABACUS_EMBEDS}, got {self.abacus_embed!r}")
         if self.abacus_ahead and self.abacus is None:
             raise ValueError("PositionsConfig.abacus_ahead moves digit positions: it needs abacus")
+        if not 0.0 <= self.abacus_shift_frac <= 1.0:
+            raise ValueError(f"PositionsConfig.abacus_shift_frac must lie in [0, 1], got {self.abacus_shift_frac!r}")
         if self.sample_end is not None:
             if isinstance(self.sample_end, bool) or not isinstance(self.sample_end, int):
                 raise ValueError(f"PositionsConfig.sample_end must be None or a token id, got {self.sample_end!r}")
@@ -219,6 +224,9 @@ class Positions(nn.Module):
             rows = input_ids.shape[0]
             draws = 1 if samples is None else input_ids.shape[1]
             offset = torch.randint(0, cfg.abacus + 1, (rows, draws), device=input_ids.device)
+            if cfg.abacus_shift_frac < 1.0:  # the other rows keep the exact significance
+                shifted = torch.rand(rows, draws, device=input_ids.device) < cfg.abacus_shift_frac
+                offset = torch.where(shifted, offset, 0)
             if samples is not None:
                 offset = offset.gather(1, samples)
             index = torch.where(index > 0, index + offset, index)

@@ -63,10 +63,12 @@ def test_a_digit_keeps_its_index_as_the_answer_grows() -> None:
         assert ahead[0] == ahead[1][:t]
 
 
-def abacus_model(mixer: str = "transformer", offset: int = 4, seed: int = 0, embed: str = "learned") -> LanguageModel:
+def abacus_model(mixer: str = "transformer", offset: int = 4, seed: int = 0, embed: str = "learned",
+                 shift_frac: float = 1.0) -> LanguageModel:
     torch.manual_seed(seed)
     cfg = LMConfig(vocab_size=VOCAB_SIZE, d_model=32, n_layers=2, n_heads=2, mixer=mixer, positions=PositionsConfig(
-        abacus=offset, abacus_size=offset + 20, digit_ids=DIGITS, answer_marker=EQUALS, abacus_embed=embed))
+        abacus=offset, abacus_size=offset + 20, digit_ids=DIGITS, answer_marker=EQUALS, abacus_embed=embed,
+        abacus_shift_frac=shift_frac))
     return LanguageModel(cfg).double()
 
 
@@ -94,6 +96,34 @@ def test_the_digit_positions_change_the_digits_only_and_train_with_a_random_offs
     shift = index - digit_significance(ids, DIGITS, EQUALS)
     assert ((shift >= 0) & (shift <= 4)).all() and (shift[index == 0] == 0).all()
     assert all(len(set(row[row > 0].tolist())) == 1 for row in shift)  # one offset a row
+
+
+@pytest.mark.parametrize("frac", [0.0, 0.5, 1.0])
+def test_only_the_shifted_fraction_of_rows_takes_the_offset(frac: float) -> None:
+    """``abacus_shift_frac``: a row keeps the exact significance unless it is drawn for the offset; over many
+    rows the shifted share is near ``frac`` (a shifted row draws 0 too, one time in offset + 1)."""
+    lm = abacus_model(offset=8, shift_frac=frac).train()
+    ids = make_batch(seed=0, step=0, batch_size=400, digits=(1, 5), seq_len=40, pack=True).input_ids
+    torch.manual_seed(5)
+    shift = lm.positions.digit_positions(ids) - digit_significance(ids, DIGITS, EQUALS)
+    digit = digit_significance(ids, DIGITS, EQUALS) > 0
+    assert (shift[~digit] == 0).all() and ((shift >= 0) & (shift <= 8)).all()
+    assert all(len(set(row[d].tolist())) == 1 for row, d in zip(shift, digit))  # still one offset a row
+    exact = (shift.amax(1) == 0).double().mean().item()
+    assert exact == pytest.approx(1 - frac + frac / 9, abs=0.07)
+
+
+def test_the_shifted_fraction_is_checked_and_keeps_earlier_run_ids() -> None:
+    cfg = load_config(preset="addition-tiny", overrides=["model.abacus=16", "model.abacus_shift_frac=0.5"])
+    assert lm_config(cfg).positions.abacus_shift_frac == 0.5
+    plain = load_config(preset="addition-tiny", overrides=["model.abacus=16"])
+    assert config_hash(plain) != config_hash(cfg)
+    assert config_hash(plain) == config_hash(load_config(preset="addition-tiny", overrides=[
+        "model.abacus=16", "model.abacus_shift_frac=1.0"]))
+    with pytest.raises(ConfigError, match="model.abacus_shift_frac must be a number in"):
+        load_config(preset="addition-tiny", overrides=["model.abacus=16", "model.abacus_shift_frac=1.5"])
+    with pytest.raises(ConfigError, match="model.abacus_shift_frac=0.5 .* needs model.abacus >= 1"):
+        load_config(preset="addition-tiny", overrides=["model.abacus=0", "model.abacus_shift_frac=0.5"])
 
 
 def test_the_vector_of_non_digits_stays_zero() -> None:

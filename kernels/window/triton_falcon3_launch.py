@@ -58,17 +58,27 @@ def _like(t: Tensor) -> Tensor:
     return helpers.new_buffer(*t.shape, dtype=t.dtype, device=t.device)
 
 
+def _precision(dtype: torch.dtype, Dk: int, Dv: int) -> tuple[str, str]:
+    """(products, inverse) precision: the falcon-1 kernels' for the dtype, except bf16 heads narrower than 32,
+    which take fp32 operands (tf32x3): at Dk = Dv = 16 the bf16 products faulted with an illegal memory access on
+    an H200 under Triton 3.6 (records/bench/kernels-2026-12-03), where the same kernels at 64 and 128, and in fp32
+    at 16, ran."""
+    if dtype == torch.bfloat16 and min(Dk, Dv) < 32:
+        dtype = torch.float32
+    return precision(dtype), solve_precision(dtype)
+
+
 def f3_forward(q, X, V, a, lg, S0, rbw, geo):
     """(o, final S, (A, U, h)) for the backward."""
     B, T, H, Dk = q.shape
     Dv, dev, rows = V.shape[-1], q.device, X.shape[0] * X.shape[1]
     NT = triton.cdiv(T, geo["C"])
-    prec = precision(q.dtype)
+    prec, solve = _precision(q.dtype, Dk, Dv)
     shape = dict(T=T, NT=NT, H=H, Dk=Dk, Dv=Dv, **geo)
     A = _f32(rows, H, geo["R"], device=dev)
     Wm = helpers.new_buffer(rows, H, Dk, dtype=torch.bfloat16 if prec == "bf16" else torch.float32, device=dev)
     Ut = _f32(rows, H, Dv, device=dev)
-    f3_prep_kernel[(B * NT, H)](X, V, a, lg, A, Wm, Ut, PREC=prec, SOLVE_PREC=solve_precision(q.dtype),
+    f3_prep_kernel[(B * NT, H)](X, V, a, lg, A, Wm, Ut, PREC=prec, SOLVE_PREC=solve,
                                 **shape, **_config("prep", Dk, Dv))
     U = _f32(rows, H, Dv, device=dev)
     h = _f32(B * NT, H, Dk, Dv, device=dev)
@@ -90,7 +100,7 @@ def f3_backward(q, X, V, a, lg, S0, do, dSf, rbw, geo, kept):
     B, T, H, Dk = q.shape
     Dv, dev, rows = V.shape[-1], q.device, X.shape[0] * X.shape[1]
     NT = triton.cdiv(T, geo["C"])
-    prec = precision(q.dtype)
+    prec = _precision(q.dtype, Dk, Dv)[0]
     shape = dict(T=T, NT=NT, H=H, Dk=Dk, Dv=Dv, **geo)
     dul = _f32(rows, H, Dv, device=dev)
     conf = _config("read", Dk, Dv)

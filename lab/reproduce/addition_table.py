@@ -290,6 +290,7 @@ def _model_options(jobs: Sequence[Job]) -> str:
     digits = ("" if m.abacus is None
               else f", digit positions (Abacus embeddings) with a random offset of 0–{m.abacus} in training"
                    f"{' per sample' if m.isolate_samples else ''}"
+                   f"{f' on {m.abacus_shift_frac:.0%} of them' if m.abacus_shift_frac != 1.0 else ''}"
                    f"{f', {e.abacus_offset} in evaluation' if e.abacus_offset else ''}")
     if m.isolate_samples:
         from mixers import masks_samples, resets_at_samples
