@@ -47,9 +47,9 @@ FORMS: dict[tuple[str, str], str] = {
     ("falcon-3a", "chunk"): "kernels.inner_product.chunk.chunk_inner_product",
     ("falcon-3a", "triton"): "kernels.window.fused.triton_falcon3a",
 }
-# fused forms backend="auto" does not take yet: falcon-3's kernels pass every test under Triton's interpreter, but
-# their first H200 run hit an illegal memory access at a window of 4 (64 slot rows a chunk); backend="triton" runs them
-NOT_AUTO = ("falcon-3",)
+# fused forms backend="auto" does not take yet (none: falcon-3's kernels, held back until their tests passed on a GPU,
+# passed all 22 on an H200 at commit b848a3e, records/bench/kernels-2026-12-03)
+NOT_AUTO: tuple[str, ...] = ()
 MAX_GRID_ROWS = 65_535  # CUDA's limit on launch axes 1 and 2, where the fused kernels put B·H (or N·H)
 # the most launch rows one chunk takes: falcon-2a's blocks of 16 tokens in the longest chunk
 SLOTS_PER_CHUNK = max(CHUNK_SIZES) // 16
