@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Device call: the packed-exact table (exact digit positions, the fit regime of
+# records/addition/regime-2026-12-03; issue 29: every row over three seeds) a piece at a time on one H200.
+# `lab reproduce addition --preset packed-exact`, compiled and graphed, one run at a time (one compiled run fills
+# the GPU: records/device/regime_runs.sh). The runs already recorded (records/addition/packed-exact/runs, committed
+# by earlier calls) are merged into results/ first, so the campaign skips them and trains the next ones in its
+# order (seed by seed: every row of seed 0 first; ROWS and SEEDS narrow it). It stops with a checkpoint (SIGINT)
+# when BUDGET_S is spent; an unfinished run resumes in the next call only on the same warm machine.
+# Run from the repository root with LAB_COMMIT set; writes $OUT/out.tgz (run records, no weights) and prints the
+# campaign's last lines. Afterwards, here: extract out.tgz, `lab runs merge <x>/results`, copy the finished runs'
+# folders (no checkpoints) to records/addition/packed-exact/runs/, and `lab reproduce addition --preset packed-exact
+# --table-only --out records/addition/packed-exact` writes the table.
+#   LAB_COMMIT=<sha> BUDGET_S=540 ROWS=falcon-1a.3,deltanet bash records/device/exact_table.sh
+set -u
+export PYTHONUNBUFFERED=1
+W=/tmp/out_exact; mkdir -p $W
+t0=$(date +%s); stamp=$(date -u +%H%M%S)
+nvidia-smi --query-gpu=name --format=csv,noheader > $W/gpu.txt
+if [ -d records/addition/packed-exact/runs ]; then
+  python -m lab runs merge records/addition/packed-exact/runs > $W/merge_$stamp.log 2>&1 || tail -3 $W/merge_$stamp.log
+fi
+left=$(( ${BUDGET_S:-540} - ($(date +%s) - t0) - 20 ))
+rows=${ROWS:+--rows $ROWS}
+timeout --signal=INT --kill-after=40 $left python -m lab reproduce addition --preset packed-exact --gpus 1 \
+  --per-gpu 1 --seeds ${SEEDS:-3} $rows --set train.compile=true --set train.cuda_graphs=true \
+  --out results/addition/packed-exact > $W/console_$stamp.log 2>&1
+echo "campaign stopped at $(( $(date +%s) - t0 )) s"
+tar czf "$OUT/out.tgz" --exclude='*.ckpt' --exclude='*.pt' --exclude='*.lock' -C $W . -C "$PWD" results
+grep -v "^step\|Warning\|warn" $W/console_$stamp.log | tail -n 20
+exit 0
