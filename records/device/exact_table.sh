@@ -10,7 +10,10 @@
 # campaign's last lines. Afterwards, here: extract out.tgz, `lab runs merge <x>/results`, copy the finished runs'
 # folders (no checkpoints) to records/addition/packed-exact/runs/, and `lab reproduce addition --preset packed-exact
 # --table-only --out records/addition/packed-exact` writes the table.
+# ABLATE=<mixers> runs the alignment ablation's other three cells in this regime instead (`lab ablate alignment
+# --preset packed-exact`; the default cell is the table's run), its runs recorded beside the table's.
 #   LAB_COMMIT=<sha> BUDGET_S=540 ROWS=falcon-1a.3,deltanet bash records/device/exact_table.sh
+#   LAB_COMMIT=<sha> BUDGET_S=540 ABLATE=falcon-1.3,falcon-1a.3 SEEDS=1 bash records/device/exact_table.sh
 set -u
 export PYTHONUNBUFFERED=1
 W=/tmp/out_exact; mkdir -p $W
@@ -21,9 +24,15 @@ if [ -d records/addition/packed-exact/runs ]; then
 fi
 left=$(( ${BUDGET_S:-540} - ($(date +%s) - t0) - 20 ))
 rows=${ROWS:+--rows $ROWS}
-timeout --signal=INT --kill-after=40 $left python -m lab reproduce addition --preset packed-exact --gpus 1 \
-  --per-gpu 1 --seeds ${SEEDS:-3} $rows --set train.compile=true --set train.cuda_graphs=true \
-  --out results/addition/packed-exact > $W/console_$stamp.log 2>&1
+if [ -n "${ABLATE:-}" ]; then
+  timeout --signal=INT --kill-after=40 $left python -m lab ablate alignment --preset packed-exact --mixers $ABLATE \
+    --gpus 1 --seeds ${SEEDS:-3} --set train.compile=true --set train.cuda_graphs=true \
+    --out results/ablation/packed-exact > $W/console_$stamp.log 2>&1
+else
+  timeout --signal=INT --kill-after=40 $left python -m lab reproduce addition --preset packed-exact --gpus 1 \
+    --per-gpu 1 --seeds ${SEEDS:-3} $rows --set train.compile=true --set train.cuda_graphs=true \
+    --out results/addition/packed-exact > $W/console_$stamp.log 2>&1
+fi
 echo "campaign stopped at $(( $(date +%s) - t0 )) s"
 tar czf "$OUT/out.tgz" --exclude='*.ckpt' --exclude='*.pt' --exclude='*.lock' -C $W . -C "$PWD" results
 grep -v "^step\|Warning\|warn" $W/console_$stamp.log | tail -n 20
