@@ -130,7 +130,7 @@ def test_the_tables_name_the_widths_the_runs_were_trained_and_tested_on(tmp_path
                  overrides=["data.widths=[1,8]", "eval.widths=[1,12]", "eval.held_out_from=9"])
     markdown, printed = shown(wider)
     assert "| Val. acc. 1–8 | Mean 9–12 | Acc@9 | Acc@12 |" in markdown
-    assert "Per-token val. acc. 1–8 | Per-token mean 9–12" in markdown
+    assert "Per-token val. acc. 1–8 | Per-token mean 9–12 | Per-token Acc@9 | Per-token Acc@12" in markdown
     assert "(paper) |" not in markdown and "| Mean 33–48" not in markdown and "Acc@33" not in markdown
     assert "evaluated every 100 steps on widths 1–12 (held out from 9)" in settings_sentence(wider)
     assert "widths 1–8, held out 9–12" in printed and "Widths 1–8" in printed and "Per token 9–12" in printed
@@ -310,6 +310,10 @@ def test_tiny_reproduction_end_to_end_then_a_rerun_skips_what_is_finished(tmp_pa
     progress = read_csv(out / "progress.csv")  # every evaluation of both runs: one, at step 20
     assert [(r["row"], r["step"]) for r in progress] == [("transformer", "20"), ("falcon-1a.3", "20")]
     assert 0.0 <= float(table["falcon-1a.3"]["ood_mean_mean"]) <= 100.0
+    # per token at the first and last held-out widths: the run's own per-width figures at its best step
+    best = {r["width"]: r for r in read_csv(out / "per_width.csv") if r["row"] == "falcon-1a.3" and r["which"] == "best"}
+    assert float(table["falcon-1a.3"]["token_acc7_mean"]) == pytest.approx(float(best["7"]["per_token"]))
+    assert float(table["falcon-1a.3"]["token_acc10_mean"]) == pytest.approx(float(best["10"]["per_token"]))
     per_width = read_csv(out / "per_width.csv")
     assert len(per_width) == 2 * 2 * 10  # two runs, best and last, the widths 1-10 of the preset
     assert {(r["width"], r["trained"], r["held_out"]) for r in per_width} == {

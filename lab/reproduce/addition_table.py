@@ -52,6 +52,8 @@ def metrics(val: range = range(1, 33), held_out: range = range(33, 49)) -> tuple
         ("best_free_ood_mean", "free_ood_mean", f"Free-running mean {o}", 1),
         ("best_val_token_acc", "token_val_acc", f"Per-token val. acc. {v}", 1),
         ("best_ood_token_mean", "token_ood_mean", f"Per-token mean {o}", 1),
+        (f"best_token_acc@{first}", f"token_acc{first}", f"Per-token Acc@{first}", 1),
+        (f"best_token_acc@{last}", f"token_acc{last}", f"Per-token Acc@{last}", 1),
         ("last_val_acc", "last_val_acc", f"Last-step val. acc. {v}", 1),
         ("last_ood_mean", "last_ood_mean", f"Last-step mean {o}", 1),
     )
@@ -86,9 +88,10 @@ def widths_answered(teacher_forced: dict[int, float], widest: int, threshold: fl
 
 def finished_runs(jobs: Sequence[Job], results: Path) -> list[dict[str, Any]]:
     """One record per job whose run is finished: job, seed, metrics, the registry row and the run folder
-    (`dir`). The metrics gain `best_widths` (widths answered at the best step) where the run's evals.csv
-    has the best step."""
+    (`dir`). The metrics gain `best_widths` (widths answered at the best step) and the per-token accuracy at the
+    first and last held-out width (`best_token_acc@n`) where the run's evals.csv has the best step."""
     registry = Registry(results / "lab.db")
+    held_out = split_of(jobs)[1]
     out = []
     for job in jobs:
         row = registry.get(job.run_id)
@@ -97,6 +100,9 @@ def finished_runs(jobs: Sequence[Job], results: Path) -> list[dict[str, Any]]:
             best = pick_best(read_evals(evals_path(run_dir_for(job.run_id, results=results))))
             if best is not None and "teacher_forced" in best:
                 metrics["best_widths"] = widths_answered(best["teacher_forced"], job.cfg.data.widths[1])
+            for n in (held_out.start, held_out.stop - 1):
+                if best is not None and n in best.get("per_token", {}):
+                    metrics[f"best_token_acc@{n}"] = best["per_token"][n]
             out.append({"job": job, "seed": job.cfg.train.seed, "metrics": metrics, "registry": row,
                         "dir": run_dir_for(job.run_id, results=results).root})
     return out
@@ -398,7 +404,9 @@ def render_markdown(jobs: Sequence[Job], table: list[dict[str, Any]], runs: list
     lines += [
         ("Beside the paper, at" if paper else "At") + " the best step: widths answered (the longest run of widths "
         f"1, 2, … whose whole answers are right in ≥ {ANSWERED:g}% of samples, teacher-forced), free-running "
-        "(greedy) and per-token accuracy; and teacher-forced accuracy at the last step. A greedy answer is right "
+        "(greedy) and per-token accuracy (each answer digit and the end token counted on its own: the paper calls its "
+        "measure teacher-forced target-suffix accuracy without saying whether it counts answers or digits); and "
+        "teacher-forced accuracy at the last step. A greedy answer is right "
         "exactly when every teacher-forced prediction is, so free-running accuracy can part from teacher-forced "
         "accuracy only through floating-point differences (and fewer samples).",
         "",
