@@ -42,7 +42,8 @@ PLACEMENT_KEYS = ("train.devices", "train.num_nodes", "train.strategy", "train.a
 # the ids of earlier runs do not change.
 LATER_KEYS = {"data.path": None, "data.val_windows": 16, "train.accumulate": 1, "model.abacus": None,
               "model.isolate_samples": False, "eval.abacus_offset": 0, "data.lengths": [1, 16],
-              "model.abacus_ahead": False, "model.abacus_embed": "learned", "model.abacus_shift_frac": 1.0,
+              "model.abacus_ahead": False, "model.abacus_embed": "learned",
+              "model.abacus_shift_frac": 1.0, "model.abacus_start": 0,
               "data.test_lengths": [17, 64], "data.group": "S5", "data.tokens_per_pair": 8, "eval.widths": [1, 48],
               "eval.held_out_from": 33}
 
@@ -60,7 +61,8 @@ class ModelConfig:
     layer: index k + 1 is a fixed rotation of index k, one linear map for every index, trained or not).
     `abacus_shift_frac`: the fraction of rows (of samples, with `isolate_samples`) whose indices take the random
     offset in training; the rest keep the exact significance (offset 0), so exact rows anchor the reading of each
-    index while shifted rows train the indices past the trained widths.
+    index while shifted rows train the indices past the trained widths. `abacus_start`: the training steps with
+    exact positions before any row takes the offset (fit first, then shift).
 
     `isolate_samples` (addition): the samples packed in a row do not see each other, and each draws its own
     digit-position offset; without it a sample attends to those packed before it (a recurrent state carries
@@ -77,6 +79,7 @@ class ModelConfig:
     abacus_ahead: bool = False
     abacus_embed: str = "learned"
     abacus_shift_frac: float = 1.0
+    abacus_start: int = 0
     isolate_samples: bool = False
 
 
@@ -345,6 +348,13 @@ def validate(cfg: RunConfig) -> None:
     if isinstance(frac, bool) or not isinstance(frac, (int, float)) or not 0.0 <= frac <= 1.0:
         raise ConfigError(f"model.abacus_shift_frac must be a number in [0, 1] (the fraction of rows whose digit "
                           f"positions take the random offset), got {frac!r}")
+    start = m.abacus_start
+    if isinstance(start, bool) or not isinstance(start, int) or start < 0:
+        raise ConfigError(f"model.abacus_start must be an integer >= 0 (training steps with exact digit positions "
+                          f"before the offset), got {start!r}")
+    if start and not m.abacus:
+        raise ConfigError(f"model.abacus_start={start} delays the digit positions' random offset: it needs "
+                          f"model.abacus >= 1 (the largest offset), got {m.abacus}")
     if frac != 1.0 and not m.abacus:
         raise ConfigError(f"model.abacus_shift_frac={frac} chooses which rows take the digit positions' random "
                           f"offset: it needs model.abacus >= 1 (the largest offset), got {m.abacus}")

@@ -58,7 +58,8 @@ class PositionsConfig:
         carry the index of the digit they predict (``digit_significance``); abacus_embed: "learned" (a
         vector per index) or "sinusoidal" (a learned linear map of the index's fixed sines and cosines);
         abacus_shift_frac: the fraction of rows (samples) that take the random offset in training, the rest
-        keeping offset 0.
+        keeping offset 0; abacus_start: the training forward passes before any row takes it (exact positions
+        first, counted in the module's ``seen`` buffer, which checkpoints keep).
     sample_end: None, or the token that ends a sample: attention then stays inside each sample of a packed
         row, and digit-position offsets are drawn per sample.
     """
@@ -71,6 +72,7 @@ class PositionsConfig:
     abacus_ahead: bool = False
     abacus_embed: str = "learned"
     abacus_shift_frac: float = 1.0
+    abacus_start: int = 0
     sample_end: int | None = None
 
     def __post_init__(self) -> None:
@@ -93,6 +95,8 @@ class PositionsConfig:
             raise ValueError(f"PositionsConfig.abacus_embed must be one of {ABACUS_EMBEDS}, got {self.abacus_embed!r}")
         if self.abacus_ahead and self.abacus is None:
             raise ValueError("PositionsConfig.abacus_ahead moves digit positions: it needs abacus")
+        if isinstance(self.abacus_start, bool) or not isinstance(self.abacus_start, int) or self.abacus_start < 0:
+            raise ValueError(f"PositionsConfig.abacus_start must be an integer >= 0, got {self.abacus_start!r}")
         if not 0.0 <= self.abacus_shift_frac <= 1.0:
             raise ValueError(f"PositionsConfig.abacus_shift_frac must lie in [0, 1], got {self.abacus_shift_frac!r}")
         if self.sample_end is not None:
@@ -184,6 +188,8 @@ class Positions(nn.Module):
         if sines:
             self.register_buffer("frequencies", 2 * torch.pi / torch.tensor(SINE_PERIODS),
                                  persistent=False)
+        if cfg.abacus and cfg.abacus_start:  # training forward passes so far (the offset's start)
+            self.register_buffer("seen", torch.zeros((), dtype=torch.long))
 
     @torch.no_grad()
     def reset_parameters(self, init_std: float) -> None:
@@ -227,6 +233,9 @@ class Positions(nn.Module):
             if cfg.abacus_shift_frac < 1.0:  # the other rows keep the exact significance
                 shifted = torch.rand(rows, draws, device=input_ids.device) < cfg.abacus_shift_frac
                 offset = torch.where(shifted, offset, 0)
+            if cfg.abacus_start:  # exact positions for the first abacus_start passes
+                self.seen += 1
+                offset = torch.where(self.seen > cfg.abacus_start, offset, 0)
             if samples is not None:
                 offset = offset.gather(1, samples)
             index = torch.where(index > 0, index + offset, index)

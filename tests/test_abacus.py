@@ -64,11 +64,11 @@ def test_a_digit_keeps_its_index_as_the_answer_grows() -> None:
 
 
 def abacus_model(mixer: str = "transformer", offset: int = 4, seed: int = 0, embed: str = "learned",
-                 shift_frac: float = 1.0) -> LanguageModel:
+                 shift_frac: float = 1.0, start: int = 0) -> LanguageModel:
     torch.manual_seed(seed)
     cfg = LMConfig(vocab_size=VOCAB_SIZE, d_model=32, n_layers=2, n_heads=2, mixer=mixer, positions=PositionsConfig(
         abacus=offset, abacus_size=offset + 20, digit_ids=DIGITS, answer_marker=EQUALS, abacus_embed=embed,
-        abacus_shift_frac=shift_frac))
+        abacus_shift_frac=shift_frac, abacus_start=start))
     return LanguageModel(cfg).double()
 
 
@@ -124,6 +124,42 @@ def test_the_shifted_fraction_is_checked_and_keeps_earlier_run_ids() -> None:
         load_config(preset="addition-tiny", overrides=["model.abacus=16", "model.abacus_shift_frac=1.5"])
     with pytest.raises(ConfigError, match="model.abacus_shift_frac=0.5 .* needs model.abacus >= 1"):
         load_config(preset="addition-tiny", overrides=["model.abacus=0", "model.abacus_shift_frac=0.5"])
+
+
+def test_the_offset_starts_after_abacus_start_training_passes_and_the_count_is_kept() -> None:
+    """``abacus_start``: exact positions for the first passes in training (evaluations do not count), the offset
+    after them; the count is a buffer, so a checkpoint resumes it."""
+    lm = abacus_model(offset=8, start=3)
+    ids = make_batch(seed=0, step=0, batch_size=64, digits=(1, 5), seq_len=40, pack=True).input_ids
+    exact = digit_significance(ids, DIGITS, EQUALS)
+    torch.manual_seed(2)
+    lm.eval()
+    for _ in range(4):
+        assert torch.equal(lm.positions.digit_positions(ids), exact)
+    lm.train()
+    for _ in range(3):
+        assert torch.equal(lm.positions.digit_positions(ids), exact)
+    assert int(lm.positions.seen) == 3
+    assert not torch.equal(lm.positions.digit_positions(ids), exact)  # the fourth pass: shifted rows
+    state = lm.state_dict()
+    assert int(state["positions.seen"]) == 4
+    again = abacus_model(offset=8, start=3, seed=1)
+    again.load_state_dict(state)
+    assert int(again.positions.seen) == 4 and not torch.equal(again.train().positions.digit_positions(ids), exact)
+    assert "positions.seen" not in abacus_model(offset=8).state_dict()  # earlier checkpoints still load
+
+
+def test_the_start_is_checked_counted_in_passes_and_keeps_earlier_run_ids() -> None:
+    cfg = load_config(preset="addition-tiny", overrides=["model.abacus=16", "model.abacus_start=500",
+                                                          "train.accumulate=2"])
+    assert lm_config(cfg).positions.abacus_start == 1000  # two passes a step
+    plain = load_config(preset="addition-tiny", overrides=["model.abacus=16"])
+    assert config_hash(plain) == config_hash(load_config(preset="addition-tiny", overrides=[
+        "model.abacus=16", "model.abacus_start=0"]))
+    with pytest.raises(ConfigError, match="model.abacus_start must be an integer >= 0"):
+        load_config(preset="addition-tiny", overrides=["model.abacus=16", "model.abacus_start=-1"])
+    with pytest.raises(ConfigError, match="model.abacus_start=5 .* needs model.abacus >= 1"):
+        load_config(preset="addition-tiny", overrides=["model.abacus=0", "model.abacus_start=5"])
 
 
 def test_the_vector_of_non_digits_stays_zero() -> None:

@@ -53,7 +53,9 @@ def positions(cfg: RunConfig) -> PositionsConfig | None:
         features = {"abacus": m.abacus, "abacus_size": m.abacus + 2 + max(128, 2 * cfg.data.widths[1]),
                     "digit_ids": (DIGIT_0, DIGIT_0 + 9), "answer_marker": EQUALS,
                     "abacus_eval_offset": cfg.eval.abacus_offset, "abacus_ahead": m.abacus_ahead,
-                    "abacus_embed": m.abacus_embed, "abacus_shift_frac": float(m.abacus_shift_frac)}
+                    "abacus_embed": m.abacus_embed, "abacus_shift_frac": float(m.abacus_shift_frac),
+                    # counted in forward passes: a step is train.accumulate of them
+                    "abacus_start": m.abacus_start * cfg.train.accumulate}
     if m.isolate_samples:
         # The packed rows stay: attention masks them, the Falcon mixers restart at each sample, any other mixer
         # mixes each sample on a row of its own (mixers.positions).
