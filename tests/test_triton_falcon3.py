@@ -115,6 +115,20 @@ def test_the_chunk_geometry() -> None:
     assert geometry(64, 16) == dict(C=1, CT=16, R=64, WP=64)
 
 
+def test_bf16_heads_under_32_take_fp32_products_on_a_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The products' precision on a GPU (not under the interpreter, where every product is "ieee"): bf16 operands
+    as falcon-1's from a head width of 32 up; below it fp32 operands (tf32x3), since the bf16 products faulted
+    there on an H200 (records/bench/kernels-2026-12-03)."""
+    from kernels.regression import triton_launch
+    from kernels.window.triton_falcon3_launch import _precision
+
+    monkeypatch.setattr(triton_launch, "interpreting", lambda: False)
+    assert _precision(torch.bfloat16, 16, 16) == ("tf32x3", "tf32x3")
+    assert _precision(torch.bfloat16, 64, 16) == ("tf32x3", "tf32x3")
+    assert _precision(torch.bfloat16, 32, 64) == ("bf16", "bf16")
+    assert _precision(torch.float32, 16, 16) == ("tf32x3", "tf32x3")
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-3), (torch.bfloat16, 2e-2)])
 def test_gpu_sizes(dtype: torch.dtype, tol: float) -> None:
