@@ -77,7 +77,11 @@ def test_plan_goes_seed_by_seed_with_one_run_id_per_row_and_seed() -> None:
     assert constant.optim.min_lr_ratio == 1.0 and constant.data == packed.cfg.data
     exact = plan("packed-exact", parse_rows("transformer"), seeds=1)[0]
     assert exact.cfg.model.abacus == 0 and exact.cfg.data == packed.cfg.data
-    assert exact.run_id == plan("packed", parse_rows("transformer"), seeds=1, overrides=["model.abacus=0"])[0].run_id
+    # evaluated as the regime's runs were (records/addition/regime-2026-12-03), so that those runs are this preset's
+    exact_settings = ["model.abacus=0", "train.val_every=200", "eval.n_per_length=50", "eval.free_per_length=0",
+                      "train.ckpt_every=100000"]
+    assert exact.run_id == plan("packed", parse_rows("transformer"), seeds=1, overrides=exact_settings)[0].run_id
+    assert plan("packed-exact", parse_rows("falcon-1.3"), seeds=2)[1].run_id == "bc9cce04d6"  # f13-ab0-s1's id
     from lab.reproduce.addition_table import settings_sentence
     assert "(warm-up 100, cosine to 0.1×)" in settings_sentence([packed])  # the table says which schedule ran
     assert "(warm-up 100, then constant)" in settings_sentence(plan("packed-constant", parse_rows("transformer"), 1))
@@ -160,6 +164,8 @@ def test_the_table_names_the_transformer_without_rope_and_the_digit_positions() 
     sentence = settings_sentence(nope)
     assert "6 heads, rope=False, digit positions (Abacus embeddings) with a random offset of 0–32 in training;" \
         in sentence
+    assert "6 heads, exact digit positions (Abacus embeddings, no random offset);" in settings_sentence(
+        plan("packed-exact", parse_rows("transformer"), seeds=1))
     isolated = plan("packed", parse_rows("transformer"), seeds=1,
                     overrides=["model.abacus=32", "model.isolate_samples=true", "eval.abacus_offset=8"])
     assert ("digit positions (Abacus embeddings) with a random offset of 0–32 in training per sample, 8 in "

@@ -23,8 +23,11 @@ PRESETS: dict[str, tuple[str, tuple[str, ...]]] = {
     "packed-constant": ("addition-paper", (*PACKED, "optim.min_lr_ratio=1.0")),
     # packed with exact digit positions (no random offset): the first regime in which a recurrent row fits
     # widths 1-32 (falcon-1.3 99.6-99.9% in three seeds on an H200, records/addition/regime-2026-12-03); a test
-    # of fit alone, since no index past 32 is trained and no width past 32 can be answered
-    "packed-exact": ("addition-paper", (*PACKED, "model.abacus=0")),
+    # of fit alone, since no index past 32 is trained and no width past 32 can be answered whole. Evaluated as
+    # those runs were (every 200 steps, 50 teacher-forced samples a width, no free-running decoding, and no
+    # checkpoint but the one a signal or the end writes), so that they are this preset's runs of their seeds
+    "packed-exact": ("addition-paper", (*PACKED, "model.abacus=0", "train.val_every=200", "eval.n_per_length=50",
+                                        "eval.free_per_length=0", "train.ckpt_every=100000")),
 }
 DEFAULT_SEEDS = {"tiny": 1, "paper": 3, "packed": 3, "packed-constant": 3, "packed-exact": 3}
 # The rows a preset trains when --rows is not given (every row for a preset not named here).

@@ -294,6 +294,7 @@ def _model_options(jobs: Sequence[Job]) -> str:
     m, e = cfg.model, cfg.eval
     options = "".join(f", {key}={value}" for key, value in sorted(m.mixer_options.items()))
     digits = ("" if m.abacus is None
+              else ", exact digit positions (Abacus embeddings, no random offset)" if m.abacus == 0
               else f", digit positions (Abacus embeddings) with a random offset of 0–{m.abacus} in training"
                    f"{' per sample' if m.isolate_samples else ''}"
                    f"{f' on {m.abacus_shift_frac:.0%} of them' if m.abacus_shift_frac != 1.0 else ''}"

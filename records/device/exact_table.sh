@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Device call: the packed-exact table (exact digit positions, the fit regime of
 # records/addition/regime-2026-12-03; issue 29: every row over three seeds) a piece at a time on one H200.
-# `lab reproduce addition --preset packed-exact`, compiled and graphed, one run at a time (one compiled run fills
-# the GPU: records/device/regime_runs.sh). The runs already recorded (records/addition/packed-exact/runs, committed
+# `lab reproduce addition --preset packed-exact`, compiled and graphed, PER_GPU runs at a time (default 2: a compiled
+# falcon-1.3 alone fills the GPU, but the rows on PyTorch forms or slower kernels, Gated DeltaNet at 0.46M tokens a
+# second alone, gave three sharing a GPU 0.2-0.6M each in the packed table). The runs already recorded (records/addition/packed-exact/runs, committed
 # by earlier calls) are merged into results/ first, so the campaign skips them and trains the next ones in its
 # order (seed by seed: every row of seed 0 first; ROWS and SEEDS narrow it). It stops with a checkpoint (SIGINT)
 # when BUDGET_S is spent; an unfinished run resumes in the next call only on the same warm machine.
@@ -26,11 +27,11 @@ left=$(( ${BUDGET_S:-540} - ($(date +%s) - t0) - 20 ))
 rows=${ROWS:+--rows $ROWS}
 if [ -n "${ABLATE:-}" ]; then
   timeout --signal=INT --kill-after=40 $left python -m lab ablate alignment --preset packed-exact --mixers $ABLATE \
-    --gpus 1 --seeds ${SEEDS:-3} --set train.compile=true --set train.cuda_graphs=true \
+    --gpus 1 --per-gpu ${PER_GPU:-2} --seeds ${SEEDS:-3} --set train.compile=true --set train.cuda_graphs=true \
     --out results/ablation/packed-exact > $W/console_$stamp.log 2>&1
 else
   timeout --signal=INT --kill-after=40 $left python -m lab reproduce addition --preset packed-exact --gpus 1 \
-    --per-gpu 1 --seeds ${SEEDS:-3} $rows --set train.compile=true --set train.cuda_graphs=true \
+    --per-gpu ${PER_GPU:-2} --seeds ${SEEDS:-3} $rows --set train.compile=true --set train.cuda_graphs=true \
     --out results/addition/packed-exact > $W/console_$stamp.log 2>&1
 fi
 echo "campaign stopped at $(( $(date +%s) - t0 )) s"
