@@ -204,6 +204,21 @@ def test_the_progress_figure_draws_every_run_and_marks_the_stopped_ones() -> Non
     plt.close(fig)
 
 
+def test_a_run_is_styled_and_named_by_its_seed_not_its_rank() -> None:
+    import matplotlib.pyplot as plt
+
+    from lab.plots.addition import draw_runs, palette, seed_styles
+
+    frame = progress({"two-seeds": 2})
+    frame["seed"] += 1  # seeds 1 and 2 of a row whose seed 0 is not there
+    fig, ax = plt.subplots()
+    draw_runs(ax, frame, "val_acc", palette(["two-seeds"]))
+    assert [line.get_linestyle() for line in ax.lines] == ["--", ":"]
+    assert seed_styles(frame["seed"].unique()) == [("--", "seed 1"), (":", "seed 2")]
+    assert seed_styles([0, 3, 5]) == [("-", "seed 0"), ("-.", "seeds 3–5")]
+    plt.close(fig)
+
+
 def test_a_band_for_rows_with_several_seeds_and_none_for_one() -> None:
     frame = per_width({"two-seeds": 2, "one-seed": 1})
     frame = frame[frame["which"] == "best"]

@@ -156,15 +156,24 @@ def read_progress(path: Path) -> pd.DataFrame:
                       made_by=MADE_BY)
 
 
-# A run's line style by seed (seeds past the last reuse it); a run that did not reach its last step ends in ×.
+# A run's line style by its seed (seed 0 solid, 1 dashed, 2 dotted; seeds past the last share its style); a run
+# that did not reach its last step ends in ×.
 SEED_STYLES = ("-", "--", ":", "-.")
 
 
-def seed_styles(seeds: int) -> list[tuple[str, str]]:
-    """(line style, legend label) of a panel's runs by seed rank; seeds past the last style share it."""
+def seed_style(seed: int) -> str:
+    """The line style of a run of this seed: the same seed looks the same in every panel and figure."""
+    return SEED_STYLES[min(int(seed), len(SEED_STYLES) - 1)]
+
+
+def seed_styles(seeds: Sequence[int]) -> list[tuple[str, str]]:
+    """(line style, legend label) for the seeds drawn, by seed; seeds past the last style share one entry."""
     last = len(SEED_STYLES) - 1
-    return [(ls, f"seed {i}" if i < last or seeds == len(SEED_STYLES) else f"seeds {last}–{seeds - 1}")
-            for i, ls in enumerate(SEED_STYLES[:seeds])]
+    below = sorted({int(s) for s in seeds if int(s) < last})
+    above = sorted({int(s) for s in seeds if int(s) >= last})
+    shared = [] if not above else [(SEED_STYLES[last], f"seed {above[0]}" if len(above) == 1
+                                    else f"seeds {above[0]}–{above[-1]}")]
+    return [(SEED_STYLES[s], f"seed {s}") for s in below] + shared
 
 
 def draw_runs(ax: Axes, frame: pd.DataFrame, column: str, colors: dict[str, object]) -> None:
@@ -177,8 +186,7 @@ def draw_runs(ax: Axes, frame: pd.DataFrame, column: str, colors: dict[str, obje
         for i, seed in enumerate(seeds):
             run = mine[mine["seed"] == seed].sort_values("step")
             label = (row if len(seeds) == 1 else f"{row} ({len(seeds)} seeds)") if i == 0 else None
-            ax.plot(run["step"], run[column], color=colors[row], lw=1.4, ls=SEED_STYLES[min(i, len(SEED_STYLES) - 1)],
-                    label=label)
+            ax.plot(run["step"], run[column], color=colors[row], lw=1.4, ls=seed_style(seed), label=label)
             if "status" in run.columns and run["status"].iloc[-1] != "finished":
                 ax.plot(run["step"].iloc[-1:], run[column].iloc[-1:], color=colors[row], marker="x", ls="none")
 
@@ -186,7 +194,7 @@ def draw_runs(ax: Axes, frame: pd.DataFrame, column: str, colors: dict[str, obje
 def plot_progress(frame: pd.DataFrame, source: Path, path: Path, command: str,
                   names: dict[str, str] | None = None) -> Path:
     """One panel per table row: the widths answered (left axis) and the validation accuracy (right axis)
-    against the step, one line per run (`draw_runs`: seed 0 solid, 1 dashed, 2 dotted), with the widest
+    against the step, one line per run (`draw_runs`: seed 0 solid, 1 dashed, 2 dotted, whichever seeds a row has), with the widest
     training width of each step dashed grey: how fast each row takes in the widths, and whether it keeps
     pace with a curriculum. `frame` is `read_progress(source)`; `names` the rows' display names."""
     rows = list(dict.fromkeys(frame["row"]))
@@ -217,7 +225,7 @@ def plot_progress(frame: pd.DataFrame, source: Path, path: Path, command: str,
                    Line2D([], [], color=DISTINCT[3], lw=1.6, label="validation accuracy (%, right axis)"),
                    Line2D([], [], color="0.45", lw=1.1, ls=(0, (4, 2)), label="widest training width"),
                    *(Line2D([], [], color="0.2", lw=1.2, ls=ls, label=label)
-                     for ls, label in seed_styles(int(frame.groupby("row")["seed"].nunique().max())))]
+                     for ls, label in seed_styles(frame["seed"].unique()))]
         if "status" in frame.columns and (frame["status"] != "finished").any():
             handles.append(Line2D([], [], color="0.2", marker="x", ls="none", label="run stopped early"))
         fig.legend(handles=handles, loc="outside lower center", ncols=legend_columns(fig, len(handles), 2.6),
