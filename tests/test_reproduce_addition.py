@@ -378,6 +378,31 @@ def test_two_runs_at_once_as_processes(tmp_path: Path) -> None:
     assert len(logs) == 2
 
 
+@pytest.mark.parametrize("gpus", [[], ["--gpus", "2"]])
+def test_start_within_starts_no_run_once_its_time_is_up(gpus: list[str], tmp_path: Path) -> None:
+    from lab.reproduce import launch
+
+    try:
+        code, text = invoke("reproduce", "addition", "--preset", "tiny", "--rows", "transformer,deltanet",
+                            "--max-steps", "2", *gpus, "--start-within", "0", "--results", str(tmp_path),
+                            "--out", str(tmp_path / "t"))
+        assert code == 0, text
+        assert ("--start-within: its time is up, so 2 run(s) were not started: transformer seed 0, deltanet seed 0"
+                in text)
+        assert "finished in" not in text and not (tmp_path / "runs").exists()
+        assert "planned runs finished)" in text and "(0 of " in text
+        assert "--start-within" not in (tmp_path / "t" / "table.md").read_text()  # it changes no number
+        launch.start_within(3600)
+        assert launch.may_start()
+        with pytest.raises(ValueError, match="--start-within must be >= 0 seconds, got -1"):
+            launch.start_within(-1)
+    finally:
+        launch.start_within(None)
+    assert launch.may_start()
+    code, text = invoke("reproduce", "addition", "--preset", "tiny", "--start-within", "-1")
+    assert code == 2 and text == "lab reproduce: --start-within must be >= 0 seconds, got -1\n"
+
+
 @pytest.mark.parametrize(("args", "message"), [
     (["--rows", "transformer,nope"], "lab reproduce: unknown row 'nope'; accepted: transformer, retnet, "),
     (["--preset", "huge"], "lab reproduce: unknown preset 'huge'; accepted: addition-cpu, addition-paper"),

@@ -89,6 +89,9 @@ PerGpuOption = Annotated[int, typer.Option(help=PER_GPU_HELP)]
 GpusPerRunOption = Annotated[int, typer.Option(help=GPUS_PER_RUN_HELP)]
 TableOnlyOption = Annotated[bool, typer.Option(help=TABLE_ONLY_HELP)]
 MaxStepsOption = Annotated[int | None, typer.Option(help="Train each run for this many steps instead.")]
+StartWithinOption = Annotated[float | None, typer.Option(
+    help="Start no run later than this many seconds after the command began (the runs going then finish): a "
+         "call with a fixed time starts only runs it can end. Default: no limit.")]
 ResultsOption = Annotated[Path | None, typer.Option(
     help="Folder of runs/ and the registry lab.db; default $LAB_RESULTS or results/.", callback=writable_out)]
 # The addition campaign presets, as `lab reproduce addition` and `lab ablate alignment` both take them.
@@ -158,8 +161,8 @@ def campaign_slots(gpus: int | None, per_gpu: int = 1, gpus_per_run: int = 1) ->
 @dataclass(frozen=True)
 class CampaignOptions:
     """The options every table-building command shares: where its runs go and whether any trains (--gpus,
-    --per-gpu, --gpus-per-run, --table-only: they change no number, so the command that remakes the table leaves
-    them out), how long each trains (--max-steps) and the folder of its runs (--results)."""
+    --per-gpu, --gpus-per-run, --table-only, --start-within: they change no number, so the command that remakes the
+    table leaves them out), how long each trains (--max-steps) and the folder of its runs (--results)."""
 
     gpus: int | None = None
     per_gpu: int = 1
@@ -167,6 +170,7 @@ class CampaignOptions:
     table_only: bool = False
     max_steps: int | None = None
     results: Path | None = None
+    start_within: float | None = None
 
     def slots(self) -> int:
         """How many runs at once (`campaign_slots`); ValueError for a bad count."""
@@ -175,13 +179,15 @@ class CampaignOptions:
 
 def _campaign_options(gpus: GpusOption = None, per_gpu: PerGpuOption = 1, gpus_per_run: GpusPerRunOption = 1,
                       table_only: TableOnlyOption = False, max_steps: MaxStepsOption = None,
-                      results: ResultsOption = None) -> None:
+                      results: ResultsOption = None, start_within: StartWithinOption = None) -> None:
     """CampaignOptions' fields as Typer declares them (read by `with_campaign_options` for their signature)."""
 
 
 def with_campaign_options(command: Callable[..., Any]) -> Callable[..., Any]:
     """A table-building command whose parameter `campaign: CampaignOptions` Typer shows as the shared options
-    (--gpus, --per-gpu, --gpus-per-run, --table-only, --max-steps, --results) in its place: declared once here."""
+    (--gpus, --per-gpu, --gpus-per-run, --table-only, --max-steps, --results, --start-within) in its place: declared
+    once here. --start-within is set for the process here (`lab.reproduce.launch.start_within`), before the
+    command plans anything."""
     own = inspect.signature(command, eval_str=True)
     shared = list(inspect.signature(_campaign_options, eval_str=True).parameters.values())
     params = []
@@ -191,6 +197,12 @@ def with_campaign_options(command: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(command)
     def wrapper(**kwargs: Any) -> Any:
         campaign = CampaignOptions(**{p.name: kwargs.pop(p.name) for p in shared})
+        from lab.reproduce.launch import start_within
+
+        try:
+            start_within(campaign.start_within)
+        except ValueError as err:  # one line, as every campaign's refusals: "lab reproduce: ..."
+            refuse(f"lab {command.__module__.rsplit('.', 1)[-1]}", err)
         return command(**kwargs, campaign=campaign)
 
     wrapper.__signature__ = own.replace(parameters=params)  # type: ignore[attr-defined]

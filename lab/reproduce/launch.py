@@ -40,6 +40,31 @@ CODE_ROOT = Path(__file__).resolve().parents[2]
 STOP_WAIT_S = 60
 STOP_CODES = (128 + signal.SIGINT, 128 + signal.SIGTERM)
 
+# `--start-within S`: the time.monotonic() after which a campaign of this process starts no new run (the runs
+# already going finish), so that a call with a fixed budget starts only runs it can end; None: no limit.
+_START_DEADLINE: float | None = None
+
+
+def start_within(seconds: float | None) -> None:
+    """Let the campaigns of this process start runs only for `seconds` from now (None: always); ValueError for a
+    negative time."""
+    global _START_DEADLINE
+    if seconds is not None and seconds < 0:
+        raise ValueError(f"--start-within must be >= 0 seconds, got {seconds:g}")
+    _START_DEADLINE = None if seconds is None else time.monotonic() + seconds
+
+
+def may_start() -> bool:
+    """Whether a campaign may still start a run (`start_within`)."""
+    return _START_DEADLINE is None or time.monotonic() <= _START_DEADLINE
+
+
+def _left_unstarted(jobs: Sequence[Job]) -> None:
+    if jobs:
+        print(f"--start-within: its time is up, so {len(jobs)} run(s) were not started: "
+              f"{', '.join(f'{j.label or j.cfg.mixer} seed {j.cfg.train.seed}' for j in jobs)}",
+              file=sys.stderr, flush=True)
+
 
 def log_path(job: Job, results: Path) -> Path:
     """The job's log file, in its run folder."""
@@ -139,7 +164,10 @@ def run_jobs(jobs: Sequence[Job], results: Path, slots: int = 1, argv: Sequence[
         progress.begin(todo, results)
     try:
         if slots == 1 and gpus_per_run == 1:
-            for job in todo:
+            for i, job in enumerate(todo):
+                if not may_start():
+                    _left_unstarted(todo[i:])
+                    break
                 if started is not None:
                     started(job)
                 outcome = _run_here(job, results, registry, argv)
@@ -254,6 +282,9 @@ def _run_in_processes(jobs: Sequence[Job], results: Path, registry: Registry, sl
     with _stops_on_signals() as got, tempfile.TemporaryDirectory(prefix="lab-reproduce-") as configs:
         try:
             while pending or running:
+                if pending and not may_start():
+                    _left_unstarted(list(pending))
+                    pending.clear()
                 while pending and free:
                     job, slot = pending.popleft(), free.pop(0)
                     path = Path(configs) / f"{job.run_id}.yaml"

@@ -6,7 +6,9 @@
 # second alone, gave three sharing a GPU 0.2-0.6M each in the packed table). The runs already recorded (records/addition/packed-exact/runs, committed
 # by earlier calls) are merged into results/ first, so the campaign skips them and trains the next ones in its
 # order (seed by seed: every row of seed 0 first; ROWS and SEEDS narrow it). It stops with a checkpoint (SIGINT)
-# when BUDGET_S is spent; an unfinished run resumes in the next call only on the same warm machine.
+# when BUDGET_S is spent; an unfinished run resumes in the next call only on the same warm machine. START_S (the
+# campaign's --start-within) starts no run after that many seconds, so the last call of a session starts only runs
+# it can end (a run cut there is lost with the machine).
 # Run from the repository root with LAB_COMMIT set; writes $OUT/out.tgz (run records, no weights) and prints the
 # campaign's last lines. Afterwards, here: extract out.tgz, `lab runs merge <x>/results`, copy the finished runs'
 # folders (no checkpoints) to records/addition/packed-exact/runs/, and `lab reproduce addition --preset packed-exact
@@ -14,6 +16,7 @@
 # ABLATE=<mixers> runs the alignment ablation's other three cells in this regime instead (`lab ablate alignment
 # --preset packed-exact`; the default cell is the table's run), its runs recorded beside the table's.
 #   LAB_COMMIT=<sha> BUDGET_S=540 ROWS=falcon-1a.3,deltanet bash records/device/exact_table.sh
+#   LAB_COMMIT=<sha> BUDGET_S=565 START_S=200 bash records/device/exact_table.sh   # a session's last call
 #   LAB_COMMIT=<sha> BUDGET_S=540 ABLATE=falcon-1.3,falcon-1a.3 SEEDS=1 bash records/device/exact_table.sh
 set -u
 export PYTHONUNBUFFERED=1
@@ -25,13 +28,14 @@ if [ -d records/addition/packed-exact/runs ]; then
 fi
 left=$(( ${BUDGET_S:-540} - ($(date +%s) - t0) - 20 ))
 rows=${ROWS:+--rows $ROWS}
+start=${START_S:+--start-within $START_S}
 if [ -n "${ABLATE:-}" ]; then
   timeout --signal=INT --kill-after=40 $left python -m lab ablate alignment --preset packed-exact --mixers $ABLATE \
-    --gpus 1 --per-gpu ${PER_GPU:-2} --seeds ${SEEDS:-3} --set train.compile=true --set train.cuda_graphs=true \
+    --gpus 1 --per-gpu ${PER_GPU:-2} --seeds ${SEEDS:-3} $start --set train.compile=true --set train.cuda_graphs=true \
     --out results/ablation/packed-exact > $W/console_$stamp.log 2>&1
 else
   timeout --signal=INT --kill-after=40 $left python -m lab reproduce addition --preset packed-exact --gpus 1 \
-    --per-gpu ${PER_GPU:-2} --seeds ${SEEDS:-3} $rows --set train.compile=true --set train.cuda_graphs=true \
+    --per-gpu ${PER_GPU:-2} --seeds ${SEEDS:-3} $rows $start --set train.compile=true --set train.cuda_graphs=true \
     --out results/addition/packed-exact > $W/console_$stamp.log 2>&1
 fi
 echo "campaign stopped at $(( $(date +%s) - t0 )) s"
