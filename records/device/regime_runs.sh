@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Device call: a list of addition runs in the packed preset's schedule (6 x 384, 2000 steps, ramp over 1500, lr 1e-3,
 # batch 256 x 256 positions, 50 samples a width, evaluated every VAL=200 steps), compiled and graphed, one after the
-# other (one compiled run fills the GPU: sharing it buys no tokens a second). RUNS lists "name mixer seed [@seconds]
+# other (a compiled falcon-1.3 run fills the GPU: 1.15M tokens a second alone, 0.62M beside a DeltaNet run at 0.56M;
+# sharing pays only where a run is slow, records/addition/packed-exact/README.md). RUNS lists "name mixer seed [@seconds]
 # [lab train options...]" separated by ';' (@seconds: this run's own limit in place of RUN_S, e.g. @330 for Gated
 # DeltaNet, whose PyTorch chunk form trains at 0.46M tokens a second). A run starts only while CALL_S (the call's own
 # limit, default 560 s) leaves its limit for it, and $OUT/runs.tgz is rewritten after every run, so a call cut short
