@@ -113,7 +113,7 @@ def test_cli_import_stays_light() -> None:
 
 
 def test_campaign_options_are_declared_once_and_reach_the_command_whole() -> None:
-    """`with_campaign_options` shows a command's `campaign` parameter as the six shared options, in its place,
+    """`with_campaign_options` shows a command's `campaign` parameter as the seven shared options, in its place,
     and hands the command one CampaignOptions built from them."""
     import inspect
 
@@ -126,7 +126,9 @@ def test_campaign_options_are_declared_once_and_reach_the_command_whole() -> Non
         seen.append((first, campaign, last))
 
     names = list(inspect.signature(command).parameters)
-    assert names == ["first", "gpus", "per_gpu", "gpus_per_run", "table_only", "max_steps", "results", "last"]
-    command(first=2, gpus=None, per_gpu=3, gpus_per_run=1, table_only=True, max_steps=10, results=None, last="y")
+    assert names == ["first", "gpus", "per_gpu", "gpus_per_run", "table_only", "max_steps", "results", "start_within",
+                     "last"]
+    command(first=2, gpus=None, per_gpu=3, gpus_per_run=1, table_only=True, max_steps=10, results=None,
+            start_within=None, last="y")
     assert seen == [(2, CampaignOptions(per_gpu=3, table_only=True, max_steps=10), "y")]
     assert seen[0][1].slots() == 3
