@@ -100,6 +100,7 @@ ADDITION_PRESETS = {
     "packed": "the same with a curriculum over widths and rows packed with samples: where the models learn",
     "packed-constant": "packed with no learning-rate decay",
     "packed-exact": "packed with exact digit positions: fits widths 1-32, answers none past 32",
+    "exact-isolated": "packed-exact with each packed sample apart",
     "tiny": "a CPU: widths 1-6 trained, 7-10 held out, in minutes"}
 AdditionPresetOption = Annotated[str, typer.Option(callback=campaign_preset("addition"),
                                                    help=preset_help("addition", ADDITION_PRESETS))]

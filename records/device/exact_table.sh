@@ -18,25 +18,30 @@
 #   LAB_COMMIT=<sha> BUDGET_S=540 ROWS=falcon-1a.3,deltanet bash records/device/exact_table.sh
 #   LAB_COMMIT=<sha> BUDGET_S=565 START_S=200 bash records/device/exact_table.sh   # a session's last call
 #   LAB_COMMIT=<sha> BUDGET_S=540 ABLATE=falcon-1.3,falcon-1a.3 SEEDS=1 bash records/device/exact_table.sh
+# PRESET=exact-isolated (its samples apart) runs that preset's table the same way, recorded under
+# records/addition/exact-isolated; it replays no CUDA graph (a step's work changes with its samples).
+#   LAB_COMMIT=<sha> BUDGET_S=565 PRESET=exact-isolated SEEDS=1 bash records/device/exact_table.sh
 set -u
 export PYTHONUNBUFFERED=1
+P=${PRESET:-packed-exact}; R=records/addition/$P/runs
+GRAPHS=true; [ "$P" = exact-isolated ] && GRAPHS=false
 W=/tmp/out_exact; mkdir -p $W
 t0=$(date +%s); stamp=$(date -u +%H%M%S)
 nvidia-smi --query-gpu=name --format=csv,noheader > $W/gpu.txt
-if [ -d records/addition/packed-exact/runs ]; then
-  python -m lab runs merge records/addition/packed-exact/runs > $W/merge_$stamp.log 2>&1 || tail -3 $W/merge_$stamp.log
+if [ -d $R ]; then
+  python -m lab runs merge $R > $W/merge_$stamp.log 2>&1 || tail -3 $W/merge_$stamp.log
 fi
 left=$(( ${BUDGET_S:-540} - ($(date +%s) - t0) - 20 ))
 rows=${ROWS:+--rows $ROWS}
 start=${START_S:+--start-within $START_S}
 if [ -n "${ABLATE:-}" ]; then
-  timeout --signal=INT --kill-after=40 $left python -m lab ablate alignment --preset packed-exact --mixers $ABLATE \
-    --gpus 1 --per-gpu ${PER_GPU:-2} --seeds ${SEEDS:-3} $start --set train.compile=true --set train.cuda_graphs=true \
-    --out results/ablation/packed-exact > $W/console_$stamp.log 2>&1
+  timeout --signal=INT --kill-after=40 $left python -m lab ablate alignment --preset $P --mixers $ABLATE \
+    --gpus 1 --per-gpu ${PER_GPU:-2} --seeds ${SEEDS:-3} $start --set train.compile=true --set train.cuda_graphs=$GRAPHS \
+    --out results/ablation/$P > $W/console_$stamp.log 2>&1
 else
-  timeout --signal=INT --kill-after=40 $left python -m lab reproduce addition --preset packed-exact --gpus 1 \
-    --per-gpu ${PER_GPU:-2} --seeds ${SEEDS:-3} $rows $start --set train.compile=true --set train.cuda_graphs=true \
-    --out results/addition/packed-exact > $W/console_$stamp.log 2>&1
+  timeout --signal=INT --kill-after=40 $left python -m lab reproduce addition --preset $P --gpus 1 \
+    --per-gpu ${PER_GPU:-2} --seeds ${SEEDS:-3} $rows $start --set train.compile=true --set train.cuda_graphs=$GRAPHS \
+    --out results/addition/$P > $W/console_$stamp.log 2>&1
 fi
 echo "campaign stopped at $(( $(date +%s) - t0 )) s"
 tar czf "$OUT/out.tgz" --exclude='*.ckpt' --exclude='*.pt' --exclude='*.lock' -C $W . -C "$PWD" results
