@@ -25,8 +25,8 @@ from torch import Tensor, nn
 
 from kernels import fast_weight_rule, gated_delta_rule
 from kernels.delta import DELTA_BACKENDS
-from mixers.layers import (Mixer, RMSNorm, ShortConv, dt_bias_init, full_precision, l2_norm, residual_out,
-                           short_conv_step)
+from mixers.layers import (Mixer, RMSNorm, SampleRows, ShortConv, dt_bias_init, full_precision, l2_norm,
+                           residual_out, sample_bounds, short_conv_step)
 from mixers.options import check_bool, check_int, check_kernel_choices, check_range, head_dim_of
 
 # DeltaNet's recurrence S_t = (I − β_t k_t k_tᵀ) S_{t−1} + β_t k_t v_tᵀ is falcon-1's S_{t−1} + η_t k_t (v_t −
@@ -92,7 +92,14 @@ class GatedDeltaNetOptions(DeltaNetOptions):
 
 
 class DeltaNet(Mixer):
-    """DeltaNet, or Gated DeltaNet when ``opts`` is a ``GatedDeltaNetOptions``; see the module docstring."""
+    """DeltaNet, or Gated DeltaNet when ``opts`` is a ``GatedDeltaNetOptions``; see the module docstring.
+
+    ``forward(x, samples)`` with ``samples [B, L]`` (isolated samples: the sample of its row each token belongs
+    to) restarts the state and the short convolutions at every sample, the projections run on the packed rows:
+    DeltaNet gives the samples to falcon-1's op as packed sequences (``cu_seqlens``; its fused kernels on a GPU,
+    its chunk form elsewhere), Gated DeltaNet's rule, which takes no packed sequences, gets them one to a row."""
+
+    resets_at_samples = True
 
     def __init__(self, d_model: int, n_heads: int, opts: DeltaNetOptions, name: str = "deltanet") -> None:
         super().__init__()
@@ -137,10 +144,21 @@ class DeltaNet(Mixer):
         return self.o_proj(o.flatten(-2))
 
     @torch.compiler.disable  # the WY chunk form and the fused kernels stay outside torch.compile's graph
-    def _rule(self, q, k, v, g, beta, backend: str, state=None):
+    def _rule(self, q, k, v, g, beta, backend: str, state=None, samples: Tensor | None = None):
         scale = 1.0 / math.sqrt(self.dk)
         fused = g is None and (backend == "triton" or (backend == "auto" and q.is_cuda and q.dtype != torch.float64))
+        if samples is not None and g is not None:  # the gated rule over the samples laid one to a row
+            rows = SampleRows(samples)
+            o, _ = self._rule(*(rows.apart(t) for t in (q, k, v, g, beta)), backend)
+            return rows.back(o), None
         with full_precision(q):
+            if samples is not None:  # every sample of every row one packed sequence of a batch of one
+                q, k, v, beta = (t.flatten(0, 1)[None] for t in (q, k, v, beta))
+                o, _ = fast_weight_rule(q * scale, k, v, eta=beta, lam=torch.zeros_like(beta), rule="falcon-1",
+                                        alignment=self.opts.alignment, timing=self.opts.timing,
+                                        backend=backend if fused else "chunk", chunk_size=self.opts.chunk_size,
+                                        cu_seqlens=sample_bounds(samples))
+                return o[0].unflatten(0, samples.shape), None
             if fused:  # falcon-1's op, the inputs in their own dtype as the Falcon mixers give them
                 return fast_weight_rule(q * scale, k, v, eta=beta, lam=torch.zeros_like(beta), rule="falcon-1",
                                         alignment=self.opts.alignment, timing=self.opts.timing, backend=backend,
@@ -151,11 +169,11 @@ class DeltaNet(Mixer):
                                     chunk_size=self.opts.chunk_size, initial_state=state,
                                     output_final_state=state is not None)
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor, samples: Tensor | None = None) -> Tensor:
         q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
         if self.convs is not None:
-            q, k, v = (conv(t) for conv, t in zip(self.convs, (q, k, v)))
-        o, _ = self._rule(*self._features(x, q, k, v), self.opts.backend)
+            q, k, v = (conv(t, samples) for conv, t in zip(self.convs, (q, k, v)))
+        o, _ = self._rule(*self._features(x, q, k, v), self.opts.backend, samples=samples)
         return self._output(o, x)
 
     def init_cache(self, batch: int, device: torch.device | str, dtype: torch.dtype) -> dict:

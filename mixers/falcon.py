@@ -51,7 +51,7 @@ from torch import Tensor, nn
 from kernels import BACKENDS, fast_weight_rule, fast_weight_step
 from kernels.common.checks import check_rule_options, check_sequence_options
 from mixers.layers import (Mixer, RMSNorm, ShortConv, full_precision, l2_norm, residual_out, rms_norm,
-                           short_conv_step)
+                           sample_bounds, short_conv_step)
 from mixers.options import check_bool, check_choice, check_int, check_range, head_dim_of
 
 GAINS = ("ctx_beta", "ctx_eta", "const_beta")
@@ -238,11 +238,7 @@ class FalconMixer(Mixer):
         # launches Triton kernels; the projections, norms, convolutions and gates around it compile.
         cu_seqlens = None
         if samples is not None:  # every sample of every row one packed sequence of a batch of one
-            B, L = samples.shape
-            first = torch.ones_like(samples, dtype=torch.bool)
-            first[:, 1:] = samples[:, 1:] != samples[:, :-1]
-            starts = first.flatten().nonzero().flatten()
-            cu_seqlens = torch.cat([starts, starts.new_full((1,), B * L)])
+            cu_seqlens = sample_bounds(samples)
             q, k, v, gain, lam = (t.flatten(0, 1)[None] for t in (q, k, v, gain, lam))
         q, k, v, gain, lam = self._rule_inputs(q, k, v, gain, lam)
         with full_precision(q):

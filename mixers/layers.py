@@ -106,6 +106,42 @@ def dt_bias_init(n: int, dt_min: float, dt_max: float, floor: float) -> Tensor:
     return dt + torch.log(-torch.expm1(-dt))  # the inverse of softplus
 
 
+def sample_starts(samples: Tensor) -> Tensor:
+    """``[B·L]`` boolean: whether each token of the packed rows (``samples [B, L]``, the sample of its row each
+    token belongs to) opens a sample."""
+    first = torch.ones_like(samples, dtype=torch.bool)
+    first[:, 1:] = samples[:, 1:] != samples[:, :-1]
+    return first.flatten()
+
+
+def sample_bounds(samples: Tensor) -> Tensor:
+    """``cu_seqlens`` of the packed rows' samples read as one row of ``B·L`` tokens: every sample of every row a
+    packed sequence of a batch of one (flatten ``[B, L, ...]`` inputs to ``[1, B·L, ...]`` to match)."""
+    starts = sample_starts(samples).nonzero().flatten()
+    return torch.cat([starts, starts.new_full((1,), samples.numel())])
+
+
+class SampleRows:
+    """The samples of packed rows (``samples [B, L]``) laid one to a row, padded at their ends: ``apart(t)`` takes
+    ``t [B, L, ...]`` to ``[N, longest, ...]`` (zeros after each sample's last token, which a causal map's outputs
+    cannot see) and ``back(t)`` takes such rows back to ``[B, L, ...]``."""
+
+    def __init__(self, samples: Tensor) -> None:
+        first = sample_starts(samples)
+        self.which = first.cumsum(0) - 1  # the sample of every token, counted over the whole batch
+        starts = first.nonzero().flatten()
+        self.at = torch.arange(first.numel(), device=samples.device) - starts[self.which]  # its place in it
+        self.count, self.longest, self.shape = starts.numel(), int(self.at.max()) + 1, samples.shape
+
+    def apart(self, t: Tensor) -> Tensor:
+        rows = t.new_zeros(self.count, self.longest, *t.shape[2:])
+        rows[self.which, self.at] = t.flatten(0, 1)
+        return rows
+
+    def back(self, t: Tensor) -> Tensor:
+        return t[self.which, self.at].unflatten(0, self.shape)
+
+
 def full_precision(x: Tensor) -> torch.autocast:
     """A region where autocast is off, around the fast-weight ops: they cast their inputs to fp32 (float64
     for float64) and keep state and accumulation there; autocast would silently run their matmuls, Gram

@@ -21,9 +21,10 @@ indices depend on where its run ends, so they need the whole prompt: such a mode
 
 Isolated samples (``sample_end``, the token that ends a sample): a row that packs several samples is read as
 that many sequences. Attention sees only the tokens of its own sample (a block-diagonal causal mask; mixers
-that support it say so with ``masks_samples``), the Falcon mixers restart their fast weights and
-convolutions at every sample (``resets_at_samples``: the samples go to the rule as packed sequences), any
-other mixer mixes each sample laid on a row of its own (``samples_apart``), and with digit positions every
+that support it say so with ``masks_samples``), the Falcon mixers and (Gated) DeltaNet restart their state
+and convolutions at every sample (``resets_at_samples``: the samples go to the rule as packed sequences, or to
+Gated DeltaNet's rule one to a row), any other mixer mixes each sample laid on a row of its own
+(``samples_apart``), and with digit positions every
 sample draws its own offset in training. Without it, a sample sees the samples packed before it in its row,
 and a row shares one offset.
 """
@@ -37,6 +38,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from mixers.layers import SampleRows
 from mixers.registry import masks_samples
 
 # How a block mixes its normalised input: ``mix(mixer, h)``.
@@ -139,15 +141,8 @@ def samples_apart(mix: nn.Module, x: Tensor, samples: Tensor) -> Tensor:
     """``mix`` over each sample of the packed rows ``x [B, L, d]`` alone, as if each began a sequence: the
     samples (``sample_index``) laid one to a row, padded at their ends (which a causal mixer's outputs cannot
     see), mixed, and put back in their rows."""
-    first = torch.ones_like(samples, dtype=torch.bool)
-    first[:, 1:] = samples[:, 1:] != samples[:, :-1]
-    first = first.flatten()
-    which = first.cumsum(0) - 1  # the sample of every token, counted over the whole batch
-    starts = first.nonzero().flatten()
-    at = torch.arange(first.numel(), device=x.device) - starts[which]  # its place in its sample
-    rows = x.new_zeros(starts.numel(), int(at.max()) + 1, x.shape[-1])
-    rows[which, at] = x.flatten(0, 1)
-    return mix(rows)[which, at].unflatten(0, samples.shape)
+    rows = SampleRows(samples)
+    return rows.back(mix(rows.apart(x)))
 
 
 def sample_mask(samples: Tensor) -> Tensor:

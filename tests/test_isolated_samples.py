@@ -218,8 +218,9 @@ def test_a_recurrent_mixer_trains_on_isolated_packed_samples(mixer: str, tmp_pat
 @pytest.mark.parametrize("mixer", ["falcon-1.3", "falcon-1a.3", "falcon-2", "falcon-3a.3", "deltanet",
                                    "gated-deltanet", "retnet", "mamba2"])
 def test_a_recurrent_mixer_over_packed_samples_gives_the_loss_of_its_samples_apart(mixer: str) -> None:
-    """The packed rows stay: the Falcon mixers restart their fast weights and convolutions at every sample (the
-    rule's packed sequences), the other recurrent mixers mix each sample on a row of its own inside the model.
+    """The packed rows stay: the Falcon mixers and (Gated) DeltaNet restart their state and convolutions at every
+    sample (the rule's packed sequences), the other recurrent mixers mix each sample on a row of its own inside the
+    model.
     Either way one objective with the batch of the samples laid one to a row, gradients included; and a
     sample's logits do not depend on what its row packs before it."""
     from lab.train.module import token_loss_sum

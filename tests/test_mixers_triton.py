@@ -36,3 +36,26 @@ def test_triton_backend_matches_chunk_in_a_mixer(name):
 def test_gated_deltanet_refuses_the_fused_backend_by_name():
     with pytest.raises(ValueError, match="gated-deltanet.*triton"):
         build_mixer("gated-deltanet", 32, 2, backend="triton")
+
+
+@pytest.mark.parametrize("name", ["deltanet", "falcon-1a.3"])
+def test_triton_backend_restarts_at_packed_samples_as_on_rows_apart(name):
+    """Isolated samples on the fused kernels (the samples of packed rows as the rule's packed sequences) equal
+    the same mixer over each sample laid on a row of its own, forward and backward."""
+    from mixers.positions import samples_apart
+
+    torch.manual_seed(0)
+    mixer = build_mixer(name, 32, 2, backend="triton", chunk_size=16).to(DEVICE)
+    samples = torch.tensor([[0] * 5 + [1] * 11 + [2] * 4, [0] * 17 + [1] * 3], device=DEVICE)
+    x = torch.randn(2, 20, 32, device=DEVICE)
+    outs, grads = [], []
+    for mix in (lambda h: mixer(h, samples=samples), lambda h: samples_apart(mixer, h, samples)):
+        xi = x.clone().requires_grad_(True)
+        y = mix(xi)
+        y.square().sum().backward()
+        outs.append(y.detach())
+        grads.append(xi.grad)
+    rel = lambda a, b: ((a - b).norm() / b.norm()).item()  # noqa: E731
+    assert rel(outs[0], outs[1]) < TOL and rel(grads[0], grads[1]) < TOL
+    whole = mixer(x).detach()  # one sequence a row: the samples after the first see those before them
+    assert rel(whole[:, 5:], outs[0][:, 5:]) > 1e-2
