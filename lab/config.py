@@ -67,8 +67,8 @@ class ModelConfig:
     `isolate_samples` (addition): the samples packed in a row do not see each other, and each draws its own
     digit-position offset; without it a sample attends to those packed before it (a recurrent state carries
     into it). The packed rows stay: attention mixers mask attention to each sample (block-diagonal, causal),
-    the Falcon mixers and (Gated) DeltaNet restart their state and convolutions at each sample (packed sequences
-    for the rule), any other mixer mixes each sample laid on a row of its own (`mixers.positions.samples_apart`)."""
+    the recurrent mixers restart their state and convolutions at each sample (`mixers.positions`), any other
+    mixer mixes each sample laid on a row of its own (`mixers.positions.samples_apart`)."""
 
     d_model: int = 64
     n_layers: int = 2

@@ -149,7 +149,11 @@ class DeltaNet(Mixer):
         fused = g is None and (backend == "triton" or (backend == "auto" and q.is_cuda and q.dtype != torch.float64))
         if samples is not None and g is not None:  # the gated rule over the samples laid one to a row
             rows = SampleRows(samples)
-            o, _ = self._rule(*(rows.apart(t) for t in (q, k, v, g, beta)), backend)
+            with full_precision(q):
+                o, _ = gated_delta_rule(*(rows.apart(t) for t in (q, k, v, g, beta)), scale=scale,
+                                        alignment=self.opts.alignment, timing=self.opts.timing,
+                                        backend="chunk" if backend == "auto" else backend,
+                                        chunk_size=rows.chunk(self.opts.chunk_size))
             return rows.back(o), None
         with full_precision(q):
             if samples is not None:  # every sample of every row one packed sequence of a batch of one

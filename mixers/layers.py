@@ -141,6 +141,16 @@ class SampleRows:
     def back(self, t: Tensor) -> Tensor:
         return t[self.which, self.at].unflatten(0, self.shape)
 
+    def places(self) -> Tensor:
+        """``[B, L]``: each token's place in its sample (0 at its first token)."""
+        return self.at.view(self.shape)
+
+    def chunk(self, size: int) -> int:
+        """A chunk size for a chunked form over these rows: ``size``, or the smallest power of two from 16 that
+        holds the longest sample when that is shorter (the chunked forms pad a row to whole chunks, and the
+        samples of a packed row can be a few tokens long)."""
+        return min(size, max(16, 1 << (self.longest - 1).bit_length()))
+
 
 def full_precision(x: Tensor) -> torch.autocast:
     """A region where autocast is off, around the fast-weight ops: they cast their inputs to fp32 (float64
@@ -150,14 +160,16 @@ def full_precision(x: Tensor) -> torch.autocast:
 
 
 def rotary(x: Tensor, positions: Tensor, base: float) -> Tensor:
-    """Rotary position embedding (half-split pairs) of ``x [B, L, H, D]`` at integer ``positions [L]``."""
+    """Rotary position embedding (half-split pairs) of ``x [B, L, H, D]`` at integer ``positions [L]`` (or
+    ``[B, L]``, a row's own)."""
     D = x.shape[-1]
     if D % 2:
         raise ValueError(f"rotary embeddings need an even head dimension, got {D}")
     dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
     inv_freq = base ** (-torch.arange(0, D, 2, device=x.device, dtype=dtype) / D)
-    angles = positions.to(dtype)[:, None] * inv_freq[None, :]  # [L, D/2]
-    cos, sin = angles.cos()[None, :, None, :], angles.sin()[None, :, None, :]
+    angles = positions.to(dtype)[..., None] * inv_freq  # [L, D/2] or [B, L, D/2]
+    angles = angles if angles.dim() == 3 else angles[None]
+    cos, sin = angles.cos()[:, :, None, :], angles.sin()[:, :, None, :]
     x1, x2 = x.to(dtype).chunk(2, dim=-1)
     return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1).to(x.dtype)
 

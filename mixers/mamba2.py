@@ -20,7 +20,7 @@ from torch import Tensor, nn
 
 from kernels import linear_attention
 from kernels.linear_attention import BACKENDS as LINEAR_BACKENDS
-from mixers.layers import Mixer, ShortConv, dt_bias_init, full_precision, residual_out, rms_norm
+from mixers.layers import Mixer, SampleRows, ShortConv, dt_bias_init, full_precision, residual_out, rms_norm
 from mixers.options import check_bool, check_int, check_kernel_choices, check_range
 
 
@@ -63,6 +63,8 @@ class Mamba2Options:
 
 class Mamba2(Mixer):
     """The Mamba-2 (SSD) layer; see the module docstring."""
+
+    resets_at_samples = True
 
     def __init__(self, d_model: int, n_heads: int, opts: Mamba2Options, name: str = "mamba2") -> None:
         super().__init__()
@@ -114,16 +116,26 @@ class Mamba2(Mixer):
         normed = rms_norm(groups, self.opts.norm_eps).flatten(-2) * self.norm_weight.to(y.dtype)
         return self.out_proj(normed.to(z.dtype))
 
-    def _scan(self, q: Tensor, k: Tensor, v: Tensor, g: Tensor, backend: str, state=None):
+    def _scan(self, q: Tensor, k: Tensor, v: Tensor, g: Tensor, backend: str, state=None,
+              chunk_size: int | None = None):
         with full_precision(q):
             return linear_attention(q, k, v, g, alignment=self.opts.alignment, timing=self.opts.timing,
-                                    backend=backend, chunk_size=self.opts.chunk_size, initial_state=state,
-                                    output_final_state=state is not None)
+                                    backend=backend, chunk_size=chunk_size or self.opts.chunk_size,
+                                    initial_state=state, output_final_state=state is not None)
 
-    def forward(self, h: Tensor) -> Tensor:
+    def forward(self, h: Tensor, samples: Tensor | None = None) -> Tensor:
+        """``samples [B, L]`` (isolated samples: the sample of its row each token belongs to): the convolution
+        and the scan restart at every sample; the projections and the convolution run on the packed rows, the
+        scan over the samples laid one to a row."""
         z, xBC, dt = self._split(self.in_proj(h))
-        q, k, v, g = self._ssd_inputs(self.conv(xBC), dt)
-        y, _ = self._scan(q, k, v, g, self.opts.backend)
+        q, k, v, g = self._ssd_inputs(self.conv(xBC, samples), dt)
+        if samples is None:
+            y, _ = self._scan(q, k, v, g, self.opts.backend)
+        else:
+            rows = SampleRows(samples)
+            y, _ = self._scan(*(rows.apart(t) for t in (q, k, v, g)), self.opts.backend,
+                              chunk_size=rows.chunk(self.opts.chunk_size))
+            y = rows.back(y)
         return self._output(y, v, z)
 
     def init_cache(self, batch: int, device: torch.device | str, dtype: torch.dtype) -> dict:

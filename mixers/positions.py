@@ -21,10 +21,10 @@ indices depend on where its run ends, so they need the whole prompt: such a mode
 
 Isolated samples (``sample_end``, the token that ends a sample): a row that packs several samples is read as
 that many sequences. Attention sees only the tokens of its own sample (a block-diagonal causal mask; mixers
-that support it say so with ``masks_samples``), the Falcon mixers and (Gated) DeltaNet restart their state
-and convolutions at every sample (``resets_at_samples``: the samples go to the rule as packed sequences, or to
-Gated DeltaNet's rule one to a row), any other mixer mixes each sample laid on a row of its own
-(``samples_apart``), and with digit positions every
+that support it say so with ``masks_samples``), the recurrent mixers restart their state and convolutions at
+every sample (``resets_at_samples``: the samples go to the Falcon rules' and DeltaNet's kernels as packed
+sequences, and to the scans of RetNet, Mamba-2 and Gated DeltaNet one to a row, the projections on the packed
+rows), any other mixer mixes each sample laid on a row of its own (``samples_apart``), and with digit positions every
 sample draws its own offset in training. Without it, a sample sees the samples packed before it in its row,
 and a row shares one offset.
 """

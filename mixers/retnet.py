@@ -20,7 +20,7 @@ from torch import Tensor, nn
 
 from kernels import linear_attention
 from kernels.linear_attention import BACKENDS as LINEAR_BACKENDS
-from mixers.layers import Mixer, full_precision, residual_out, rms_norm, rotary
+from mixers.layers import Mixer, SampleRows, full_precision, residual_out, rms_norm, rotary
 from mixers.options import check_bool, check_int, check_kernel_choices, check_range, head_dim_of
 
 
@@ -55,6 +55,8 @@ def retention_decays(n_heads: int) -> Tensor:
 class Retention(Mixer):
     """Multi-scale retention; see the module docstring."""
 
+    resets_at_samples = True
+
     def __init__(self, d_model: int, n_heads: int, opts: RetNetOptions, name: str = "retnet") -> None:
         super().__init__()
         self.opts, self.n_heads = opts, n_heads
@@ -82,16 +84,27 @@ class Retention(Mixer):
         o = rms_norm(o, self.opts.norm_eps).flatten(-2)  # group norm: one group per head
         return self.o_proj(o * F.silu(self.g_proj(x)))
 
-    def _retain(self, q: Tensor, k: Tensor, v: Tensor, g: Tensor, backend: str, state=None):
+    def _retain(self, q: Tensor, k: Tensor, v: Tensor, g: Tensor, backend: str, state=None,
+                chunk_size: int | None = None):
         with full_precision(q):
             return linear_attention(q, k, v, g, scale=1.0 / math.sqrt(self.dk), alignment=self.opts.alignment,
-                                    timing=self.opts.timing, backend=backend, chunk_size=self.opts.chunk_size,
-                                    initial_state=state, output_final_state=state is not None)
+                                    timing=self.opts.timing, backend=backend,
+                                    chunk_size=chunk_size or self.opts.chunk_size, initial_state=state,
+                                    output_final_state=state is not None)
 
-    def forward(self, x: Tensor) -> Tensor:
-        q, k, v, g = self._qkv(x, torch.arange(x.shape[1], device=x.device))
-        o, _ = self._retain(q, k, v, g, self.opts.backend)
-        return self._output(o, x)
+    def forward(self, x: Tensor, samples: Tensor | None = None) -> Tensor:
+        """``samples [B, L]`` (isolated samples: the sample of its row each token belongs to): retention restarts
+        at every sample, the rotary positions counted from each sample's first token; the projections run on the
+        packed rows, the retention over the samples laid one to a row."""
+        if samples is None:
+            q, k, v, g = self._qkv(x, torch.arange(x.shape[1], device=x.device))
+            o, _ = self._retain(q, k, v, g, self.opts.backend)
+            return self._output(o, x)
+        rows = SampleRows(samples)
+        q, k, v, g = self._qkv(x, rows.places())
+        o, _ = self._retain(*(rows.apart(t) for t in (q, k, v, g)), self.opts.backend,
+                            chunk_size=rows.chunk(self.opts.chunk_size))
+        return self._output(rows.back(o), x)
 
     def init_cache(self, batch: int, device: torch.device | str, dtype: torch.dtype) -> dict:
         """The retention state (a bare zero S: a fresh sequence) and the next position."""

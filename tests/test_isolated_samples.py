@@ -218,9 +218,8 @@ def test_a_recurrent_mixer_trains_on_isolated_packed_samples(mixer: str, tmp_pat
 @pytest.mark.parametrize("mixer", ["falcon-1.3", "falcon-1a.3", "falcon-2", "falcon-3a.3", "deltanet",
                                    "gated-deltanet", "retnet", "mamba2"])
 def test_a_recurrent_mixer_over_packed_samples_gives_the_loss_of_its_samples_apart(mixer: str) -> None:
-    """The packed rows stay: the Falcon mixers and (Gated) DeltaNet restart their state and convolutions at every
-    sample (the rule's packed sequences), the other recurrent mixers mix each sample on a row of its own inside the
-    model.
+    """The packed rows stay: every recurrent mixer restarts its state and convolutions at every sample (the
+    Falcon rules and DeltaNet on packed sequences, the other scans over the samples laid one to a row).
     Either way one objective with the batch of the samples laid one to a row, gradients included; and a
     sample's logits do not depend on what its row packs before it."""
     from lab.train.module import token_loss_sum
@@ -248,3 +247,19 @@ def test_a_recurrent_mixer_over_packed_samples_gives_the_loss_of_its_samples_apa
         alone = restarting(torch.tensor([second]))[0]
         after = restarting(torch.tensor([first + second]))[0, len(first):]
     torch.testing.assert_close(after, alone)
+
+
+def test_sample_rows_lay_each_sample_on_a_row_and_fit_the_chunk_to_the_longest() -> None:
+    from mixers.layers import SampleRows, sample_bounds
+
+    samples = torch.tensor([[0, 0, 0, 1, 1], [0, 1, 1, 1, 1]])
+    rows = SampleRows(samples)
+    x = torch.arange(10.0).view(2, 5, 1)
+    apart = rows.apart(x)
+    assert apart[..., 0].tolist() == [[0, 1, 2, 0], [3, 4, 0, 0], [5, 0, 0, 0], [6, 7, 8, 9]]
+    assert torch.equal(rows.back(apart), x)
+    assert rows.places().tolist() == [[0, 1, 2, 0, 1], [0, 0, 1, 2, 3]]
+    assert sample_bounds(samples).tolist() == [0, 3, 5, 6, 10]
+    assert (rows.chunk(64), rows.chunk(8)) == (16, 8)  # 4 tokens at most: the smallest chunk from 16
+    long = SampleRows(torch.zeros(1, 100, dtype=torch.long))
+    assert (long.chunk(64), long.chunk(256)) == (64, 128)

@@ -29,10 +29,10 @@ PRESETS: dict[str, tuple[str, tuple[str, ...]]] = {
     "packed-exact": ("addition-paper", (*PACKED, "model.abacus=0", "train.val_every=200", "eval.n_per_length=50",
                                         "eval.free_per_length=0", "train.ckpt_every=100000")),
 }
-# packed-exact with each packed sample apart (attention masked, the Falcon rules and DeltaNet restarted at each
-# sample, any other mixer on rows of its own): on a CPU at widths 1-8 DeltaNet fits every width with its samples
-# apart where packed it stops at 1-3 (records/addition/cpu_exact_rows), and on an H200 DeltaNet, falcon-1a.1 and
-# falcon-3a.3, which stop at widths 2-6 in packed-exact, fit widths 1-32 (records/addition/exact-isolated)
+# packed-exact with each packed sample apart (attention masked, every recurrent mixer restarted at each sample):
+# on a CPU at widths 1-8 DeltaNet fits every width with its samples apart where packed it stops at 1-3
+# (records/addition/cpu_exact_rows), and on an H200 DeltaNet, falcon-1a.1 and falcon-3a.3, which stop at widths
+# 3-6 in packed-exact, fit widths 1-32 (records/addition/exact-isolated)
 PRESETS["exact-isolated"] = ("addition-paper", (*PRESETS["packed-exact"][1], "model.isolate_samples=true"))
 DEFAULT_SEEDS = {"tiny": 1, "paper": 3, "packed": 3, "packed-constant": 3, "packed-exact": 3,
                  "exact-isolated": 3}

@@ -57,8 +57,8 @@ def positions(cfg: RunConfig) -> PositionsConfig | None:
                     # counted in forward passes: a step is train.accumulate of them
                     "abacus_start": m.abacus_start * cfg.train.accumulate}
     if m.isolate_samples:
-        # The packed rows stay: attention masks them, the Falcon mixers and (Gated) DeltaNet restart at each
-        # sample, any other mixer mixes each sample on a row of its own (mixers.positions).
+        # The packed rows stay: attention masks them, the recurrent mixers restart at each sample, any other
+        # mixer mixes each sample on a row of its own (mixers.positions).
         features["sample_end"] = EOS
     return PositionsConfig(**features) if features else None
 
