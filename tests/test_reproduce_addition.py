@@ -172,12 +172,11 @@ def test_the_table_names_the_transformer_without_rope_and_the_digit_positions() 
             "evaluation, attention within each packed sample;") in settings_sentence(isolated)
     both = plan("packed", parse_rows("transformer,falcon-1.3,deltanet"), seeds=1,
                 overrides=["model.isolate_samples=true"])
-    assert ("packed samples kept apart (attention within each packed sample; each packed sample mixed on a row of "
-            "its own; the state restarted at each packed sample, by mixer)") in settings_sentence(both)
-    falcon = plan("packed", parse_rows("falcon-1.3"), seeds=1, overrides=["model.isolate_samples=true"])
-    assert "the state restarted at each packed sample;" in settings_sentence(falcon)
-    delta = plan("packed", parse_rows("deltanet"), seeds=1, overrides=["model.isolate_samples=true"])
-    assert "each packed sample mixed on a row of its own;" in settings_sentence(delta)
+    assert ("packed samples kept apart (attention within each packed sample; the state restarted at each packed "
+            "sample, by mixer)") in settings_sentence(both)
+    for row in ("falcon-1.3", "deltanet", "retnet", "mamba2", "gated-deltanet"):  # every recurrent row restarts
+        one = plan("packed", parse_rows(row), seeds=1, overrides=["model.isolate_samples=true"])
+        assert "the state restarted at each packed sample;" in settings_sentence(one), row
 
 
 def test_widths_answered_counts_widths_in_a_row_from_one_up_to_the_widest_trained() -> None:
