@@ -6,7 +6,7 @@
 # [lab train options...]" separated by ';' (@seconds: this run's own limit in place of RUN_S, e.g. @330 for Gated
 # DeltaNet, whose PyTorch chunk form trains at 0.46M tokens a second). A run starts only while CALL_S (the call's own
 # limit, default 560 s) leaves its limit for it, and $OUT/runs.tgz is rewritten after every run, so a call cut short
-# still brings back what finished.
+# still brings back what finished. PARALLEL=1 starts every run at once, sharing the GPU, each under its own limit.
 # Run from the repository root with LAB_COMMIT set; prints a table.
 #   RUNS="f13-ab0-s0 falcon-1.3 0 --set model.abacus=0;f13-ab0-s1 falcon-1.3 1 --set model.abacus=0" \
 #     bash records/device/regime_runs.sh
@@ -19,6 +19,12 @@ BASE="--task addition --preset addition-paper --set data.curriculum=linear --set
   --set train.ckpt_every=100000 --set train.val_every=${VAL:-200} --set eval.n_per_length=50 --set eval.free_per_length=0
   --set train.compile=true --set train.cuda_graphs=${GRAPHS:-true} --no-progress"
 nvidia-smi --query-gpu=name --format=csv,noheader > $W/gpu.txt
+one() {  # name mixer seed limit [options...]: one run, timed
+  local name=$1 mixer=$2 seed=$3 limit=$4 t0=$(date +%s); shift 4
+  timeout --signal=INT --kill-after=$KILL_S $limit python -m lab train $BASE --mixer $mixer --seed $seed "$@" \
+    --out $W/runs/$name --results $W/res_$name > $W/$name.log 2>&1
+  echo "$name rc=$? wall_s=$(( $(date +%s) - t0 ))" | tee -a $W/times.txt
+}
 NAMES=""
 IFS=';' read -ra SPECS <<< "$RUNS"
 for spec in "${SPECS[@]}"; do
@@ -26,12 +32,16 @@ for spec in "${SPECS[@]}"; do
   limit=$RUN_S; case "${1:-}" in @*) limit=${1#@}; shift;; esac
   left=$(( CALL_S - ($(date +%s) - T0) - 30 ))
   [ $left -lt $limit ] && { echo "$name not started: $left s left" | tee -a $W/times.txt; continue; }
-  NAMES="$NAMES $name"; t0=$(date +%s)
-  timeout --signal=INT --kill-after=$KILL_S $limit python -m lab train $BASE --mixer $mixer --seed $seed "$@" \
-    --out $W/runs/$name --results $W/res > $W/$name.log 2>&1
-  echo "$name rc=$? wall_s=$(( $(date +%s) - t0 ))" | tee -a $W/times.txt
-  tar czf "$OUT/runs.tgz" --exclude='checkpoints' --exclude='*.pt' --exclude='*.lock' --exclude='res' -C $W .
+  NAMES="$NAMES $name"
+  if [ -n "${PARALLEL:-}" ]; then
+    one $name $mixer $seed $limit "$@" &
+  else
+    one $name $mixer $seed $limit "$@"
+    tar czf "$OUT/runs.tgz" --exclude='checkpoints' --exclude='*.pt' --exclude='*.lock' --exclude='res_*' -C $W .
+  fi
 done
+wait
+tar czf "$OUT/runs.tgz" --exclude='checkpoints' --exclude='*.pt' --exclude='*.lock' --exclude='res_*' -C $W .
 export NAMES
 python - <<'PY'
 import csv, os
