@@ -101,6 +101,7 @@ ADDITION_PRESETS = {
     "packed-constant": "packed with no learning-rate decay",
     "packed-exact": "packed with exact digit positions: fits widths 1-32, answers none past 32",
     "exact-isolated": "packed-exact with each packed sample apart",
+    "isolated-offsets": "exact-isolated with half the samples' digit indices offset by 0-64",
     "tiny": "a CPU: widths 1-6 trained, 7-10 held out, in minutes"}
 AdditionPresetOption = Annotated[str, typer.Option(callback=campaign_preset("addition"),
                                                    help=preset_help("addition", ADDITION_PRESETS))]

@@ -19,12 +19,13 @@
 #   LAB_COMMIT=<sha> BUDGET_S=565 START_S=200 bash records/device/exact_table.sh   # a session's last call
 #   LAB_COMMIT=<sha> BUDGET_S=540 ABLATE=falcon-1.3,falcon-1a.3 SEEDS=1 bash records/device/exact_table.sh
 # PRESET=exact-isolated (its samples apart) runs that preset's table the same way, recorded under
-# records/addition/exact-isolated; it replays no CUDA graph (a step's work changes with its samples).
+# records/addition/exact-isolated; it replays no CUDA graph (a step's work changes with its samples). So does
+# PRESET=isolated-offsets (its runs under records/addition/isolated-offsets/table).
 #   LAB_COMMIT=<sha> BUDGET_S=565 PRESET=exact-isolated SEEDS=1 bash records/device/exact_table.sh
 set -u
 export PYTHONUNBUFFERED=1
 P=${PRESET:-packed-exact}; R=records/addition/$P/runs
-GRAPHS=true; [ "$P" = exact-isolated ] && GRAPHS=false
+GRAPHS=true; case "$P" in exact-isolated|isolated-offsets) GRAPHS=false;; esac
 W=/tmp/out_exact; mkdir -p $W
 t0=$(date +%s); stamp=$(date -u +%H%M%S)
 nvidia-smi --query-gpu=name --format=csv,noheader > $W/gpu.txt
