@@ -60,40 +60,45 @@ def load(folder: Path) -> tuple[dict, pd.DataFrame]:
     return row, ev
 
 
-folders = sorted((HERE / "runs").iterdir()) + [HERE.parent / "isolated-offsets" / "runs" / r for r in REFERENCES]
-loaded = [load(f) for f in folders]
-table = pd.DataFrame([row for row, _ in loaded])
-table.to_csv(HERE / "summary.csv", index=False)
+def main() -> None:
+    folders = sorted((HERE / "runs").iterdir()) + [HERE.parent / "isolated-offsets" / "runs" / r for r in REFERENCES]
+    loaded = [load(f) for f in folders]
+    table = pd.DataFrame([row for row, _ in loaded])
+    table.to_csv(HERE / "summary.csv", index=False)
 
-print("| run | mixer | QK norm | gain | ridge | pairing | output gate | best step (last) | val. acc. 1-32 | "
-      "widths 1-32 answered | 33-48 (per token) | last 33-48 | @33 | @40 |")
-print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-for r in table.sort_values(["reference", "val_acc"], ascending=[True, False]).itertuples():
-    ref = " (ref.)" if r.reference else ""
-    print(f"| `{r.run}`{ref} | {r.mixer} | {r.qk_norm} | {r.gain} | {r.ridge} | {r.pairing} | "
-          f"{'on' if r.gate else 'off'} | {r.best_step} ({r.last_step}) | {r.val_acc} | {r.widths_answered} | "
-          f"{r.ood_mean} ({r.ood_token_mean}) | {r.last_ood_mean} | {r.acc_33} | {r.acc_40} |")
+    print("| run | mixer | QK norm | gain | ridge | pairing | output gate | best step (last) | val. acc. 1-32 | "
+          "widths 1-32 answered | 33-48 (per token) | last 33-48 | @33 | @40 |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in table.sort_values(["reference", "val_acc"], ascending=[True, False]).itertuples():
+        ref = " (ref.)" if r.reference else ""
+        print(f"| `{r.run}`{ref} | {r.mixer} | {r.qk_norm} | {r.gain} | {r.ridge} | {r.pairing} | "
+              f"{'on' if r.gate else 'off'} | {r.best_step} ({r.last_step}) | {r.val_acc} | {r.widths_answered} | "
+              f"{r.ood_mean} ({r.ood_token_mean}) | {r.last_ood_mean} | {r.acc_33} | {r.acc_40} |")
 
-fig, (left, right) = plt.subplots(1, 2, figsize=(15, 7.4), constrained_layout=True)
-for (row, ev), colour in zip(loaded, ["C0", "C1", "C2", "C3", "C4", "C5", "C6", "C8", "C9", "C9"] + ["0.5"] * 4):
-    if row["reference"]:
-        style = dict(color="0.55" if row["mixer"] == "deltanet" else "0.2", ls=":", lw=1.4)
-        label = f"ref.: {row['mixer']}, own options, offset 0–{row['abacus']}, seed {row['seed']}"
-    else:
-        style = dict(color=colour, ls="-" if not row["gate"] else "--", lw=1.9)
-        label = (f"{row['run'].removesuffix('-ab64-s0')}: {row['qk_norm']}, {row['gain']}, {row['ridge']}, "
-                 f"{row['pairing']}, gate {'on' if row['gate'] else 'off'}")
-    left.plot(ev["step"], ev["val_acc"], marker="o", ms=3, label=label, **style)
-    best = ev.loc[ev["val_acc"].idxmax()]
-    right.plot(WIDTHS, [best[f"tf@{w}"] for w in WIDTHS], **style)
-left.set(xlabel="step", ylabel="whole answers right, widths 1–32 (%)", ylim=(0, 101), xlim=(0, 2050),
-         title="validation accuracy by step (dashed: output gate on)")
-fig.legend(*left.get_legend_handles_labels(), loc="outside lower center", ncol=3, fontsize=8)
-right.axvspan(32.5, 48.5, color="0.92", zorder=0)
-right.text(33.5, 104, "untrained widths 33–48", fontsize=9, color="0.3")
-right.set(xlabel="operand width (digits)", ylabel="whole answers right at the best step (%)", ylim=(-2, 110),
-          xlim=(1, 48), title="per width, best step by widths 1–32")
-fig.suptitle("falcon-1 between falcon-1.3's options and DeltaNet's, samples apart, digit indices offset by 0–64 "
-             "(one H200, 11.6M parameters, seed 0):\nwith the output gate on no run fits widths 1–32; with it off "
-             "and same-time writes, no ridge, falcon-1 fits and answers past 32")
-fig.savefig(HERE / "options.png", dpi=120)
+    fig, (left, right) = plt.subplots(1, 2, figsize=(15, 7.4), constrained_layout=True)
+    for (row, ev), colour in zip(loaded, ["C0", "C1", "C2", "C3", "C4", "C5", "C6", "C8", "C9", "C9"] + ["0.5"] * 4):
+        if row["reference"]:
+            style = dict(color="0.55" if row["mixer"] == "deltanet" else "0.2", ls=":", lw=1.4)
+            label = f"ref.: {row['mixer']}, own options, offset 0–{row['abacus']}, seed {row['seed']}"
+        else:
+            style = dict(color=colour, ls="-" if not row["gate"] else "--", lw=1.9)
+            label = (f"{row['run'].removesuffix('-ab64-s0')}: {row['qk_norm']}, {row['gain']}, {row['ridge']}, "
+                     f"{row['pairing']}, gate {'on' if row['gate'] else 'off'}")
+        left.plot(ev["step"], ev["val_acc"], marker="o", ms=3, label=label, **style)
+        best = ev.loc[ev["val_acc"].idxmax()]
+        right.plot(WIDTHS, [best[f"tf@{w}"] for w in WIDTHS], **style)
+    left.set(xlabel="step", ylabel="whole answers right, widths 1–32 (%)", ylim=(0, 101), xlim=(0, 2050),
+             title="validation accuracy by step (dashed: output gate on)")
+    fig.legend(*left.get_legend_handles_labels(), loc="outside lower center", ncol=3, fontsize=8)
+    right.axvspan(32.5, 48.5, color="0.92", zorder=0)
+    right.text(33.5, 104, "untrained widths 33–48", fontsize=9, color="0.3")
+    right.set(xlabel="operand width (digits)", ylabel="whole answers right at the best step (%)", ylim=(-2, 110),
+              xlim=(1, 48), title="per width, best step by widths 1–32")
+    fig.suptitle("falcon-1 between falcon-1.3's options and DeltaNet's, samples apart, digit indices offset by 0–64 "
+                 "(one H200, 11.6M parameters, seed 0):\nwith the output gate on no run fits widths 1–32; with it off "
+                 "and same-time writes, no ridge, falcon-1 fits and answers past 32")
+    fig.savefig(HERE / "options.png", dpi=120)
+
+
+if __name__ == "__main__":
+    main()
