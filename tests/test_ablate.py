@@ -87,6 +87,22 @@ def test_the_default_cell_is_the_reproduce_run_itself() -> None:
     assert jobs[("deltanet", Cell("raw", "shifted"))].cfg.model.mixer_options == {"alignment": "shifted"}
 
 
+def test_cells_keep_the_presets_row_settings_but_their_own_timing_and_pairing() -> None:
+    # same-time gives the Falcon rows same-time writes, no gate, no ridge: every cell keeps the gate off and
+    # λ̄ = 0, the cells set the pairing, and the RAW/same-time cell is the table's run
+    jobs = {cell_of(j): j for j in plan("same-time", ["falcon-1.3"], seeds=1)}
+    row = reproduce.plan("same-time", reproduce.parse_rows("falcon-1.3"), seeds=1)[0]
+    assert jobs[Cell("raw", "same_time")].run_id == row.run_id
+    assert jobs[Cell("raw", "shifted")].cfg.model.mixer_options == {"output_gate": False, "ridge": "const_lambda",
+                                                                      "lam": 0.0}
+    assert jobs[Cell("rbw", "shifted")].cfg.model.mixer_options["timing"] == "rbw"
+    assert len({j.run_id for j in jobs.values()}) == 4
+    # the tiny preset's digit positions for falcon-1.3 hold in its cells too
+    tiny = {cell_of(j): j for j in plan("tiny", ["falcon-1.3"], seeds=1)}
+    assert tiny[Cell("raw", "shifted")].run_id == reproduce.plan("tiny", reproduce.parse_rows("falcon-1.3"), 1)[0].run_id
+    assert all(j.cfg.model.isolate_samples for j in tiny.values())
+
+
 def test_set_may_not_move_a_cell() -> None:
     for item in ("model.mixer_options.timing=rbw", "model.mixer_options.alignment=shifted"):
         with pytest.raises(ValueError, match="--set may not change model.mixer_options.timing or .alignment"):

@@ -95,6 +95,25 @@ def test_plan_goes_seed_by_seed_with_one_run_id_per_row_and_seed() -> None:
         plan("tiny", ROWS, 1, overrides=["optim.lrr=1"])
 
 
+def test_isolated_same_time_moves_the_falcon_rows_alone_and_its_runs_are_the_recorded_ones() -> None:
+    rows = parse_rows("falcon-1.3,falcon-1a.1,falcon-3,deltanet,gated-deltanet,retnet,transformer")
+    same = {j.cfg.mixer: j for j in plan("same-time", rows, seeds=1)}
+    offsets = {j.cfg.mixer: j for j in plan("isolated-offsets", rows, seeds=1)}
+    for mixer in ("falcon-1.3", "falcon-1a.1", "falcon-3"):
+        assert same[mixer].cfg.model.mixer_options == {"output_gate": False, "alignment": "same_time",
+                                                       "ridge": "const_lambda", "lam": 0.0}
+        assert same[mixer].cfg.data == offsets[mixer].cfg.data and same[mixer].run_id != offsets[mixer].run_id
+    for mixer in ("deltanet", "gated-deltanet", "retnet", "transformer"):  # the baselines keep their own options
+        assert same[mixer].run_id == offsets[mixer].run_id
+    # the falcon-same-time runs and isolated-offsets' DeltaNet runs are this preset's (records/addition/same-time)
+    ids = {(j.cfg.mixer, j.cfg.train.seed): j.run_id
+           for j in plan("same-time", parse_rows("falcon-1.3,falcon-1a.3,deltanet"), seeds=3)}
+    assert ids[("falcon-1.3", 0)] == "b75dabe9ce" and ids[("falcon-1a.3", 2)] == "b9a12b086b"
+    assert ids[("deltanet", 1)] == "852e77770d"
+    forced = plan("same-time", parse_rows("falcon-1.3"), 1, overrides=["model.mixer_options.lam=0.01"])[0]
+    assert forced.cfg.model.mixer_options["lam"] == 0.01  # --set goes over the row's settings
+
+
 def test_the_tiny_preset_trains_widths_1_to_6_and_holds_out_7_to_10_in_a_few_rows() -> None:
     jobs = plan("tiny", parse_rows(None, "tiny"), seeds=2)
     assert [(j.cfg.mixer, j.cfg.train.seed) for j in jobs] == [("transformer", 0), ("falcon-1.3", 0),
@@ -237,7 +256,8 @@ def test_table_rows_are_mean_and_sample_std_over_finished_seeds() -> None:
     assert transformer["best_step_mean"] == 200.0 and transformer["paper_ood_mean"] == 65.8
     assert transformer["val_acc_mean"] is None
     assert (retnet["runs"], retnet["ood_mean_mean"], retnet["ood_mean_std"]) == (1, 5.0, None)
-    assert transformer["ood_mean_seeds"] == "61.0 70.0 67.0"
+    assert transformer["ood_mean_seeds"] == "61.0 70.0 67.0" and transformer["ood_mean_median"] == 67.0
+    assert retnet["ood_mean_median"] == 5.0 and transformer["val_acc_median"] is None
     # runs evaluated on other widths than the paper's 1-32 and 33-48 have no paper numbers beside them
     tiny = plan("tiny", parse_rows("transformer"), seeds=1)
     (row,) = summary_rows(tiny, [{"job": tiny[0], "seed": 0, "registry": {"n_params": 1},

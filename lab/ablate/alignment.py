@@ -8,7 +8,8 @@ RAW/shifted; the baselines' own papers use RAW/same-time. Every recurrent mixer 
 options, so every cell is one run of the addition preset per seed, made by the reproduce machinery:
 run ids are config hashes, finished runs are skipped, unfinished ones resume. A cell equal to the
 mixer's default sets no option at all, so it is the very run `lab reproduce addition` (or `lab reproduce
-<task>`) makes.
+<task>`) makes. A preset's own settings for a row (`ROW_SETTINGS`) hold in every cell, but the timing and pairing the
+cell sets: under `same-time` the Falcon rows' same-time cell is the table's run.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from lab.ablate.cells import CELLS, OPTION_KEYS, Cell, cell_of, default_cell
 from lab.config import SEQUENCE_TASKS, load_config
 from lab.paths import results_root
 from lab.reproduce.addition import check_preset
-from lab.reproduce.addition_rows import DEFAULT_SEEDS
+from lab.reproduce.addition_rows import DEFAULT_SEEDS, ROW_SETTINGS
 from lab.reproduce.jobs import Job, Outcome
 from lab.reproduce.launch import Campaign, run_campaign
 from mixers import MIXERS, default_options
@@ -78,6 +79,13 @@ def cell_overrides(mixer: str, cell: Cell) -> list[str]:
             if getattr(cell, key) != getattr(default, key)]
 
 
+def row_settings(preset: str, mixer: str) -> list[str]:
+    """The settings the addition preset gives this mixer's row (`ROW_SETTINGS`) but the cell's own options: the
+    ablation runs each cell in the table's regime, so that the row's cell is the table's run itself."""
+    cell_keys = {f"model.mixer_options.{key}" for key in OPTION_KEYS}
+    return [item for item in ROW_SETTINGS.get(preset, {}).get(mixer, ()) if item.split("=", 1)[0] not in cell_keys]
+
+
 def plan(preset: str, mixers: Sequence[str], seeds: int, max_steps: int | None = None,
          overrides: Sequence[str] = (), task: str = "addition") -> list[Job]:
     """One job per (seed, mixer, cell), seed by seed, so that a whole grid of one seed comes first. For a
@@ -93,7 +101,8 @@ def plan(preset: str, mixers: Sequence[str], seeds: int, max_steps: int | None =
     for seed in range(seeds):
         for mixer in mixers:
             for cell in CELLS:
-                cfg = load_config(name, overrides=[*settings, *overrides, *cell_overrides(mixer, cell)],
+                own = row_settings(preset, mixer) if task == "addition" else []
+                cfg = load_config(name, overrides=[*settings, *own, *overrides, *cell_overrides(mixer, cell)],
                                   task=task, mixer=mixer, train__max_steps=max_steps, train__seed=seed)
                 job = Job(cfg, label=f"{mixer} {cell.name}")
                 if cell_of(job) != cell:

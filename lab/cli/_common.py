@@ -102,6 +102,7 @@ ADDITION_PRESETS = {
     "packed-exact": "packed with exact digit positions: fits widths 1-32, answers none past 32",
     "exact-isolated": "packed-exact with each packed sample apart",
     "isolated-offsets": "exact-isolated with half the samples' digit indices offset by 0-64",
+    "same-time": "isolated-offsets with the Falcon rows writing same-time pairs, no output gate, no ridge",
     "tiny": "a CPU: widths 1-6 trained, 7-10 held out, in minutes"}
 AdditionPresetOption = Annotated[str, typer.Option(callback=campaign_preset("addition"),
                                                    help=preset_help("addition", ADDITION_PRESETS))]

@@ -161,7 +161,7 @@ def row_groups(jobs: Sequence[Job], runs: list[dict[str, Any]],
 def summary_rows(jobs: Sequence[Job], runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """table.csv's rows: one per table row of the plan, in the plan's order; the paper's numbers beside
     them where the plan's evaluations split the widths as the paper's do. `<column>_seeds` lists each
-    finished run's value in seed order."""
+    finished run's value in seed order and `<column>_median` gives their median."""
     table = []
     paper = paper_comparable(jobs)
     for row, mine, record in row_groups(jobs, runs, ROW_BY_NAME):
@@ -173,6 +173,7 @@ def summary_rows(jobs: Sequence[Job], runs: list[dict[str, Any]]) -> list[dict[s
             record[f"{column}_mean"], record[f"{column}_std"] = mean_std(values)
             if column in SEED_COLUMNS:
                 record[f"{column}_seeds"] = " ".join(f"{v:.1f}" for v in values)
+                record[f"{column}_median"] = statistics.median(values) if values else None
         table.append(record)
     return table
 
@@ -407,15 +408,18 @@ def render_markdown(jobs: Sequence[Job], table: list[dict[str, Any]], runs: list
         f"1, 2, … whose whole answers are right in ≥ {ANSWERED:g}% of samples, teacher-forced), free-running "
         "(greedy) and per-token accuracy (each answer digit and the end token counted on its own: the paper calls its "
         "measure teacher-forced target-suffix accuracy without saying whether it counts answers or digits); and "
-        "teacher-forced accuracy at the last step. A greedy answer is right "
+        "teacher-forced accuracy at the last step; then the median over seeds (one seed far from the others moves a "
+        "mean and not a median). A greedy answer is right "
         "exactly when every teacher-forced prediction is, so free-running accuracy can part from teacher-forced "
         "accuracy only through floating-point differences (and fewer samples).",
         "",
     ]
     extra = columns[5:]
+    titles = {column: title for _, column, title, _ in columns}
     body = [[r["model"]] + [format_cell(r[f"{c}_mean"], r[f"{c}_std"], dec) for _, c, _, dec in extra]
-            for r in table]
-    lines.append(markdown_table(["Model", *(title for _, _, title, _ in extra)], body))
+            + [format_cell(r[f"{c}_median"], None, by_column[c]) for c in SEED_COLUMNS] for r in table]
+    lines.append(markdown_table(["Model", *(title for _, _, title, _ in extra),
+                                 *(f"{titles[c]}, median of seeds" for c in SEED_COLUMNS)], body))
     lines.append("Per-width accuracies of every run (best and last step): `per_width.csv`; every evaluation of "
                  "every run begun, with the widths answered: `progress.csv`; the numbers above: `table.csv`.\n")
     if unfinished:

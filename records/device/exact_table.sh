@@ -20,18 +20,22 @@
 #   LAB_COMMIT=<sha> BUDGET_S=540 ABLATE=falcon-1.3,falcon-1a.3 SEEDS=1 bash records/device/exact_table.sh
 # PRESET=exact-isolated (its samples apart) runs that preset's table the same way, recorded under
 # records/addition/exact-isolated; it replays no CUDA graph (a step's work changes with its samples). So does
-# PRESET=isolated-offsets (its runs under records/addition/isolated-offsets/table).
+# PRESET=isolated-offsets (its runs under records/addition/isolated-offsets/table), and PRESET=same-time (the Falcon
+# rows with same-time writes, no output gate, no ridge), whose first runs are records/addition/falcon-same-time's and
+# isolated-offsets' DeltaNet runs (merged too; the table's own runs go to records/addition/same-time/runs).
+#   LAB_COMMIT=<sha> BUDGET_S=565 PRESET=same-time ROWS=falcon-1a.2,falcon-3a.3 bash records/device/exact_table.sh
 #   LAB_COMMIT=<sha> BUDGET_S=565 PRESET=exact-isolated SEEDS=1 bash records/device/exact_table.sh
 set -u
 export PYTHONUNBUFFERED=1
 P=${PRESET:-packed-exact}; R=records/addition/$P/runs
-GRAPHS=true; case "$P" in exact-isolated|isolated-offsets) GRAPHS=false;; esac
+GRAPHS=true; case "$P" in exact-isolated|isolated-offsets|same-time) GRAPHS=false;; esac
+EXTRA=""; [ "$P" = same-time ] && EXTRA="records/addition/falcon-same-time/runs records/addition/isolated-offsets/runs"
 W=/tmp/out_exact; mkdir -p $W
 t0=$(date +%s); stamp=$(date -u +%H%M%S)
 nvidia-smi --query-gpu=name --format=csv,noheader > $W/gpu.txt
-if [ -d $R ]; then
-  python -m lab runs merge $R > $W/merge_$stamp.log 2>&1 || tail -3 $W/merge_$stamp.log
-fi
+for src in $R $EXTRA; do
+  [ -d $src ] && { python -m lab runs merge $src >> $W/merge_$stamp.log 2>&1 || tail -3 $W/merge_$stamp.log; }
+done
 left=$(( ${BUDGET_S:-540} - ($(date +%s) - t0) - 20 ))
 rows=${ROWS:+--rows $ROWS}
 start=${START_S:+--start-within $START_S}
