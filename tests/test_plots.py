@@ -184,6 +184,32 @@ def test_a_progress_figure_joins_when_the_table_has_progress_csv(tmp_path: Path)
     assert not (tmp_path / "g").exists()
 
 
+def test_a_heat_map_joins_when_progress_csv_holds_each_widths_accuracy(tmp_path: Path) -> None:
+    import numpy as np
+
+    from lab.plots.addition import step_edges, width_columns
+
+    per_width({"transformer": 2, "falcon-1.3": 1}).to_csv(tmp_path / "per_width.csv", index=False)
+    frame = progress({"transformer": 2, "falcon-1.3": 1})
+    for n in range(1, 11):  # widths 1..10, answered up to the curriculum's front
+        frame[f"tf@{n}"] = np.where(n <= frame["train_width"], 100.0, 0.0)
+    frame.loc[frame["row"] == "falcon-1.3", "tf@10"] = np.nan  # a width not evaluated for one row: an empty cell
+    frame.to_csv(tmp_path / "progress.csv", index=False)
+    code, text = invoke("plot", "addition", "--table", str(tmp_path), "--out", str(tmp_path / "f"))
+    assert code == 0, text
+    assert text.split()[-2:] == ["figure:", str(tmp_path / "f" / "heatmap.png")]
+    assert assert_png(tmp_path / "f" / "heatmap.png").text["Source"] == (tmp_path / "progress.csv").as_posix()
+    assert list(width_columns(frame)) == list(range(1, 11))
+    assert step_edges([100, 200, 400]) == [50.0, 150.0, 300.0, 500.0] and step_edges([7]) == [6.5, 7.5]
+    # a cell that is not a number: one line naming it, and no figure
+    frame = frame.astype({"tf@4": object})
+    frame.loc[3, "tf@4"] = "most"
+    frame.to_csv(tmp_path / "progress.csv", index=False)
+    code, text = invoke("plot", "addition", "--table", str(tmp_path), "--out", str(tmp_path / "g"))
+    assert code == 2 and "progress.csv: column 'tf@4' holds 'most' on line 5" in text
+    assert not (tmp_path / "g").exists()
+
+
 def test_the_progress_figure_draws_every_run_and_marks_the_stopped_ones() -> None:
     import matplotlib.pyplot as plt
 

@@ -518,6 +518,10 @@ def test_progress_follows_every_evaluation_with_the_curriculums_widest_width(tmp
     rows = progress_rows([job], tmp_path)
     assert [(r["step"], r["train_width"], r["widths"], r["status"]) for r in rows] == [
         (100, 3, 5, "stopped"), (750, 16, 5, "stopped"), (1600, 32, 5, "stopped")]
+    assert all(r["tf@3"] == 100.0 and "tf@6" not in r for r in rows)  # each width's whole answers, the heat map's
+    from lab.reproduce.addition_table import progress_columns
+    columns = progress_columns([job])
+    assert columns[-48:] == [f"tf@{n}" for n in range(1, 49)] and columns[:2] == ["row", "seed"]
 
 
 @pytest.mark.parametrize(("rows", "placement"), [("transformer,deltanet", ["--gpus", "2"]),

@@ -49,7 +49,8 @@ def addition(
     widths are shaded and the held-out ones (the paper's 33-48) marked as extrapolation. A per-token panel
     joins when the CSV has it.
     Where the folder has progress.csv, progress.png follows every evaluation: widths answered and
-    validation accuracy against the step, beside the widest training width."""
+    validation accuracy against the step, beside the widest training width; where progress.csv holds each
+    width's whole answers (tf@<n>), heatmap.png shows them by width and step (the median over seeds)."""
     from lab.plots.addition import plot_addition
 
     _draw("addition", "--table", table, "addition", out, train_widths, plot_addition)

@@ -1,10 +1,12 @@
 """`lab plot addition`: accuracy against operand width, one panel per table row, from per_width.csv;
-and, where the table has progress.csv, the widths answered and the validation accuracy against the step.
+and, where the table has progress.csv, the widths answered and the validation accuracy against the step, and (where
+it holds each width's accuracy, `tf@<n>`) a heat map of whole answers by width and step.
 
 per_width.png: small multiples, one panel per row named as the table names it (per_width.csv's `model`
 column, else table.csv's), whole-answer accuracy solid and per-token accuracy dashed, each run taken at its
 best step (the `which == "best"` rows); a line is the mean over the row's seeds with a band of ± one standard
-deviation when it has several, clipped to 0–100. progress.png: one panel per row, every run its own line. The
+deviation when it has several, clipped to 0–100. progress.png: one panel per row, every run its own line.
+heatmap.png: one panel per row, the median over seeds of each width's whole answers at each evaluation. The
 trained widths are shaded as the runs were given them (per_width.csv's `trained` column, else the runs'
 config.yaml, else the table's preset line; nothing shaded when none says) and the held-out ones marked.
 """
@@ -153,7 +155,7 @@ def palette(names: Sequence[str]) -> dict[str, object]:
 def read_progress(path: Path) -> pd.DataFrame:
     """progress.csv (every evaluation of every run of a table); ValueError naming the file when malformed."""
     return read_table(path, numbers=("seed", "step", "train_width", "widths", "val_acc"), texts=("row",),
-                      made_by=MADE_BY)
+                      optional=tuple(f"tf@{n}" for n in range(1, 257)), made_by=MADE_BY)
 
 
 # A run's line style by its seed (seed 0 solid, 1 dashed, 2 dotted; seeds past the last share its style); a run
@@ -235,6 +237,63 @@ def plot_progress(frame: pd.DataFrame, source: Path, path: Path, command: str,
     return save_png(fig, path, shown(source), command)
 
 
+def width_columns(frame: pd.DataFrame) -> dict[int, str]:
+    """progress.csv's `tf@<n>` columns that hold a value, by width."""
+    found = {int(c.split("@", 1)[1]): c for c in frame.columns
+             if c.startswith("tf@") and c.split("@", 1)[1].isdigit() and frame[c].notna().any()}
+    return dict(sorted(found.items()))
+
+
+def step_edges(steps: Sequence[float]) -> list[float]:
+    """Cell edges around evaluation steps: halfway between neighbours, the ends as far out as their neighbour."""
+    steps = [float(s) for s in steps]
+    if len(steps) == 1:
+        return [steps[0] - 0.5, steps[0] + 0.5]
+    mids = [(a + b) / 2 for a, b in zip(steps, steps[1:])]
+    return [2 * steps[0] - mids[0], *mids, 2 * steps[-1] - mids[-1]]
+
+
+def plot_heatmap(frame: pd.DataFrame, source: Path, path: Path, command: str, names: dict[str, str],
+                 held_out: tuple[int, int]) -> Path:
+    """heatmap.png: one panel per row, whole answers right (teacher-forced) by training step (x) and operand width
+    (y), the median over the seeds that reached each step; the curriculum's widest training width as a white step
+    line and the first held-out width marked: where a row stops taking in widths, and how far past the trained
+    ones its answers reach. `frame` is `read_progress(source)` with its `tf@<n>` columns."""
+    import numpy as np
+
+    widths = width_columns(frame)
+    cells = list(widths.values())
+    rows = [r for r in dict.fromkeys(frame["row"]) if frame.loc[frame["row"] == r, cells].notna().any(axis=None)]
+    ys = list(widths)
+    y_edges = [ys[0] - 0.5, *[(a + b) / 2 for a, b in zip(ys, ys[1:])], ys[-1] + 0.5]
+    with styled():
+        fig = new_figure(8, 5)
+        axes = panels(fig, len(rows), width=3.6, height=2.9)
+        mesh = None
+        for ax, row in zip(axes, rows):
+            mine = frame[frame["row"] == row]
+            grid = mine.groupby("step")[cells].median().sort_index()
+            steps = list(grid.index)
+            mesh = ax.pcolormesh(step_edges(steps), y_edges, np.ma.masked_invalid(grid.to_numpy(dtype=float).T),
+                                 cmap="viridis", vmin=0, vmax=100, shading="flat")
+            front = mine.groupby("step")["train_width"].max().sort_index()
+            ax.step(front.index, front.to_numpy(), where="post", color="white", lw=1.2, ls=(0, (4, 2)))
+            if ys[0] <= held_out[0] <= ys[-1]:
+                ax.axhline(held_out[0] - 0.5, color="white", lw=1.0, ls=":")
+            ax.grid(False)
+            seeds = mine["seed"].nunique()
+            ax.set_title(f"{two_lines(names.get(row, row))}\n{seeds} seed{'s' if seeds > 1 else ''}"
+                         f"{' (median)' if seeds > 1 else ''}", fontsize="small")
+        outer_labels(axes, "training step", "operand width (digits)")
+        fig.colorbar(mesh, ax=axes, label="whole answers right (%)", shrink=0.8)
+        handles = [Line2D([], [], color="0.3", lw=1.2, ls=(0, (4, 2)), label="widest training width (white)"),
+                   Line2D([], [], color="0.3", lw=1.0, ls=":", label=f"first held-out width, {held_out[0]} (white)")]
+        fig.legend(handles=handles, loc="outside lower center", ncols=2, fontsize="small")
+        fig.suptitle(f"Addition while training: whole answers by width and step\n({shown(source)})",
+                     fontsize="medium")
+    return save_png(fig, path, shown(source), command)
+
+
 def plot_per_width(frame: pd.DataFrame, source: Path, path: Path, command: str, names: dict[str, str],
                    train: tuple[int, int] | None, held_out: tuple[int, int], key: str = "row") -> Path:
     """per_width.png: one panel per value of `key`, whole-answer accuracy solid and per-token dashed (each
@@ -286,6 +345,9 @@ def plot_addition(table: str | Path, out: str | Path | None = None, train_widths
     names = display_names(dict.fromkeys(frame["row"]), frame, table)
     files = [plot_per_width(frame, source, out / "per_width.png", command, names, train, held_out)]
     if progress is not None:
-        files.append(plot_progress(progress, table / "progress.csv", out / "progress.png", command,
-                                   display_names(dict.fromkeys(progress["row"]), frame, table)))
+        progress_names = display_names(dict.fromkeys(progress["row"]), frame, table)
+        files.append(plot_progress(progress, table / "progress.csv", out / "progress.png", command, progress_names))
+        if width_columns(progress):  # progress.csv written before it held each width's accuracy has none
+            files.append(plot_heatmap(progress, table / "progress.csv", out / "heatmap.png", command, progress_names,
+                                      held_out))
     return files

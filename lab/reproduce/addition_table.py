@@ -209,9 +209,17 @@ PROGRESS_COLUMNS = ["row", "seed", "run_id", "status", "step", "train_width", "w
                     "val_token_acc", "ood_mean"]
 
 
+def progress_columns(jobs: Sequence[Job]) -> list[str]:
+    """progress.csv's columns: PROGRESS_COLUMNS, then `tf@<n>` (teacher-forced whole answers) for every width the
+    plan evaluates, the heat map's cells."""
+    val, held_out = split_of(jobs)
+    return [*PROGRESS_COLUMNS, *(f"tf@{n}" for n in range(val.start, held_out.stop))]
+
+
 def progress_rows(jobs: Sequence[Job], results: Path) -> list[dict[str, Any]]:
     """progress.csv's rows: every evaluation of every run begun (finished or not), with the widest width
-    trained on by then (the curriculum's, else the widest of data.widths) and the widths answered."""
+    trained on by then (the curriculum's, else the widest of data.widths), the widths answered and each
+    width's whole answers (`tf@<n>`)."""
     registry = Registry(results / "lab.db")
     out = []
     for job in jobs:
@@ -226,7 +234,8 @@ def progress_rows(jobs: Sequence[Job], results: Path) -> list[dict[str, Any]]:
                         # the batches of steps 0 .. step-1 came before this evaluation (widths only grow)
                         "train_width": train_widths(job.cfg, max(step - 1, 0))[1],
                         "widths": widths_answered(e.get("teacher_forced", {}), widest),
-                        **{k: e.get(k) for k in ("val_acc", "val_token_acc", "ood_mean")}})
+                        **{k: e.get(k) for k in ("val_acc", "val_token_acc", "ood_mean")},
+                        **{f"tf@{n}": acc for n, acc in e.get("teacher_forced", {}).items()}})
     return out
 
 
@@ -458,6 +467,6 @@ def write_tables(jobs: Sequence[Job], results: Path, out: Path, command: str) ->
                "per_token", "free_running"]
     atomic_write_text(out / "per_width.csv", pd.DataFrame(per_width_rows(runs, results), columns=columns)
                       .to_csv(index=False))
-    atomic_write_text(out / "progress.csv", pd.DataFrame(progress_rows(jobs, results), columns=PROGRESS_COLUMNS)
+    atomic_write_text(out / "progress.csv", pd.DataFrame(progress_rows(jobs, results), columns=progress_columns(jobs))
                       .to_csv(index=False))
     return len(runs)
