@@ -277,7 +277,7 @@ def plot_heatmap(frame: pd.DataFrame, source: Path, path: Path, command: str, na
             mesh = ax.pcolormesh(step_edges(steps), y_edges, np.ma.masked_invalid(grid.to_numpy(dtype=float).T),
                                  cmap="viridis", vmin=0, vmax=100, shading="flat")
             front = mine.groupby("step")["train_width"].max().sort_index()
-            ax.step(front.index, front.to_numpy(), where="post", color="white", lw=1.2, ls=(0, (4, 2)))
+            ax.step(front.index, front.to_numpy(), where="mid", color="white", lw=1.2, ls=(0, (4, 2)))
             if ys[0] <= held_out[0] <= ys[-1]:
                 ax.axhline(held_out[0] - 0.5, color="white", lw=1.0, ls=":")
             ax.grid(False)
