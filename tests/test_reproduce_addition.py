@@ -180,6 +180,12 @@ def test_the_table_names_the_transformer_without_rope_and_the_digit_positions() 
     nope = plan("packed", parse_rows("transformer"), seeds=1,
                 overrides=["model.mixer_options.rope=false", "model.abacus=32"])
     assert row_label(ROW_BY_NAME["transformer"], nope[0].cfg) == "Transformer (NoPE)"
+    # the same-time preset's Falcon rows say what they were given in place of the paper's options
+    same = {j.cfg.mixer: row_label(ROW_BY_NAME[j.cfg.mixer], j.cfg)
+            for j in plan("same-time", parse_rows("falcon-1a.1,falcon-2,deltanet"), seeds=1)}
+    assert same == {"falcon-1a.1": "Falcon-1A.1 (QK-ℓ2, ctxβ, λ̄ = 0; same-time writes, no output gate)",
+                    "falcon-2": "Falcon-2 (.3 settings; λ̄ = 0, same-time writes, no output gate)",
+                    "deltanet": "DeltaNet"}
     sentence = settings_sentence(nope)
     assert "6 heads, rope=False, digit positions (Abacus embeddings) with a random offset of 0–32 in training;" \
         in sentence

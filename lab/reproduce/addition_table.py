@@ -135,10 +135,26 @@ def mean_std(values: list[float]) -> tuple[float | None, float | None]:
 
 
 def row_label(row: Any, cfg: Any) -> str:
-    """The table's name of a row as the plan trains it: the transformer without RoPE is the NoPE one."""
-    if cfg.mixer == "transformer" and cfg.model.mixer_options.get("rope", True) is False:
+    """The table's name of a row as the plan trains it: the transformer without RoPE is the NoPE one; a Falcon row
+    with a constant ridge in place of its name's ctxλ says λ̄, and one given same-time writes or no output gate
+    says so (the `same-time` preset's rows)."""
+    options = cfg.model.mixer_options
+    if cfg.mixer == "transformer" and options.get("rope", True) is False:
         return row.label.replace("(RoPE)", "(NoPE)")
-    return row.label
+    if not cfg.mixer.startswith("falcon-"):
+        return row.label
+    label, extra = row.label, []
+    if options.get("ridge") == "const_lambda":
+        ridge = f"λ̄ = {float(options.get('lam', 0.0)):g}"
+        label = label.replace("-ctxλ", f", {ridge}") if "-ctxλ" in label else label
+        extra += [] if ridge in label else [ridge]
+    if options.get("alignment") == "same_time":
+        extra.append("same-time writes")
+    if options.get("output_gate") is False:
+        extra.append("no output gate")
+    if not extra:
+        return label
+    return f"{label[:-1]}; {', '.join(extra)})" if label.endswith(")") else f"{label} ({', '.join(extra)})"
 
 
 def row_groups(jobs: Sequence[Job], runs: list[dict[str, Any]],
