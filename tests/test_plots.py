@@ -380,3 +380,12 @@ def test_the_sweep_figures_have_no_empty_panel(tmp_path: Path, monkeypatch: pyte
     lr_depth = figures["contour.png"].axes[0]
     assert lr_depth.get_xscale() == "log" and len(lr_depth.collections) > 1  # a filled contour beneath the points
     assert [t.get_text() for t in figures["slice.png"].axes[2].get_xticklabels()] == ["falcon-1", "falcon-2"]
+
+
+def test_a_long_row_name_breaks_before_its_settings_and_at_their_semicolons() -> None:
+    from lab.plots.grid import two_lines
+
+    assert two_lines("DeltaNet") == "DeltaNet"
+    assert two_lines("Falcon-1A.3 (QK-RMSNorm, ctxη-ctxλ)") == "Falcon-1A.3\n(QK-RMSNorm, ctxη-ctxλ)"
+    assert two_lines("Falcon-1A.1 (QK-ℓ2, ctxβ, λ̄ = 0; same-time writes, no output gate)") == (
+        "Falcon-1A.1\n(QK-ℓ2, ctxβ, λ̄ = 0;\nsame-time writes, no output gate)")

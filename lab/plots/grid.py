@@ -75,10 +75,15 @@ def display_names(keys: Iterable[str], frame: pd.DataFrame, table: Path | None =
     return {k: names.get(k, k) for k in keys}
 
 
-def two_lines(name: str) -> str:
-    """A long display name as a panel title: the settings in brackets on a line of their own."""
+def two_lines(name: str, width: int = 36) -> str:
+    """A long display name as a panel title: the settings in brackets on a line of their own, and settings longer
+    than `width` characters broken at their semicolons (a row's own options after the paper's)."""
     head, sep, tail = name.partition(" (")
-    return f"{head}\n({tail}" if sep and len(name) > 22 else name
+    if not (sep and len(name) > 22):
+        return name
+    if len(tail) > width:
+        tail = tail.replace("; ", ";\n")
+    return f"{head}\n({tail}"
 
 
 WIDTHS_IN_TEXT = re.compile(r"train widths (\d+)[–-](\d+)")
