@@ -124,3 +124,18 @@ def test_the_report_is_never_written_into_the_records(records: Path) -> None:
     code, out = invoke("report", "all", "--records", str(records / "missing"), "--results", str(records.parent))
     assert code == 2 and "no such records folder" in out
     assert snapshot(records) == before
+
+
+def test_the_heat_maps_read_a_compacted_positions_csv(records: Path, tmp_path: Path) -> None:
+    """A run record keeps positions.csv gzipped (`lab runs compact`); the report draws its heat map the same."""
+    import gzip
+
+    run = records / "addition" / "tiny" / "runs" / "2db318ffdb"
+    (run / "positions.csv.gz").write_bytes(gzip.compress((run / "positions.csv").read_bytes()))
+    (run / "positions.csv").unlink()
+    results = tmp_path / "results"
+    code, out = invoke("report", "all", "--records", str(records), "--results", str(results))
+    assert code == 0, out
+    text = (results / "REPORT.md").read_text(encoding="utf-8")
+    assert "report/addition/tiny/positions/positions.png" in text
+    assert (results / "report/addition/tiny/positions/positions.png").is_file()

@@ -7,12 +7,12 @@ import typer
 
 from lab.cli._common import refuse
 
-app = typer.Typer(help="Bring runs made on other machines into this results folder.", no_args_is_help=True)
+app = typer.Typer(help="Bring runs made on other machines into this results folder; compact run records.", no_args_is_help=True)
 
 
 @app.callback()
 def _group() -> None:
-    """Bring runs made on other machines into this results folder."""
+    """Bring runs made on other machines into this results folder; compact run records."""
 
 
 @app.command()
@@ -40,3 +40,25 @@ def merge(
     verb = "would merge" if dry_run else "merged"
     typer.echo(f"{verb} {Path(source).resolve()} into {Path(into).resolve()}: {len(done)} runs "
                f"({counts or 'none'})")
+
+
+@app.command()
+def compact(
+    folder: Annotated[Path, typer.Argument(
+        help="A run folder, or a folder above run folders (a track's records, a results folder's runs/).")],
+    dry_run: Annotated[bool, typer.Option(help="Say what would be gzipped and write nothing.")] = False,
+) -> None:
+    """Gzip the largest file of each finished run under FOLDER (positions.csv -> positions.csv.gz), as the
+    records keep them in git: deterministic bytes, the plain file removed only once its copy reads back.
+    Every reader (`lab report`, `lab plot positions`, the heat maps) reads either form. Runs not finished
+    are left as they are."""
+    from lab.compact import compact_runs
+
+    try:
+        written = compact_runs(folder, dry_run=dry_run)
+    except ValueError as err:
+        refuse("lab runs compact", err)
+    for path in written:
+        typer.echo(f"{'would gzip' if dry_run else 'gzipped'} {path.with_suffix('')}")
+    typer.echo(f"{'would compact' if dry_run else 'compacted'} {len(written)} file{'s' * (len(written) != 1)} "
+               f"under {folder}")

@@ -26,6 +26,7 @@ import lightning.pytorch as pl
 import torch
 from lightning.pytorch.callbacks import Callback
 
+from lab.compact import readable
 from lab.config import RunConfig
 from lab.eval.addition import evaluate_addition, position_accuracy, position_rows, split_widths, summarise_widths
 from lab.eval.free_running import free_running_accuracy
@@ -229,7 +230,7 @@ class AdditionEvaluation(Callback):
         last = self.evals[-1] if self.evals else None
         evaluated = last is not None and last["step"] == step
         freed = evaluated and (not self.free_per_length or "free_val_acc" in last)
-        if freed and positions_path(self.run).exists():
+        if freed and readable(positions_path(self.run)).exists():
             return
         # Lightning's teardown has moved the model to the CPU; evaluate where it trained.
         pl_module.to(trainer.strategy.root_device)

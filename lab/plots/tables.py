@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from lab.compact import readable
+
 
 def read_table(path: str | Path, numbers: Sequence[str], texts: Sequence[str] = (),
                optional: Sequence[str] = (), made_by: str = "") -> pd.DataFrame:
@@ -15,13 +17,13 @@ def read_table(path: str | Path, numbers: Sequence[str], texts: Sequence[str] = 
 
     Raises ValueError naming the file and what is wrong: missing, unreadable, without rows, without a
     column, or with a cell that is not a number; `made_by` (a command) says how to make a missing file."""
-    path = Path(path)
+    path = readable(path)  # a run record's compacted `<name>.gz` where only that is kept
     if not path.is_file():
         hint = f"; make it with `{made_by}`" if made_by else ""
         raise ValueError(f"{path}: no such file{hint}")
     try:
         frame = pd.read_csv(path, dtype=str, keep_default_na=False)
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as err:
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, OSError, EOFError) as err:
         raise ValueError(f"{path}: not a readable CSV file ({str(err).strip().splitlines()[0]})") from None
     expected = [*texts, *numbers]
     for column in expected:

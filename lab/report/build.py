@@ -139,7 +139,9 @@ def positions_figures(b: Builder, folder: Path, name: str) -> list[str]:
     from lab.plots.grid import display_names, two_lines
     from lab.plots.positions import plot_positions_grid
 
-    csvs = sorted(folder.glob("runs/*/positions.csv"))
+    # a run folder's own positions.csv, or its compacted positions.csv.gz (lab.compact): read_positions reads either
+    csvs = sorted({p.parent / "positions.csv" for pattern in ("runs/*/positions.csv", "runs/*/positions.csv.gz")
+                   for p in folder.glob(pattern)})
     if not csvs:
         return []
     order: dict[str, tuple[str, int]] = {}  # run id -> (row, seed), from the table's per_width.csv
