@@ -25,6 +25,9 @@
 # isolated-offsets' DeltaNet runs (merged too; the table's own runs go to records/addition/same-time/runs).
 #   LAB_COMMIT=<sha> BUDGET_S=565 PRESET=same-time ROWS=falcon-1a.2,falcon-3a.3 bash records/device/exact_table.sh
 #   LAB_COMMIT=<sha> BUDGET_S=565 PRESET=exact-isolated SEEDS=1 bash records/device/exact_table.sh
+# BUDGET_S must stay under the call's limit_s, which is the device time left when that is less than timeout_s: a
+# call killed at its limit returns only what lies under $OUT, so out.tgz is also written every SNAP_S seconds
+# (default 60) while the campaign runs, and a killed call still returns the runs as they were a minute before.
 set -u
 export PYTHONUNBUFFERED=1
 P=${PRESET:-packed-exact}; R=records/addition/$P/runs
@@ -33,6 +36,12 @@ EXTRA=""; [ "$P" = same-time ] && EXTRA="records/addition/falcon-same-time/runs 
 W=/tmp/out_exact; mkdir -p $W
 t0=$(date +%s); stamp=$(date -u +%H%M%S)
 nvidia-smi --query-gpu=name --format=csv,noheader > $W/gpu.txt
+pack() {  # the run records (no weights) and logs, written whole or not at all
+  tar czf "$OUT/.out.tgz.part" --exclude='*.ckpt' --exclude='*.pt' --exclude='*.lock' -C $W . -C "$PWD" results \
+    2>/dev/null && mv -f "$OUT/.out.tgz.part" "$OUT/out.tgz"
+}
+( while sleep ${SNAP_S:-60}; do pack; done ) &
+snapper=$!
 for src in $R $EXTRA; do
   [ -d $src ] && { python -m lab runs merge $src >> $W/merge_$stamp.log 2>&1 || tail -3 $W/merge_$stamp.log; }
 done
@@ -49,6 +58,7 @@ else
     --out results/addition/$P > $W/console_$stamp.log 2>&1
 fi
 echo "campaign stopped at $(( $(date +%s) - t0 )) s"
-tar czf "$OUT/out.tgz" --exclude='*.ckpt' --exclude='*.pt' --exclude='*.lock' -C $W . -C "$PWD" results
+kill $snapper 2>/dev/null; wait $snapper 2>/dev/null
+pack
 grep -v "^step\|Warning\|warn" $W/console_$stamp.log | tail -n 20
 exit 0
