@@ -7,6 +7,8 @@
 # DeltaNet, whose PyTorch chunk form trains at 0.46M tokens a second). A run starts only while CALL_S (the call's own
 # limit, default 560 s) leaves its limit for it, and $OUT/runs.tgz is rewritten after every run, so a call cut short
 # still brings back what finished. PARALLEL=1 starts every run at once, sharing the GPU, each under its own limit.
+# runs.tgz is also rewritten every SNAP_S seconds (default 60), so a call killed at its limit (the device time left,
+# when that is less than the call's timeout) still brings back the runs as they were a minute before.
 # Run from the repository root with LAB_COMMIT set; prints a table.
 #   RUNS="f13-ab0-s0 falcon-1.3 0 --set model.abacus=0;f13-ab0-s1 falcon-1.3 1 --set model.abacus=0" \
 #     bash records/device/regime_runs.sh
@@ -19,6 +21,12 @@ BASE="--task addition --preset addition-paper --set data.curriculum=linear --set
   --set train.ckpt_every=100000 --set train.val_every=${VAL:-200} --set eval.n_per_length=50 --set eval.free_per_length=0
   --set train.compile=true --set train.cuda_graphs=${GRAPHS:-true} --no-progress"
 nvidia-smi --query-gpu=name --format=csv,noheader > $W/gpu.txt
+pack() {  # the run folders (no weights) and logs, written whole or not at all
+  tar czf "$OUT/.runs.tgz.part" --exclude='checkpoints' --exclude='*.pt' --exclude='*.lock' --exclude='res_*' -C $W . \
+    2>/dev/null && mv -f "$OUT/.runs.tgz.part" "$OUT/runs.tgz"
+}
+( while sleep ${SNAP_S:-60}; do pack; done ) &
+snapper=$!
 one() {  # name mixer seed limit [options...]: one run, timed
   local name=$1 mixer=$2 seed=$3 limit=$4 t0=$(date +%s); shift 4
   timeout --signal=INT --kill-after=$KILL_S $limit python -m lab train $BASE --mixer $mixer --seed $seed "$@" \
@@ -35,13 +43,15 @@ for spec in "${SPECS[@]}"; do
   NAMES="$NAMES $name"
   if [ -n "${PARALLEL:-}" ]; then
     one $name $mixer $seed $limit "$@" &
+    PIDS="${PIDS:-} $!"
   else
     one $name $mixer $seed $limit "$@"
-    tar czf "$OUT/runs.tgz" --exclude='checkpoints' --exclude='*.pt' --exclude='*.lock' --exclude='res_*' -C $W .
+    pack
   fi
 done
-wait
-tar czf "$OUT/runs.tgz" --exclude='checkpoints' --exclude='*.pt' --exclude='*.lock' --exclude='res_*' -C $W .
+for pid in ${PIDS:-}; do wait $pid; done  # the runs (a bare `wait` would wait for the snapshots' loop too)
+kill $snapper 2>/dev/null; wait $snapper 2>/dev/null
+pack
 export NAMES
 python - <<'PY'
 import csv, os
