@@ -56,6 +56,8 @@ def metrics(val: range = range(1, 33), held_out: range = range(33, 49)) -> tuple
         (f"best_token_acc@{last}", f"token_acc{last}", f"Per-token Acc@{last}", 1),
         ("last_val_acc", "last_val_acc", f"Last-step val. acc. {v}", 1),
         ("last_ood_mean", "last_ood_mean", f"Last-step mean {o}", 1),
+        ("tied_steps", "tied_steps", f"Evaluations tied with the best step ({v})", 1),
+        ("tied_ood_mean", "tied_ood_mean", f"Mean {o} over them", 1),
     )
 
 
@@ -86,6 +88,19 @@ def widths_answered(teacher_forced: dict[int, float], widest: int, threshold: fl
     return count
 
 
+def tied_steps(evals: Sequence[Mapping[str, Any]], best: Mapping[str, Any] | None) -> dict[str, float]:
+    """The evaluations the in-distribution criterion cannot tell from the best step (the same val. acc.: once a
+    run answers every sample of widths 1–32, each later evaluation ties with it): how many (`tied_steps`) and
+    their mean held-out accuracy (`tied_ood_mean`). The best step is the earliest of them, so a run that goes on
+    learning past it shows it here and not in `best_ood_mean`; nothing held out chooses among them."""
+    if best is None or best.get("val_acc") is None:
+        return {}
+    tied = [r for r in evals if r.get("val_acc") == best["val_acc"] and r.get("ood_mean") is not None]
+    if not tied:
+        return {}
+    return {"tied_steps": float(len(tied)), "tied_ood_mean": statistics.fmean(float(r["ood_mean"]) for r in tied)}
+
+
 def finished_runs(jobs: Sequence[Job], results: Path) -> list[dict[str, Any]]:
     """One record per job whose run is finished: job, seed, metrics, the registry row and the run folder
     (`dir`). The metrics gain `best_widths` (widths answered at the best step) and the per-token accuracy at the
@@ -97,7 +112,9 @@ def finished_runs(jobs: Sequence[Job], results: Path) -> list[dict[str, Any]]:
         row = registry.get(job.run_id)
         if row is not None and row["status"] == "finished":
             metrics = json.loads(row["metrics"] or "{}")
-            best = pick_best(read_evals(evals_path(run_dir_for(job.run_id, results=results))))
+            evals = read_evals(evals_path(run_dir_for(job.run_id, results=results)))
+            best = pick_best(evals)
+            metrics.update(tied_steps(evals, best))
             if best is not None and "teacher_forced" in best:
                 metrics["best_widths"] = widths_answered(best["teacher_forced"], job.cfg.data.widths[1])
             for n in (held_out.start, held_out.stop - 1):
@@ -195,7 +212,7 @@ def summary_rows(jobs: Sequence[Job], runs: list[dict[str, Any]]) -> list[dict[s
 
 
 # The columns whose value in every seed table.csv lists beside the mean: the spread a mean ± std hides.
-SEED_COLUMNS = ("val_acc", "ood_mean")
+SEED_COLUMNS = ("val_acc", "ood_mean", "tied_ood_mean")
 
 
 def per_width_rows(runs: list[dict[str, Any]], results: Path) -> list[dict[str, Any]]:
@@ -433,8 +450,10 @@ def render_markdown(jobs: Sequence[Job], table: list[dict[str, Any]], runs: list
         f"1, 2, … whose whole answers are right in ≥ {ANSWERED:g}% of samples, teacher-forced), free-running "
         "(greedy) and per-token accuracy (each answer digit and the end token counted on its own: the paper calls its "
         "measure teacher-forced target-suffix accuracy without saying whether it counts answers or digits); and "
-        "teacher-forced accuracy at the last step; then the median over seeds (one seed far from the others moves a "
-        "mean and not a median). A greedy answer is right "
+        "teacher-forced accuracy at the last step; the evaluations tied with the best step on val. acc. (the best is "
+        "the earliest of them: once a run answers every sample of the trained widths, every later evaluation ties) "
+        "and their mean held-out accuracy, which no held-out number chooses; then the median over seeds (one seed far "
+        "from the others moves a mean and not a median). A greedy answer is right "
         "exactly when every teacher-forced prediction is, so free-running accuracy can part from teacher-forced "
         "accuracy only through floating-point differences (and fewer samples).",
         "",
