@@ -45,7 +45,7 @@ LATER_KEYS = {"data.path": None, "data.val_windows": 16, "train.accumulate": 1, 
               "model.abacus_ahead": False, "model.abacus_embed": "learned",
               "model.abacus_shift_frac": 1.0, "model.abacus_start": 0,
               "data.test_lengths": [17, 64], "data.group": "S5", "data.tokens_per_pair": 8, "eval.widths": [1, 48],
-              "eval.held_out_from": 33}
+              "eval.held_out_from": 33, "eval.best_ties": "earliest"}
 
 
 @dataclass
@@ -178,7 +178,10 @@ class EvalConfig:
     mean over widths[0] .. held_out_from - 1 (the paper's 1-32), the held-out mean over held_out_from ..
     widths[1] (33-48), each drawn from its own sample stream. `seed` picks the samples; keeping it fixed
     compares every run on one set. `abacus_offset` (with `model.abacus`): the fixed offset of the digit
-    positions in these evaluations, one of the offsets 0..model.abacus seen in training."""
+    positions in these evaluations, one of the offsets 0..model.abacus seen in training. `best_ties`: which of the
+    evaluations with the best validation accuracy is the best step: "earliest" (the first to reach it, as the
+    addition tables always chose) or "val_loss" (the lowest teacher-forced loss on the validation widths, an
+    in-distribution choice among equals: once a run answers every validation sample, every later evaluation ties)."""
 
     enabled: bool = False
     n_per_length: int = 100
@@ -187,6 +190,11 @@ class EvalConfig:
     abacus_offset: int = 0
     widths: tuple[int, int] = (1, 48)
     held_out_from: int = 33
+    best_ties: str = "earliest"
+
+
+# eval.best_ties: how the best step is chosen among evaluations of equal validation accuracy.
+BEST_TIES = ("earliest", "val_loss")
 
 
 @dataclass
@@ -359,6 +367,7 @@ def validate(cfg: RunConfig) -> None:
         raise ConfigError(f"model.abacus_shift_frac={frac} chooses which rows take the digit positions' random "
                           f"offset: it needs model.abacus >= 1 (the largest offset), got {m.abacus}")
     lo, hi = cfg.eval.widths
+    _choice("eval.best_ties", cfg.eval.best_ties, BEST_TIES)
     if not 1 <= lo < cfg.eval.held_out_from <= hi:
         raise ConfigError(f"eval.widths={[lo, hi]} and eval.held_out_from={cfg.eval.held_out_from} must satisfy "
                           f"1 <= widths[0] < held_out_from <= widths[1] (validation widths first, then at "

@@ -3,6 +3,8 @@ the final carry."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from torch import nn
@@ -63,6 +65,17 @@ def test_an_exact_adder_scores_100_everywhere():
     s = report.summary()
     assert s["val_acc"] == s["ood_mean"] == s["acc@33"] == s["acc@48"] == 100.0
     assert s["val_token_acc"] == 100.0
+    assert s["val_loss"] == pytest.approx(0.0, abs=1e-6)  # every answer token given all the probability
+
+
+def test_the_validation_loss_is_the_mean_cross_entropy_of_the_answer_tokens():
+    class Uniform(nn.Module):
+        def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+            return torch.zeros((*input_ids.shape, VOCAB_SIZE))
+
+    report = evaluate_addition(Uniform(), n_per_length=2, val_widths=range(1, 5), ood_widths=range(5, 6),
+                               device=torch.device("cpu"))
+    assert report.summary()["val_loss"] == pytest.approx(math.log(VOCAB_SIZE))
 
 
 def test_a_lost_carry_shows_up_only_where_the_carry_exists():
@@ -131,8 +144,12 @@ def test_batches_of_several_widths_score_as_one_width_a_batch(mixer: str) -> Non
             p.add_(0.05 * torch.randn_like(p))
     report = evaluate_addition(model, n_per_length=4, seed=3, val_widths=range(1, 13), ood_widths=range(33, 36),
                                batch_size=16)
+    val_loss, val_tokens = 0.0, 0
     for split, widths in (("val", range(1, 13)), ("ood", range(33, 36))):
         for n, records in _records_by_width(split, widths, 4, 3).items():
-            whole, right, total = teacher_forced(model, records, torch.device("cpu"))
+            whole, right, total, loss = teacher_forced(model, records, torch.device("cpu"))
             assert report.teacher_forced[n] == 100.0 * whole.float().mean().item()
             assert report.per_token[n] == pytest.approx(100.0 * right.sum().item() / total.sum().item(), abs=1e-9)
+            if split == "val":
+                val_loss, val_tokens = val_loss + loss.sum().item(), val_tokens + total.sum().item()
+    assert report.val_loss == pytest.approx(val_loss / val_tokens, rel=1e-5)

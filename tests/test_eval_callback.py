@@ -57,6 +57,24 @@ def test_best_step_is_the_highest_validation_accuracy_earliest_among_ties(evals:
     assert pick_best(evals)["step"] == best
 
 
+def test_ties_can_go_to_the_lowest_validation_loss() -> None:
+    evals = [{"step": 100, "val_acc": 100.0, "val_loss": 0.03}, {"step": 200, "val_acc": 100.0, "val_loss": 0.01},
+             {"step": 300, "val_acc": 99.0, "val_loss": 0.001},  # a lower loss, a lower accuracy: not a tie
+             {"step": 400, "val_acc": 100.0, "val_loss": 0.01},  # equal losses: the earlier
+             {"step": 500, "val_acc": 100.0}]                    # no loss kept: never chosen over one
+    assert pick_best(evals)["step"] == 100
+    assert pick_best(evals, ties="val_loss")["step"] == 200
+    assert pick_best([{"step": 1, "val_acc": 5.0}, {"step": 2, "val_acc": 5.0}], ties="val_loss")["step"] == 1
+    with pytest.raises(ValueError, match="ties='latest' is not accepted; accepted: earliest, val_loss"):
+        pick_best(evals, ties="latest")
+    with pytest.raises(ConfigError, match="eval.best_ties='latest' is not accepted"):
+        config("eval.best_ties=latest")
+    # a configuration that leaves the rule at its default keeps the run id it had before the option existed
+    from lab.config import config_hash
+    assert config_hash(config("eval.best_ties=earliest")) == config_hash(config())
+    assert config_hash(config("eval.best_ties=val_loss")) != config_hash(config())
+
+
 def test_no_rows_no_best() -> None:
     assert pick_best([]) is None and pick_best(rows((100, None))) is None
 
@@ -89,6 +107,7 @@ def test_evaluations_run_on_schedule_and_write_every_width(finished: tuple[Path,
         assert e["val_acc"] == pytest.approx(sum(e["teacher_forced"][n] for n in range(1, 33)) / 32)
         assert e["ood_mean"] == pytest.approx(sum(e["teacher_forced"][n] for n in range(33, 49)) / 16)
         assert e["acc@33"] == e["teacher_forced"][33] and e["acc@48"] == e["teacher_forced"][48]
+        assert 0.0 < e["val_loss"] < 20.0  # mean cross-entropy (nats) of the answer tokens of widths 1-32
 
 
 def test_a_run_evaluates_the_widths_its_configuration_names(tmp_path: Path) -> None:

@@ -12,10 +12,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from tasks.addition import (
     EOS,
+    IGNORE_INDEX,
     generate_records,
     prompt_ids,
     suffix_accuracy,
@@ -42,6 +44,8 @@ class AdditionReport:
     free_running: dict[int, float] = field(default_factory=dict)
     val_widths: range = range(1, 33)
     ood_widths: range = range(33, 49)
+    # mean teacher-forced cross-entropy (nats) of the answer tokens on the validation widths
+    val_loss: float | None = None
 
     def summary(self) -> dict[str, Any]:
         def summarise(per_n: dict[int, float]) -> dict[str, float | None]:
@@ -51,6 +55,7 @@ class AdditionReport:
         tokens = summarise(self.per_token)
         out["val_token_acc"] = tokens["val_acc"]
         out["ood_token_mean"] = tokens["ood_mean"]
+        out["val_loss"] = self.val_loss
         if self.free_running:
             free = summarise(self.free_running)
             out["free_val_acc"] = free["val_acc"]
@@ -73,18 +78,22 @@ def _records_by_width(split: str, widths: range, n_per_length: int, seed: int) -
 
 @torch.no_grad()
 def teacher_forced(model: nn.Module, records: list[dict], device: torch.device,
-                   batch_size: int = 256) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Whole-suffix correctness, right tokens and scored tokens for each record. The scores stay on the
-    device until the last batch: the host queues each pass without waiting for the one before."""
-    whole, right, total = [], [], []
+                   batch_size: int = 256) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Whole-suffix correctness, right tokens, scored tokens and the summed cross-entropy (nats) of the scored
+    tokens for each record. The scores stay on the device until the last batch: the host queues each pass
+    without waiting for the one before."""
+    whole, right, total, loss = [], [], [], []
     for i in range(0, len(records), batch_size):
         input_ids, labels = teacher_forced_batch(records[i:i + batch_size])
-        logits = model(input_ids.to(device))
-        acc = suffix_accuracy(logits.float(), labels.to(device))
+        logits = model(input_ids.to(device)).float()
+        labels = labels.to(device)
+        acc = suffix_accuracy(logits, labels)
         whole.append(acc.whole_correct)
         right.append(acc.per_token_correct)
         total.append(acc.n_tokens)
-    return torch.cat(whole).cpu(), torch.cat(right).cpu(), torch.cat(total).cpu()
+        loss.append(F.cross_entropy(logits.transpose(1, 2), labels, ignore_index=IGNORE_INDEX,
+                                    reduction="none").sum(dim=-1))
+    return torch.cat(whole).cpu(), torch.cat(right).cpu(), torch.cat(total).cpu(), torch.cat(loss).cpu()
 
 
 @torch.no_grad()
@@ -137,13 +146,16 @@ def evaluate_addition(model: nn.Module, *, n_per_length: int = 100, seed: int = 
     was_training = model.training
     model.eval()
     tf, tok, free = {}, {}, {}
+    val_loss = None
     try:
         for split, widths in (("val", val_widths), ("ood", ood_widths)):
             if len(widths) == 0:
                 continue
             by_n = _records_by_width(split, widths, n_per_length, seed)
             ordered = [r for n in sorted(by_n) for r in by_n[n]]
-            whole, right, total = teacher_forced(model, ordered, device, batch_size)
+            whole, right, total, loss = teacher_forced(model, ordered, device, batch_size)
+            if split == "val":
+                val_loss = loss.sum().item() / max(total.sum().item(), 1)
             start = 0
             for n in sorted(by_n):
                 part = slice(start, start + len(by_n[n]))
@@ -155,7 +167,7 @@ def evaluate_addition(model: nn.Module, *, n_per_length: int = 100, seed: int = 
     finally:
         model.train(was_training)
     return AdditionReport(teacher_forced=tf, per_token=tok, free_running=free, val_widths=val_widths,
-                          ood_widths=ood_widths)
+                          ood_widths=ood_widths, val_loss=val_loss)
 
 
 @torch.no_grad()

@@ -17,6 +17,7 @@ from __future__ import annotations
 import copy
 import csv
 import io
+import math
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -27,7 +28,7 @@ import torch
 from lightning.pytorch.callbacks import Callback
 
 from lab.compact import readable
-from lab.config import RunConfig
+from lab.config import BEST_TIES, RunConfig
 from lab.eval.addition import evaluate_addition, position_accuracy, position_rows, split_widths, summarise_widths
 from lab.eval.free_running import free_running_accuracy
 from lab.runs import RunDir, atomic_write_text
@@ -43,9 +44,10 @@ PER_WIDTH = {"tf": "teacher_forced", "tok": "per_token", "free": "free_running"}
 def summary_keys(held_out: range = range(33, 49)) -> tuple[str, ...]:
     """The summary columns of an evaluation whose held-out widths are `held_out`: val_acc, ood_mean, the
     accuracy at the first and the last held-out width (acc@33, acc@48 for the paper's), per-token val_acc
-    and ood_mean."""
+    and ood_mean, and the teacher-forced loss on the validation widths (val_loss; absent from the evals.csv
+    files written before it was kept)."""
     return ("val_acc", "ood_mean", f"acc@{held_out.start}", f"acc@{held_out.stop - 1}", "val_token_acc",
-            "ood_token_mean")
+            "ood_token_mean", "val_loss")
 
 
 def eval_widths(cfg: RunConfig) -> tuple[range, range]:
@@ -63,15 +65,27 @@ SUMMARY = summary_keys()
 COLUMNS = evals_columns()
 
 
-def pick_best(rows: Sequence[Mapping[str, Any]], key: str = "val_acc") -> Mapping[str, Any] | None:
-    """The row with the highest `key`, the earliest step among equals; None when no row has `key`."""
+def pick_best(rows: Sequence[Mapping[str, Any]], key: str = "val_acc",
+              ties: str = "earliest") -> Mapping[str, Any] | None:
+    """The row with the highest `key`; among equals the earliest step (`ties="earliest"`) or the one of lowest
+    `val_loss` (`ties="val_loss"`, `eval.best_ties`; rows without one count as the highest loss, and equal
+    losses go to the earliest). None when no row has `key`."""
+    if ties not in BEST_TIES:
+        raise ValueError(f"ties={ties!r} is not accepted; accepted: {', '.join(BEST_TIES)}")
     best = None
     for row in sorted(rows, key=lambda r: r["step"]):
         if row.get(key) is None:
             continue
         if best is None or row[key] > best[key]:
             best = row
+        elif ties == "val_loss" and row[key] == best[key] and _loss(row) < _loss(best):
+            best = row
     return best
+
+
+def _loss(row: Mapping[str, Any]) -> float:
+    value = row.get("val_loss")
+    return math.inf if value is None or math.isnan(value) else float(value)
 
 
 def evals_path(run: RunDir) -> Path:
@@ -146,11 +160,13 @@ class AdditionEvaluation(Callback):
     """
 
     def __init__(self, run: RunDir, every: int, n_per_length: int, free_per_length: int, seed: int = 0,
-                 widths: tuple[int, int] = (1, 48), held_out_from: int = 33) -> None:
+                 widths: tuple[int, int] = (1, 48), held_out_from: int = 33, ties: str = "earliest") -> None:
         if every < 1 or n_per_length < 1 or free_per_length < 0:
             raise ValueError(f"every and n_per_length must be >= 1 and free_per_length >= 0, got {every}, "
                              f"{n_per_length}, {free_per_length}")
-        self.run, self.every, self.seed = run, every, seed
+        if ties not in BEST_TIES:
+            raise ValueError(f"ties={ties!r} is not accepted; accepted: {', '.join(BEST_TIES)}")
+        self.run, self.every, self.seed, self.ties = run, every, seed, ties
         self.widths = range(widths[0], widths[1] + 1)
         self.val_widths, self.ood_widths = split_widths(widths, held_out_from)
         self.summary_keys = summary_keys(self.ood_widths)
@@ -167,7 +183,7 @@ class AdditionEvaluation(Callback):
 
     def best(self) -> Mapping[str, Any] | None:
         """The best evaluation so far."""
-        return pick_best(self.evals)
+        return pick_best(self.evals, ties=self.ties)
 
     def run_metrics(self) -> dict[str, float]:
         """The best evaluation's columns (best_step, best_val_acc, ...) and the last one's (last_*)."""

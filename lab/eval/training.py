@@ -19,4 +19,4 @@ def evaluation_callbacks(cfg: RunConfig, run: RunDir) -> list[Callback]:
     if not (cfg.task == "addition" and e.enabled):
         return []
     return [AdditionEvaluation(run, cfg.train.val_every, e.n_per_length, e.free_per_length, e.seed,
-                               widths=e.widths, held_out_from=e.held_out_from)]
+                               widths=e.widths, held_out_from=e.held_out_from, ties=e.best_ties)]

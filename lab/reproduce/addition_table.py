@@ -113,7 +113,7 @@ def finished_runs(jobs: Sequence[Job], results: Path) -> list[dict[str, Any]]:
         if row is not None and row["status"] == "finished":
             metrics = json.loads(row["metrics"] or "{}")
             evals = read_evals(evals_path(run_dir_for(job.run_id, results=results)))
-            best = pick_best(evals)
+            best = pick_best(evals, ties=job.cfg.eval.best_ties)
             metrics.update(tied_steps(evals, best))
             if best is not None and "teacher_forced" in best:
                 metrics["best_widths"] = widths_answered(best["teacher_forced"], job.cfg.data.widths[1])
@@ -227,7 +227,7 @@ def per_width_rows(runs: list[dict[str, Any]], results: Path) -> list[dict[str, 
         val, held_out = eval_widths(job.cfg)
         trained = range(job.cfg.data.widths[0], job.cfg.data.widths[1] + 1)
         model = row_label(ROW_BY_NAME[job.cfg.mixer], job.cfg) if job.cfg.mixer in ROW_BY_NAME else job.cfg.mixer
-        for which, e in (("best", pick_best(evals)), ("last", evals[-1])):
+        for which, e in (("best", pick_best(evals, ties=job.cfg.eval.best_ties)), ("last", evals[-1])):
             for n in range(val.start, held_out.stop):
                 out.append({"row": job.cfg.mixer, "model": model, "seed": run["seed"], "run_id": job.run_id,
                             "which": which, "step": e["step"], "width": n, "trained": n in trained,
@@ -396,6 +396,12 @@ def settings_sentence(jobs: Sequence[Job]) -> str:
             f"seeds {', '.join(map(str, seeds))}.{per_row}")
 
 
+def ties_phrase(jobs: Sequence[Job]) -> str:
+    """How the plan's runs choose their best step among evaluations of equal val. acc. (`eval.best_ties`)."""
+    names = {"earliest": "the earliest", "val_loss": "the lowest validation loss"}
+    return " or ".join(names[t] for t in sorted({job.cfg.eval.best_ties for job in jobs}))
+
+
 def render_markdown(jobs: Sequence[Job], table: list[dict[str, Any]], runs: list[dict[str, Any]],
                     command: str, unfinished: Sequence[dict[str, Any]] = ()) -> str:
     """table.md: provenance, settings, ours beside the paper's, then free-running and per-token accuracy,
@@ -416,7 +422,8 @@ def render_markdown(jobs: Sequence[Job], table: list[dict[str, Any]], runs: list
         "",
         "Accuracies in percent. Teacher-forced whole-suffix accuracy: a sample counts when every target digit "
         f"and the end token are predicted right. Val. acc.: widths {v}; Mean {o}: the held-out widths {o}. "
-        "Ours: mean ± standard deviation over seeds, each run at its best step (highest val. acc., earliest among equals)"
+        "Ours: mean ± standard deviation over seeds, each run at its best step (highest val. acc., "
+        f"{ties_phrase(jobs)} among equals)"
         + ("; (paper): the paper's Table 3." if paper else
            f". The paper's Table 3 (validation on widths 1–32, held out 33–48) is not beside these runs, which are "
            f"evaluated on widths {v} and {o}."),
