@@ -4,7 +4,8 @@ Every `train.val_every` steps and at the last step, rank zero measures teacher-f
 and per-token accuracy on widths 1–48 (`eval.widths`; `eval.n_per_length` samples per width) and appends
 a row to the run's `evals.csv`: the summary columns, then the accuracy of every width (`tf@n`, `tok@n`, and
 `free@n` where measured). The best step is the one with the highest validation accuracy (widths
-1–32, those before `eval.held_out_from`); among equal accuracies the earliest step wins, the first to reach it. Its weights are kept
+1–32, those before `eval.held_out_from`); among equal accuracies the earliest step wins, the first to reach it (or,
+with `eval.best_ties=val_loss`, the one of lowest teacher-forced loss on those widths). Its weights are kept
 (in the callback's checkpoint state and in `checkpoints/best.pt`), and at the last step free-running
 greedy accuracy is measured for the best and the last weights (`eval.free_per_length` samples per
 width), and so is the accuracy of every answer position of every width (`positions.csv`, both
