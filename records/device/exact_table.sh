@@ -28,6 +28,11 @@
 # BUDGET_S must stay under the call's limit_s, which is the device time left when that is less than timeout_s: a
 # call killed at its limit returns only what lies under $OUT, so out.tgz is also written every SNAP_S seconds
 # (default 60) while the campaign runs, and a killed call still returns the runs as they were a minute before.
+# BESIDE="<lab arguments>;<lab arguments>" runs other campaigns on the same GPU at the same time, each
+# `python -m lab <arguments>` under the same budget (SIGINT, checkpoint kept), its console in beside_<i>_<time>.log and
+# its results under results/ as the table's (e.g. `reproduce addition --preset packed --rows transformer ...
+# --out results/addition/nope-6000-ties`); an unfinished one resumes when the next call names it again.
+# ROWS_NONE=1 runs the campaigns beside alone, no table run.
 set -u
 export PYTHONUNBUFFERED=1
 P=${PRESET:-packed-exact}; R=records/addition/$P/runs
@@ -48,7 +53,17 @@ done
 left=$(( ${BUDGET_S:-540} - ($(date +%s) - t0) - 20 ))
 rows=${ROWS:+--rows $ROWS}
 start=${START_S:+--start-within $START_S}
-if [ -n "${ABLATE:-}" ]; then
+i=0; BPIDS=""
+IFS=';' read -ra BES <<< "${BESIDE:-}"
+for b in "${BES[@]}"; do
+  [ -z "${b// }" ] && continue
+  i=$((i + 1))
+  timeout --signal=INT --kill-after=40 $left python -m lab $b > $W/beside_${i}_$stamp.log 2>&1 &
+  BPIDS="$BPIDS $!"
+done
+if [ -n "${ROWS_NONE:-}" ]; then
+  :  # only the campaigns beside
+elif [ -n "${ABLATE:-}" ]; then
   timeout --signal=INT --kill-after=40 $left python -m lab ablate alignment --preset $P --mixers $ABLATE \
     --gpus 1 --per-gpu ${PER_GPU:-2} --seeds ${SEEDS:-3} $start --set train.compile=true --set train.cuda_graphs=$GRAPHS \
     --out results/ablation/$P > $W/console_$stamp.log 2>&1
@@ -57,8 +72,11 @@ else
     --per-gpu ${PER_GPU:-2} --seeds ${SEEDS:-3} $rows $start --set train.compile=true --set train.cuda_graphs=$GRAPHS \
     --out results/addition/$P > $W/console_$stamp.log 2>&1
 fi
+for pid in $BPIDS; do wait $pid; done
 echo "campaign stopped at $(( $(date +%s) - t0 )) s"
 kill $snapper 2>/dev/null; wait $snapper 2>/dev/null
 pack
-grep -v "^step\|Warning\|warn" $W/console_$stamp.log | tail -n 20
+for f in $W/console_$stamp.log $W/beside_*_$stamp.log; do
+  [ -f $f ] && { echo "== $(basename $f)"; grep -v "^step\|Warning\|warn" $f | tail -n 12; }
+done
 exit 0
