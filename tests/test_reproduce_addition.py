@@ -103,8 +103,12 @@ def test_isolated_same_time_moves_the_falcon_rows_alone_and_its_runs_are_the_rec
         assert same[mixer].cfg.model.mixer_options == {"output_gate": False, "alignment": "same_time",
                                                        "ridge": "const_lambda", "lam": 0.0}
         assert same[mixer].cfg.data == offsets[mixer].cfg.data and same[mixer].run_id != offsets[mixer].run_id
-    for mixer in ("deltanet", "gated-deltanet", "retnet", "transformer"):  # the baselines keep their own options
+    for mixer in ("deltanet", "gated-deltanet", "transformer"):  # the baselines keep their own options
         assert same[mixer].run_id == offsets[mixer].run_id
+    # but RetNet, which fits the trained widths only without RoPE, goes without it; its seed 0 is the recorded run
+    # records/addition/same-time/stopped/5a049f1a2d
+    assert same["retnet"].cfg.model.mixer_options == {**offsets["retnet"].cfg.model.mixer_options, "rope": False}
+    assert same["retnet"].run_id == "5a049f1a2d"
     # the falcon-same-time runs and isolated-offsets' DeltaNet runs are this preset's (records/addition/same-time)
     ids = {(j.cfg.mixer, j.cfg.train.seed): j.run_id
            for j in plan("same-time", parse_rows("falcon-1.3,falcon-1a.3,deltanet"), seeds=3)}
@@ -182,10 +186,10 @@ def test_the_table_names_the_transformer_without_rope_and_the_digit_positions() 
     assert row_label(ROW_BY_NAME["transformer"], nope[0].cfg) == "Transformer (NoPE)"
     # the same-time preset's Falcon rows say what they were given in place of the paper's options
     same = {j.cfg.mixer: row_label(ROW_BY_NAME[j.cfg.mixer], j.cfg)
-            for j in plan("same-time", parse_rows("falcon-1a.1,falcon-2,deltanet"), seeds=1)}
+            for j in plan("same-time", parse_rows("falcon-1a.1,falcon-2,deltanet,retnet"), seeds=1)}
     assert same == {"falcon-1a.1": "Falcon-1A.1 (QK-ℓ2, ctxβ, λ̄ = 0; same-time writes, no output gate)",
                     "falcon-2": "Falcon-2 (.3 settings; λ̄ = 0, same-time writes, no output gate)",
-                    "deltanet": "DeltaNet"}
+                    "deltanet": "DeltaNet", "retnet": "RetNet (NoPE)"}
     sentence = settings_sentence(nope)
     assert "6 heads, rope=False, digit positions (Abacus embeddings) with a random offset of 0–32 in training;" \
         in sentence

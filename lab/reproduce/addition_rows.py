@@ -95,3 +95,7 @@ ROWS: tuple[Row[PaperNumbers], ...] = (
 ROW_NAMES = tuple(r.name for r in ROWS)
 ROW_BY_NAME = {r.name: r for r in ROWS}
 ROW_SETTINGS["same-time"] = {name: SAME_TIME_FALCON for name in ROW_NAMES if name.startswith("falcon-")}
+# RetNet without RoPE, chosen on the trained widths alone: with RoPE it answers 16.1% of widths 1-32 at step 2000
+# (widths 1-5), without it 99.75% by step 1600 (one H200 run each, records/addition/same-time/README.md; at toy size
+# on a CPU, widths 1-2 against 1-4, records/addition/cpu_baselines_lr).
+ROW_SETTINGS["same-time"]["retnet"] = ("model.mixer_options.rope=false",)

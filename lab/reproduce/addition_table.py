@@ -152,12 +152,14 @@ def mean_std(values: list[float]) -> tuple[float | None, float | None]:
 
 
 def row_label(row: Any, cfg: Any) -> str:
-    """The table's name of a row as the plan trains it: the transformer without RoPE is the NoPE one; a Falcon row
+    """The table's name of a row as the plan trains it: the transformer or RetNet without RoPE is the NoPE one; a Falcon row
     with a constant ridge in place of its name's ctxλ says λ̄, and one given same-time writes or no output gate
     says so (the `same-time` preset's rows)."""
     options = cfg.model.mixer_options
     if cfg.mixer == "transformer" and options.get("rope", True) is False:
         return row.label.replace("(RoPE)", "(NoPE)")
+    if cfg.mixer == "retnet" and options.get("rope", True) is False:
+        return f"{row.label} (NoPE)"
     if not cfg.mixer.startswith("falcon-"):
         return row.label
     label, extra = row.label, []
