@@ -174,7 +174,8 @@ def test_auto_backend_picks_the_fused_kernels_only_where_they_apply():
     assert pick(dtype=torch.float64) == "chunk"
     assert pick(rule="falcon-3") == "triton" and pick(rule="falcon-3a") == "triton"
     assert pick(rule="falcon-3", window=65) == "chunk"  # past FUSED_MAX_WINDOW slots a chunk
-    assert pick(rule="falcon-3a", packed=True) == "chunk" and pick(rule="falcon-1a", packed=True) == "triton"
+    assert pick(rule="falcon-3a", packed=True) == "triton" and pick(rule="falcon-1a", packed=True) == "triton"
+    assert pick(rule="falcon-3", packed=True) == "triton"  # packed sequences one to a row (kernels.falcon.api)
     assert pick(d=512) == "chunk" and pick(chunk=48) == "chunk"
     assert pick(rule="falcon-2a", floor=1e-4) == "chunk" and pick(rule="falcon-1a", floor=1e-4) == "triton"
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from torch import Tensor
 
 from kernels import FastWeightState, fast_weight_rule
 from kernels.common import triton_helpers
@@ -96,11 +97,57 @@ def test_the_final_state_continues_the_oracle() -> None:
             assert torch.equal(a, b), name
 
 
-def test_packed_sequences_and_wide_windows_are_refused_by_name() -> None:
+def check_packed_outputs(rule: str, timing: str, **opts) -> None:
+    """Packed sequences from fresh states, outputs alone (as a model trains with its samples apart): one call of the
+    kernels over the sequences laid one to a row against the float64 oracle run on each sequence by itself,
+    outputs and the gradients of q, k, v, β and λ. Lengths 5, 16, 1, 18: one shorter than the window, one token."""
+    bounds = [0, 5, 21, 22, 40]
+    x = inputs(rule, B=1, T=40, H=2, D=16, seed=17 + (timing == "rbw"))
+    w = x["w"].to(DEVICE, torch.float64)
+
+    def outputs(backend: str, dtype: torch.dtype, cu: bool) -> list[Tensor]:
+        leaves = [x[n].detach().to(DEVICE, dtype).clone().requires_grad_(True)
+                  for n in ("q", "k", "v", "beta", "lam")]
+        if cu:
+            o, _ = fast_weight_rule(*leaves, rule=rule, backend=backend, timing=timing, chunk_size=16,
+                                    cu_seqlens=torch.tensor(bounds, device=DEVICE), **opts)
+        else:
+            o = torch.cat([fast_weight_rule(*(t[:, b:e] for t in leaves), rule=rule, backend=backend, timing=timing,
+                                            **opts)[0] for b, e in zip(bounds, bounds[1:])], dim=1)
+        (o.double() * w).sum().backward()
+        return [o] + [t.grad for t in leaves]
+
+    out, ref = outputs("triton", torch.float32, True), outputs("recurrent", torch.float64, False)
+    for name, a, b in zip(("o", "dq", "dk", "dv", "dbeta", "dlam"), out, ref):
+        assert not torch.isnan(a).any(), name
+        assert rms_rel(a, b) <= TOL_FP32, f"{name}: relative RMS error {rms_rel(a, b):.2e}"
+
+
+@pytest.mark.parametrize("timing", ["raw", "rbw"])
+def test_packed_sequences_run_one_to_a_row(timing: str) -> None:
+    check_packed_outputs(RULE, timing, window=4)
+
+
+def test_packed_sequences_from_states_match_one_call_each() -> None:
+    """cu_seqlens with initial states (one S0 row a sequence) and the final state: one call of the kernels per
+    sequence, against the oracle's."""
+    bounds = [0, 5, 21, 22, 40]
+    x = inputs(RULE, B=1, T=40, H=2, D=16, seed=11)
+    x["S0"] = torch.randn(len(bounds) - 1, 2, 16, 16, generator=torch.Generator().manual_seed(12)) / 16
+    x["wS"] = torch.randn(len(bounds) - 1, 2, 16, 16, generator=torch.Generator().manual_seed(13))
+    cu = torch.tensor(bounds, device=DEVICE)
+    check(run(x, "triton", torch.float32, chunk_size=16, cu_seqlens=cu, rule=RULE, window=3),
+          run(x, "recurrent", torch.float64, cu_seqlens=cu, rule=RULE, window=3), TOL_FP32)
+
+
+def test_the_form_refuses_packed_sequences_and_the_op_wide_windows_by_name() -> None:
+    from kernels.common.config import RuleConfig
+    from kernels.window.fused import triton_falcon3
+
     x = inputs(RULE, B=1, T=12, H=1, D=16, seed=3)
     ins = [x[n].to(DEVICE) for n in ("q", "k", "v", "beta", "lam")]
-    with pytest.raises(ValueError, match="falcon-3 takes no cu_seqlens"):
-        fast_weight_rule(*ins, rule=RULE, backend="triton", cu_seqlens=torch.tensor([0, 5, 12], device=DEVICE))
+    with pytest.raises(ValueError, match="triton_falcon3 takes no cu_seqlens"):
+        triton_falcon3(*ins, RuleConfig(rule=RULE), None, True, cu_seqlens=torch.tensor([0, 5, 12], device=DEVICE))
     with pytest.raises(ValueError, match=f"window up to {FUSED_MAX_WINDOW}"):
         fast_weight_rule(*ins, rule=RULE, backend="triton", window=FUSED_MAX_WINDOW + 1)
 

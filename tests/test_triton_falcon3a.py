@@ -58,11 +58,32 @@ def test_the_final_state_continues_the_oracle() -> None:
             assert torch.equal(a, b), name
 
 
-def test_packed_sequences_are_refused_by_name() -> None:
+@pytest.mark.parametrize("timing", ["raw", "rbw"])
+def test_packed_sequences_run_one_to_a_row(timing: str) -> None:
+    """Fresh states, outputs alone, one call of the kernels (``check_packed_outputs``)."""
+    from tests.test_triton_falcon3 import check_packed_outputs
+
+    check_packed_outputs(RULE, timing, window=4)
+
+
+def test_packed_sequences_from_states_match_one_call_each() -> None:
+    bounds = [0, 5, 21, 22, 40]
+    x = inputs(RULE, B=1, T=40, H=2, D=16, seed=11)
+    x["S0"] = torch.randn(len(bounds) - 1, 2, 16, 16, generator=torch.Generator().manual_seed(12)) / 16
+    x["wS"] = torch.randn(len(bounds) - 1, 2, 16, 16, generator=torch.Generator().manual_seed(13))
+    cu = torch.tensor(bounds, device=DEVICE)
+    check(run(x, "triton", torch.float32, chunk_size=16, cu_seqlens=cu, rule=RULE, window=3),
+          run(x, "recurrent", torch.float64, cu_seqlens=cu, rule=RULE, window=3), TOL_FP32)
+
+
+def test_the_form_itself_refuses_packed_sequences_by_name() -> None:
+    from kernels.common.config import RuleConfig
+    from kernels.window.fused import triton_falcon3a
+
     x = inputs(RULE, B=1, T=12, H=1, D=16, seed=3)
     ins = [x[n].to(DEVICE) for n in ("q", "k", "v", "beta", "lam")]
-    with pytest.raises(ValueError, match="falcon-3a takes no cu_seqlens"):
-        fast_weight_rule(*ins, rule=RULE, backend="triton", cu_seqlens=torch.tensor([0, 5, 12], device=DEVICE))
+    with pytest.raises(ValueError, match="triton_falcon3a takes no cu_seqlens"):
+        triton_falcon3a(*ins, RuleConfig(rule=RULE), None, True, cu_seqlens=torch.tensor([0, 5, 12], device=DEVICE))
 
 
 @pytest.mark.parametrize("T", [7, 40])

@@ -66,8 +66,9 @@ def fused_refusal(q: Tensor, v: Tensor, cfg: RuleConfig, chunk_size: int, packed
                   beta: Tensor | None = None, lam: Tensor | None = None) -> str | None:
     """Why ``backend="triton"`` cannot run these inputs, or None when it can: a rule with fused kernels, inputs
     (and gates, when given) in bf16/fp16/fp32, a chunk size of ``CHUNK_SIZES``, Dk and Dv up to 256, falcon-2a's
-    decay floor, falcon-3 and falcon-3a without packed sequences, falcon-3's window up to ``FUSED_MAX_WINDOW``,
-    CUDA tensors (or Triton's interpreter)."""
+    decay floor, falcon-3's window up to ``FUSED_MAX_WINDOW``, CUDA tensors (or Triton's interpreter). Packed
+    sequences (``packed``) are taken by every rule: falcon-3 and falcon-3a lay them one to a row
+    (``kernels.falcon.api``)."""
     if cfg.rule not in FUSED_RULES:
         return f"backend='triton' covers {', '.join(FUSED_RULES)}; for {cfg.rule} use backend='chunk'"
     fused_dtypes = (torch.bfloat16, torch.float16, torch.float32)
@@ -86,9 +87,6 @@ def fused_refusal(q: Tensor, v: Tensor, cfg: RuleConfig, chunk_size: int, packed
         return (f"falcon-2a on backend='triton' needs decay_floor >= {FUSED_MIN_DECAY_FLOOR_PER_CHANNEL} (its "
                 f"16-token blocks factor the per-channel carry around their midpoint), got {cfg.decay_floor}; use "
                 f"backend='chunk' for smaller floors")
-    if cfg.windowed and packed:
-        return (f"backend='triton' for {cfg.rule} takes no cu_seqlens (each sequence's window would need its own "
-                f"tail); use backend='chunk', which runs packed sequences one by one")
     if cfg.rule == "falcon-3" and cfg.window > FUSED_MAX_WINDOW:
         return (f"backend='triton' for falcon-3 takes a window up to {FUSED_MAX_WINDOW} (a chunk of its kernels "
                 f"holds at most {FUSED_MAX_WINDOW} window slots), got window={cfg.window}; use backend='chunk'")

@@ -87,8 +87,12 @@ def _run(q: Tensor, k: Tensor, v: Tensor, gain: Tensor, lam: Tensor, cfg: RuleCo
          chunk_size: int, initial_state: FastWeightState | Tensor | None, output_final_state: bool,
          bounds: list[int] | None, cu_seqlens: Tensor | None) -> tuple[Tensor, FastWeightState | None]:
     """Checked inputs to the form of (rule, backend): the fused forms take them in their own dtype (and packed
-    sequences whole), the others in the compute dtype (and packed sequences apart)."""
+    sequences whole, but for the window rules'), the others in the compute dtype (and packed sequences apart)."""
     dtype = compute_dtype(q.dtype)
+    if backend == "triton" and cfg.windowed and bounds is not None:
+        # falcon-3/3a's kernels carry one window tail per row, not per packed sequence: the sequences go one to a
+        # row (``_packed``), padded at their ends, through the same kernels
+        return _packed(q, k, v, gain, lam, cfg, backend, chunk_size, initial_state, output_final_state, bounds)
     if backend == "triton":
         state, fresh = start_state(q, v, initial_state, dtype, span=cfg.span,
                                    batch=None if bounds is None else len(bounds) - 1)
@@ -106,9 +110,9 @@ def _run(q: Tensor, k: Tensor, v: Tensor, gain: Tensor, lam: Tensor, cfg: RuleCo
 def _packed(q: Tensor, k: Tensor, v: Tensor, gain: Tensor, lam: Tensor, cfg: RuleConfig, backend: str,
             chunk_size: int, initial_state: FastWeightState | Tensor | None, output_final_state: bool,
             bounds: list[int]) -> tuple[Tensor, FastWeightState | None]:
-    """Packed sequences for the reference backends: one call per sequence (exact, not fast); for outputs alone
-    from fresh states, one call over the sequences laid one to a row and padded at their ends (padding after a
-    sequence cannot reach its outputs)."""
+    """Packed sequences for the reference backends and the window rules' kernels: one call per sequence (exact,
+    not fast); for outputs alone from fresh states, one call over the sequences laid one to a row and padded at
+    their ends (padding after a sequence cannot reach its outputs)."""
     if initial_state is None and not output_final_state and len(bounds) > 2:
         sizes = [e - b for b, e in zip(bounds, bounds[1:])]
         lengths = torch.tensor(sizes, device=q.device)

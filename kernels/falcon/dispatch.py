@@ -78,8 +78,7 @@ def run(backend: str, q: Tensor, k: Tensor, v: Tensor, beta: Tensor, lam: Tensor
 
 def auto_backend(q: Tensor, v: Tensor, cfg: RuleConfig, chunk_size: int, packed: bool = False) -> str:
     """``backend="auto"``: the fused kernels where they apply (CUDA, half or single precision, a rule they
-    cover, Dk and Dv ≤ 256, a chunk size they take; falcon-3 and falcon-3a not for packed sequences, falcon-3's window up to 64), else the PyTorch
-    chunk form."""
+    cover, Dk and Dv ≤ 256, a chunk size they take, falcon-3's window up to 64), else the PyTorch chunk form."""
     if cfg.rule in NOT_AUTO:
         return "chunk"
     return "triton" if q.is_cuda and fused_refusal(q, v, cfg, chunk_size, packed) is None else "chunk"

@@ -61,10 +61,12 @@ def window_coefficients(a: Tensor, log_gamma: Tensor, W: int) -> list[Tensor]:
 def triton_falcon3a(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, lam: Tensor, cfg: RuleConfig,
                     state: FastWeightState, fresh: bool, chunk_size: int = 64,
                     cu_seqlens: Tensor | None = None) -> tuple[Tensor, FastWeightState]:
-    """falcon-3a over ``[B, T, H, D]`` inputs in their own dtype from a float32 ``state``; o in q's dtype. Not
-    for packed sequences: the op refuses ``cu_seqlens`` here (``kernels.common.checks.fused_refusal``)."""
+    """falcon-3a over ``[B, T, H, D]`` inputs in their own dtype from a float32 ``state``; o in q's dtype. The form
+    takes no ``cu_seqlens`` (one window tail a row): ``fast_weight_rule`` lays packed sequences one to a row."""
     if cfg.rule != "falcon-3a":
         raise ValueError(f"triton_falcon3a runs rule 'falcon-3a' only, got {cfg.rule!r}")
+    if cu_seqlens is not None:
+        raise ValueError("triton_falcon3a takes no cu_seqlens; fast_weight_rule lays packed sequences one to a row")
     f32 = torch.float32
     prep = prepare(k.to(f32), v.to(f32), beta.to(f32), lam.to(f32), cfg, state, fresh)
     T, W = q.shape[1], cfg.span
@@ -91,11 +93,12 @@ def triton_falcon3(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, lam: Tensor, c
                    cu_seqlens: Tensor | None = None) -> tuple[Tensor, FastWeightState]:
     """falcon-3 over ``[B, T, H, D]`` inputs in their own dtype from a float32 ``state``; o in q's dtype. The
     kernels' chunk holds min(chunk_size · WP, 64) slot rows (WP: the window padded to a power of two), so
-    64 / WP tokens at the default. Not for packed sequences (``kernels.common.checks.fused_refusal``)."""
+    64 / WP tokens at the default. The form takes no ``cu_seqlens`` (one window tail a row): ``fast_weight_rule``
+    lays packed sequences one to a row."""
     if cfg.rule != "falcon-3":
         raise ValueError(f"triton_falcon3 runs rule 'falcon-3' only, got {cfg.rule!r}")
     if cu_seqlens is not None:
-        raise ValueError("triton_falcon3 takes no cu_seqlens; use backend='chunk' for packed sequences")
+        raise ValueError("triton_falcon3 takes no cu_seqlens; fast_weight_rule lays packed sequences one to a row")
     f32 = torch.float32
     prep = prepare(k.to(f32), v.to(f32), beta.to(f32), lam.to(f32), cfg, state, fresh, top_eigenvalue)
     B, T, H = q.shape[:3]
