@@ -1,0 +1,64 @@
+"""Training loss by step of the same-time table's rows (the median over a row's seeds of the loss averaged over 10
+logged steps), with RetNet's run with RoPE (`retnet-rope/`) and its stopped run without (`stopped/5a049f1a2d`), and
+the widest width the curriculum trains at each step: the rows that fit (loss falling under 0.01 while the widths
+grow) against the ones that do not (Mamba-2 and RetNet with RoPE, whose loss climbs with the widths).
+
+    python records/addition/same-time/losses.py   # writes losses.png beside it
+"""
+
+import json
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import pandas as pd
+
+HERE = Path(__file__).resolve().parent
+SOURCES = (HERE / "runs", HERE / "stopped", HERE / "retnet-rope", HERE.parent / "falcon-same-time" / "runs",
+           HERE.parent / "isolated-offsets" / "runs")
+STYLE = {  # row: (label, colour, line)
+    "transformer": ("Transformer (RoPE)", "0.25", "-"),
+    "falcon-1a.1": ("Falcon-1A.1", "C0", "-"), "falcon-1a.2": ("Falcon-1A.2", "C9", "-"),
+    "falcon-1a.3": ("Falcon-1A.3", "C2", "-"), "falcon-1.3": ("Falcon-1.3", "C4", "-"),
+    "deltanet": ("DeltaNet", "C1", "-"), "gated-deltanet": ("Gated DeltaNet", "C5", "-"),
+    "mamba2": ("Mamba-2", "C3", "--"), "retnet": ("RetNet (RoPE)", "C6", "--"),
+    "retnet-nope": ("RetNet (NoPE, stopped at 1600)", "C6", "-"),
+}
+
+folders = {json.loads((f / "run.json").read_text())["id"]: f
+           for src in SOURCES if src.is_dir() for f in src.iterdir() if (f / "run.json").is_file()}
+plan = pd.read_csv(HERE / "progress.csv")[["row", "seed", "run_id"]].drop_duplicates()
+chosen = [(r.row, r.run_id) for r in plan.itertuples()]
+chosen += [("retnet", "df880929c1"), ("retnet-nope", "5a049f1a2d")]
+curves: dict[str, list[pd.Series]] = {}
+for row, run_id in chosen:
+    if row not in STYLE or run_id not in folders:
+        continue
+    m = pd.read_csv(folders[run_id] / "metrics.csv").dropna(subset=["loss"]).drop_duplicates("step", keep="last")
+    curves.setdefault(row, []).append(m.set_index("step")["loss"].rolling(10, min_periods=1).mean())
+
+fig, ax = plt.subplots(figsize=(9, 5.2), constrained_layout=True)
+for row, (label, colour, line) in STYLE.items():
+    if row not in curves:
+        continue
+    median = pd.concat(curves[row], axis=1).median(axis=1)
+    n = len(curves[row])
+    ax.plot(median.index, median.values, color=colour, ls=line, lw=1.6,
+            label=f"{label}, {n} seed{'s' if n > 1 else ''}")
+ax.set_yscale("log")
+ax.set_ylim(1e-4, 4)
+ax.set_xlabel("training step")
+ax.set_ylabel("training loss (log; median of seeds)")
+ax.grid(alpha=0.3)
+width = ax.twinx()
+width.plot([0, 1500, 2000], [1, 32, 32], color="0.55", lw=1, ls=(0, (4, 2)))
+width.set_ylim(0, 34)
+width.set_ylabel("widest trained width (grey dashes)", color="0.45")
+width.tick_params(colors="0.45")
+ax.legend(fontsize=8, loc="lower left", ncol=2)
+fig.suptitle("same-time: training loss by step (mean of 10 logged steps); dashed: the rows that do not fit",
+             fontsize=11)
+fig.savefig(HERE / "losses.png", dpi=120)
+print(f"{len(chosen)} runs, {sum(len(c) for c in curves.values())} drawn: {HERE / 'losses.png'}")
