@@ -7,6 +7,7 @@ import csv
 import os
 import re
 import statistics
+import sys
 from pathlib import Path
 
 import pytest
@@ -579,3 +580,60 @@ def test_an_interrupted_campaign_stops_each_run_at_a_checkpoint_and_keeps_its_ta
         assert torch.load(ckpt, weights_only=False, map_location="cpu")["global_step"] == row["steps"]
     table = (out / "table.md").read_text()
     assert "Runs begun but not finished" in table and table.count("| stopped |") == len(parse_rows(rows))
+
+
+def test_a_run_out_of_gpu_memory_beside_others_starts_again_when_one_ends(monkeypatch: pytest.MonkeyPatch,
+                                                                          tmp_path: Path) -> None:
+    """Three runs share one GPU; the second fails with CUDA's out-of-memory error while the others run: it is
+    started again (its checkpoint resumes it) only once one of them has ended, and the GPU takes two at a time
+    from then on. A run that fails so alone on its GPU, or of anything else, fails as before."""
+    from lab.reproduce.jobs import Outcome
+
+    jobs = plan("tiny", parse_rows("transformer,deltanet,falcon-1.3"), seeds=1, max_steps=2)
+    a, b, c = (j.run_id for j in jobs)
+    starts: list[tuple[str, int]] = []  # (run id, runs going when it started)
+    going: set[str] = set()
+    ends = {a: 0.6, b: 0.0, c: 0.3}  # seconds each child lives
+
+    def command(config: Path, results: Path) -> list[str]:
+        run_id = config.stem
+        starts.append((run_id, len(going)))
+        going.add(run_id)
+        return [sys.executable, "-c", f"import time; time.sleep({ends[run_id]})"]
+
+    failures = {b: 1}
+
+    def outcome(job, code, seconds, results, registry):
+        going.discard(job.run_id)
+        if failures.get(job.run_id):
+            failures[job.run_id] -= 1
+            return Outcome(job, "failed", seconds, "OutOfMemoryError: CUDA out of memory. Tried to allocate 380 MiB")
+        return Outcome(job, "finished", seconds)
+
+    monkeypatch.setattr(launch, "_train_command", command)
+    monkeypatch.setattr(launch, "_process_outcome", outcome)
+    monkeypatch.setattr(launch, "slot_gpus", lambda slots, per_gpu=1, gpus_per_run=1: ["0"])
+    ended: list[Outcome] = []
+    launch._run_in_processes(jobs, tmp_path, Registry(tmp_path / "lab.db"), 3, ended.append, per_gpu=3)
+    assert [o.status for o in ended] == ["finished"] * 3 and sorted(o.job.run_id for o in ended) == sorted([a, b, c])
+    assert [s[0] for s in starts] == [a, b, c, b]
+    assert starts[3][1] <= 1  # started again beside one run at most, after c ended
+
+    # alone on its GPU, or failing of something else beside others: no second start
+    for chosen, slots, message in ((jobs[:1], 1, "OutOfMemoryError: CUDA out of memory"),
+                                   (jobs, 3, "ValueError: a NaN loss at step 2")):
+        starts.clear()
+        going.clear()
+        failures = {chosen[-1].run_id: 1}
+
+        def failing(job, code, seconds, results, registry, message=message):
+            going.discard(job.run_id)
+            if failures.pop(job.run_id, 0):
+                return Outcome(job, "failed", seconds, message)
+            return Outcome(job, "finished", seconds)
+
+        monkeypatch.setattr(launch, "_process_outcome", failing)
+        ended = []
+        launch._run_in_processes(chosen, tmp_path, Registry(tmp_path / "lab.db"), slots, ended.append, per_gpu=slots)
+        assert sorted(o.status for o in ended) == ["failed"] + ["finished"] * (len(chosen) - 1)
+        assert len(starts) == len(chosen)

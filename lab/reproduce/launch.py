@@ -40,6 +40,12 @@ CODE_ROOT = Path(__file__).resolve().parents[2]
 STOP_WAIT_S = 60
 STOP_CODES = (128 + signal.SIGINT, 128 + signal.SIGTERM)
 
+# A run that fails with CUDA's out-of-memory error, several runs sharing its GPU, is started again (from its last
+# checkpoint) up to OOM_RETRIES times, and its GPU takes one run fewer at a time from then on: the runs beside it
+# keep going, and it waits for one of them to end.
+OOM_RETRIES = 2
+OOM_MARKERS = ("CUDA out of memory", "OutOfMemoryError")
+
 # `--start-within S`: the time.monotonic() after which a campaign of this process starts no new run (the runs
 # already going finish), so that a call with a fixed budget starts only runs it can end; None: no limit.
 _START_DEADLINE: float | None = None
@@ -279,22 +285,33 @@ def _run_in_processes(jobs: Sequence[Job], results: Path, registry: Registry, sl
     pending = deque(jobs)
     free = list(range(slots))
     running: dict[int, tuple[Job, subprocess.Popen, float, Any]] = {}
+    device = {slot: _child_env(slot, slots, gpus, gpus_per_run).get("CUDA_VISIBLE_DEVICES", "") for slot in free}
+    cap: dict[str, int] = {}  # runs a GPU takes at once, lowered by an out-of-memory failure there
+    retries: dict[str, int] = {}
+
+    def startable() -> int | None:
+        """A free slot whose GPU is under its cap, or None."""
+        for slot in free:
+            busy = sum(device[s] == device[slot] for s in running)
+            if busy < cap.get(device[slot], slots):
+                return slot
+        return None
+
     with _stops_on_signals() as got, tempfile.TemporaryDirectory(prefix="lab-reproduce-") as configs:
         try:
             while pending or running:
                 if pending and not may_start():
                     _left_unstarted(list(pending))
                     pending.clear()
-                while pending and free:
-                    job, slot = pending.popleft(), free.pop(0)
+                while pending and (slot := startable()) is not None:
+                    job = pending.popleft()
+                    free.remove(slot)
                     path = Path(configs) / f"{job.run_id}.yaml"
                     path.write_text(dump_yaml(placed(job, gpus_per_run)), encoding="utf-8")
                     log = log_path(job, results)
                     log.parent.mkdir(parents=True, exist_ok=True)
                     f = log.open("a", encoding="utf-8")
-                    cmd = [sys.executable, "-m", "lab", "train", "--config", str(path), "--results", str(results),
-                           "--no-progress"]
-                    proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT,
+                    proc = subprocess.Popen(_train_command(path, results), stdout=f, stderr=subprocess.STDOUT,
                                             env=_child_env(slot, slots, gpus, gpus_per_run))
                     running[slot] = (job, proc, time.perf_counter(), f)
                     if started is not None:
@@ -306,7 +323,19 @@ def _run_in_processes(jobs: Sequence[Job], results: Path, registry: Registry, sl
                     f.close()
                     del running[slot]
                     free.append(slot)
-                    done(_process_outcome(job, proc.returncode, time.perf_counter() - start, results, registry))
+                    outcome = _process_outcome(job, proc.returncode, time.perf_counter() - start, results, registry)
+                    others = sum(device[s] == device[slot] for s in running)
+                    if (outcome.status == "failed" and others and retries.get(job.run_id, 0) < OOM_RETRIES
+                            and any(m in (outcome.message or "") for m in OOM_MARKERS)):
+                        retries[job.run_id] = retries.get(job.run_id, 0) + 1
+                        cap[device[slot]] = others  # this GPU held one run too many
+                        logging.getLogger(__name__).warning(
+                            "%s: CUDA out of memory with %d other run(s) on its GPU; it starts again from its last "
+                            "checkpoint when one of them ends (retry %d of %d), %d run(s) on that GPU from now on",
+                            job.label, others, retries[job.run_id], OOM_RETRIES, others)
+                        pending.appendleft(job)
+                        continue
+                    done(outcome)
         finally:
             # Interrupted: each child is passed the signal and ends its run after the current step with a
             # checkpoint there (`lab train` stops so on SIGINT and SIGTERM), so the next call resumes it exactly.
@@ -319,6 +348,11 @@ def _run_in_processes(jobs: Sequence[Job], results: Path, registry: Registry, sl
                 except subprocess.TimeoutExpired:
                     proc.kill()
                 f.close()
+
+
+def _train_command(config: Path, results: Path) -> list[str]:
+    """The child process of one run: `lab train` of its config into the campaign's results."""
+    return [sys.executable, "-m", "lab", "train", "--config", str(config), "--results", str(results), "--no-progress"]
 
 
 @contextlib.contextmanager
