@@ -1,4 +1,5 @@
-"""The Mamba-2 baseline: the SSD layer (Dao & Gu, 2024) via ``kernels.linear_attention``.
+"""The Mamba-2 baseline: the SSD layer (Dao & Gu, 2024) via ``mixers.decayed`` (``kernels.linear_attention`` or
+falcon-1a's fused kernels).
 
     [z, xBC, dt] = W_in h;   xBC = SiLU(causal depthwise conv(xBC));   [x, B, C] = xBC
     Δ_t = softplus(dt_t + dt_bias)  (per head),   A = −exp(A_log)  (per head)
@@ -18,8 +19,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from kernels import linear_attention
-from kernels.linear_attention import BACKENDS as LINEAR_BACKENDS
+from mixers.decayed import BACKENDS as DECAYED_BACKENDS
+from mixers.decayed import decayed_linear_attention
 from mixers.layers import Mixer, SampleRows, ShortConv, dt_bias_init, full_precision, residual_out, rms_norm
 from mixers.options import check_bool, check_int, check_kernel_choices, check_range
 
@@ -27,7 +28,8 @@ from mixers.options import check_bool, check_int, check_kernel_choices, check_ra
 @dataclass
 class Mamba2Options:
     """expand: d_inner / d_model; head_dim: P (default d_inner / n_heads; Mamba-2's own default is 64);
-    d_state: N; n_groups: groups sharing B and C."""
+    d_state: N; n_groups: groups sharing B and C. backend: ``auto`` (falcon-1a's fused kernels on a GPU where they
+    take the inputs, else the PyTorch chunk form), ``triton``, ``chunk`` or ``recurrent``."""
 
     expand: int = 2
     head_dim: int | None = None
@@ -42,7 +44,7 @@ class Mamba2Options:
     A_init_max: float = 16.0
     alignment: str = "same_time"
     timing: str = "raw"
-    backend: str = "chunk"
+    backend: str = "auto"
     chunk_size: int = 64
     norm_eps: float = 1e-5
 
@@ -57,7 +59,7 @@ class Mamba2Options:
         check_range(mixer, "dt_init_floor", self.dt_init_floor, 0.0, float("inf"), low_open=True)
         check_range(mixer, "A_init_min", self.A_init_min, 0.0, float("inf"), low_open=True)
         check_range(mixer, "A_init_max", self.A_init_max, self.A_init_min, float("inf"))
-        check_kernel_choices(mixer, self.alignment, self.timing, self.backend, tuple(LINEAR_BACKENDS))
+        check_kernel_choices(mixer, self.alignment, self.timing, self.backend, DECAYED_BACKENDS)
         check_range(mixer, "norm_eps", self.norm_eps, 0.0, float("inf"), low_open=True)
 
 
@@ -119,9 +121,9 @@ class Mamba2(Mixer):
     def _scan(self, q: Tensor, k: Tensor, v: Tensor, g: Tensor, backend: str, state=None,
               chunk_size: int | None = None):
         with full_precision(q):
-            return linear_attention(q, k, v, g, alignment=self.opts.alignment, timing=self.opts.timing,
-                                    backend=backend, chunk_size=chunk_size or self.opts.chunk_size,
-                                    initial_state=state, output_final_state=state is not None)
+            return decayed_linear_attention(q, k, v, g, alignment=self.opts.alignment, timing=self.opts.timing,
+                                            backend=backend, chunk_size=chunk_size or self.opts.chunk_size,
+                                            initial_state=state, output_final_state=state is not None)
 
     def forward(self, h: Tensor, samples: Tensor | None = None) -> Tensor:
         """``samples [B, L]`` (isolated samples: the sample of its row each token belongs to): the convolution

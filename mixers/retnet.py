@@ -1,4 +1,5 @@
-"""The RetNet baseline: multi-scale retention (Sun et al., 2023) via ``kernels.linear_attention``.
+"""The RetNet baseline: multi-scale retention (Sun et al., 2023) via ``mixers.decayed`` (``kernels.linear_attention``
+or falcon-1a's fused kernels).
 
 Per head h, with a fixed decay γ_h = 1 − 2^(−5−h) (h = 0..H−1, RetNet's multi-scale schedule):
 
@@ -18,15 +19,17 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from kernels import linear_attention
-from kernels.linear_attention import BACKENDS as LINEAR_BACKENDS
+from mixers.decayed import BACKENDS as DECAYED_BACKENDS
+from mixers.decayed import decayed_linear_attention
 from mixers.layers import Mixer, SampleRows, full_precision, residual_out, rms_norm, rotary
 from mixers.options import check_bool, check_int, check_kernel_choices, check_range, head_dim_of
 
 
 @dataclass
 class RetNetOptions:
-    """head_dim: key width per head (default d_model / n_heads); value_factor: value width / key width."""
+    """head_dim: key width per head (default d_model / n_heads); value_factor: value width / key width. backend:
+    ``auto`` (falcon-1a's fused kernels on a GPU where they take the inputs, else the PyTorch chunk form), ``triton``,
+    ``chunk`` or ``recurrent`` (``mixers.decayed``)."""
 
     head_dim: int | None = None
     value_factor: int = 2
@@ -34,7 +37,7 @@ class RetNetOptions:
     rope_base: float = 10000.0
     alignment: str = "same_time"
     timing: str = "raw"
-    backend: str = "chunk"
+    backend: str = "auto"
     chunk_size: int = 64
     norm_eps: float = 1e-6
 
@@ -42,7 +45,7 @@ class RetNetOptions:
         check_int(mixer, "value_factor", self.value_factor, 1)
         check_bool(mixer, "rope", self.rope)
         check_range(mixer, "rope_base", self.rope_base, 1.0, float("inf"), low_open=True)
-        check_kernel_choices(mixer, self.alignment, self.timing, self.backend, tuple(LINEAR_BACKENDS))
+        check_kernel_choices(mixer, self.alignment, self.timing, self.backend, DECAYED_BACKENDS)
         check_int(mixer, "chunk_size", self.chunk_size, 1)
         check_range(mixer, "norm_eps", self.norm_eps, 0.0, float("inf"), low_open=True)
 
@@ -87,10 +90,10 @@ class Retention(Mixer):
     def _retain(self, q: Tensor, k: Tensor, v: Tensor, g: Tensor, backend: str, state=None,
                 chunk_size: int | None = None):
         with full_precision(q):
-            return linear_attention(q, k, v, g, scale=1.0 / math.sqrt(self.dk), alignment=self.opts.alignment,
-                                    timing=self.opts.timing, backend=backend,
-                                    chunk_size=chunk_size or self.opts.chunk_size, initial_state=state,
-                                    output_final_state=state is not None)
+            return decayed_linear_attention(q, k, v, g, scale=1.0 / math.sqrt(self.dk),
+                                            alignment=self.opts.alignment, timing=self.opts.timing, backend=backend,
+                                            chunk_size=chunk_size or self.opts.chunk_size, initial_state=state,
+                                            output_final_state=state is not None)
 
     def forward(self, x: Tensor, samples: Tensor | None = None) -> Tensor:
         """``samples [B, L]`` (isolated samples: the sample of its row each token belongs to): retention restarts

@@ -263,3 +263,26 @@ def test_sample_rows_lay_each_sample_on_a_row_and_fit_the_chunk_to_the_longest()
     assert (rows.chunk(64), rows.chunk(8)) == (16, 8)  # 4 tokens at most: the smallest chunk from 16
     long = SampleRows(torch.zeros(1, 100, dtype=torch.long))
     assert (long.chunk(64), long.chunk(256)) == (64, 128)
+
+
+@pytest.mark.parametrize("mixer, options", [("retnet", {}), ("mamba2", {"d_state": 16})])
+def test_retnet_and_mamba2_on_the_fused_kernels_give_the_chunk_forms_loss(mixer: str, options: dict) -> None:
+    """backend="triton" (falcon-1a's kernels with η = 1; Triton's interpreter here) against the PyTorch chunk form,
+    float32, over packed samples kept apart: one loss and the same gradients."""
+    from lab.train.module import token_loss_sum
+
+    torch.manual_seed(0)
+    cfg = dict(vocab_size=VOCAB_SIZE, d_model=32, n_layers=2, n_heads=2, mixer=mixer,
+               positions=PositionsConfig(sample_end=EOS))
+    fused = LanguageModel(LMConfig(**cfg, mixer_options={**options, "backend": "triton"}))
+    chunk = LanguageModel(LMConfig(**cfg, mixer_options={**options, "backend": "chunk"}))
+    chunk.load_state_dict(fused.state_dict())
+    packed = make_batch(seed=0, step=3, batch_size=4, digits=(1, 6), seq_len=48, pack=True)
+    losses = []
+    for m in (fused, chunk):
+        loss, _ = token_loss_sum(m(packed.input_ids), packed.labels)
+        loss.backward()
+        losses.append(loss)
+    torch.testing.assert_close(losses[0], losses[1], rtol=1e-5, atol=1e-5)
+    for (name, a), b in zip(fused.named_parameters(), chunk.parameters()):
+        torch.testing.assert_close(a.grad, b.grad, rtol=1e-3, atol=1e-5, msg=name)

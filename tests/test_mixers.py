@@ -155,7 +155,7 @@ def test_unknown_option_lists_accepted(name):
     ("falcon-3a", "alignment", "next", "shifted, same_time"),
     ("falcon-1", "timing", "late", "raw, rbw"),
     ("falcon-1", "backend", "cuda", "auto, recurrent, masked, chunk, triton"),
-    ("retnet", "backend", "masked", "recurrent, chunk"),
+    ("retnet", "backend", "masked", "auto, recurrent, chunk, triton"),
     ("mamba2", "timing", "early", "raw, rbw"),
     ("deltanet", "alignment", "x", "shifted, same_time"),
 ])
@@ -425,7 +425,7 @@ def test_transformer_nope_has_no_position_signal():
         build_mixer("transformer", D_MODEL, HEADS, rope="no")
 
 
-OPS = {"falcon": "fast_weight_rule", "retnet": "linear_attention", "mamba2": "linear_attention",
+OPS = {"falcon": "fast_weight_rule", "retnet": "decayed_linear_attention", "mamba2": "decayed_linear_attention",
        "deltanet": "gated_delta_rule"}
 
 

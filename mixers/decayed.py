@@ -1,0 +1,73 @@
+"""Decayed linear attention for the RetNet and Mamba-2 mixers, on the fastest form that takes the inputs:
+
+    S_t = exp(g_t) S_{t−1} + x_t v_tᵀ,    o_t = scale · S_tᵀ q_t (RAW)  or  scale · S_{t−1}ᵀ q_t (RBW),
+
+x_t = k_t (same-time) or k_{t−1} (shifted). ``backend="triton"`` (and ``"auto"`` on a GPU) runs falcon-1a's fused
+chunk kernels with their gates given as they are, η_t = 1 and log γ_t = g_t
+(``kernels.inner_product.fused.decayed_attention``, exact: no floor on the carry), the scale folded into q; the
+others are ``kernels.linear_attention``'s PyTorch forms. As for DeltaNet on falcon-1's kernels, the mixer makes
+this call, not the baseline op (a baseline's kernels import ``kernels.common`` only). The fused path runs fresh
+sequences with no state out (training and evaluation); a call with a state in or out (prefill, decoding) takes the
+chunk form.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from kernels import linear_attention
+from kernels.common.checks import interpreting
+from kernels.common.config import CHUNK_SIZES, FUSED_MAX_HEAD_DIM
+from kernels.common.state import FastWeightState
+from kernels.linear_attention import BACKENDS as LINEAR_ATTENTION_BACKENDS
+
+BACKENDS = ("auto", *LINEAR_ATTENTION_BACKENDS, "triton")
+FUSED_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+
+
+def fused_refusal(q: Tensor, v: Tensor, chunk_size: int) -> str | None:
+    """Why the fused kernels cannot take these inputs, or None: q, k, v in bf16, fp16 or fp32, Dk and Dv up to
+    ``FUSED_MAX_HEAD_DIM``, a chunk size of ``CHUNK_SIZES``, CUDA tensors (or Triton's interpreter)."""
+    if q.dtype not in FUSED_DTYPES:
+        return f"backend='triton' takes q, k, v in bf16, fp16 or fp32; got {q.dtype} (use backend='chunk')"
+    if max(q.shape[-1], v.shape[-1]) > FUSED_MAX_HEAD_DIM:
+        return f"backend='triton' takes Dk, Dv up to {FUSED_MAX_HEAD_DIM}; got Dk={q.shape[-1]}, Dv={v.shape[-1]}"
+    if chunk_size not in CHUNK_SIZES:
+        return f"chunk_size={chunk_size} for backend='triton'; accepted: {', '.join(map(str, CHUNK_SIZES))}"
+    if not (q.is_cuda or interpreting()):
+        return "backend='triton' needs CUDA tensors (or TRITON_INTERPRET=1); use backend='chunk'"
+    return None
+
+
+def decayed_linear_attention(q: Tensor, k: Tensor, v: Tensor, g: Tensor, *, scale: float = 1.0,
+                             alignment: str = "same_time", timing: str = "raw", backend: str = "auto",
+                             chunk_size: int = 64, initial_state: FastWeightState | Tensor | None = None,
+                             output_final_state: bool = False) -> tuple[Tensor, FastWeightState | None]:
+    """``kernels.linear_attention`` with the fused backend besides (same arguments; ``backend`` one of
+    ``BACKENDS``). Returns (o in q's dtype, the final state or None)."""
+    if backend not in BACKENDS:
+        raise ValueError(f"backend={backend!r}; accepted: {', '.join(BACKENDS)}")
+    stateless = initial_state is None and not output_final_state
+    if backend in ("auto", "triton"):
+        refusal = fused_refusal(q, v, chunk_size)
+        if backend == "triton" and refusal:
+            raise ValueError(refusal)
+        fused = stateless and refusal is None and (backend == "triton" or q.is_cuda)
+        if not fused:
+            backend = "chunk"
+    if backend != "auto" and backend != "triton":
+        return linear_attention(q, k, v, g, scale=scale, alignment=alignment, timing=timing, backend=backend,
+                                chunk_size=chunk_size, initial_state=initial_state,
+                                output_final_state=output_final_state)
+    from kernels.inner_product.fused import decayed_attention  # Triton is imported on first use only
+
+    if alignment == "shifted":  # a fresh sequence: the first token writes nothing
+        k = torch.cat([torch.zeros_like(k[:, :1]), k[:, :-1]], dim=1)
+    B, T, H, Dk = q.shape
+    dtype = q.dtype
+    S0 = torch.zeros(B, H, Dk, v.shape[-1], dtype=torch.float32, device=q.device)
+    eta = torch.ones(B, T, H, dtype=torch.float32, device=q.device)
+    o, _ = decayed_attention(q * scale, k.to(dtype), v.to(dtype), eta, g.float(), S0, raw=timing == "raw",
+                             chunk_size=chunk_size)
+    return o.to(dtype), None

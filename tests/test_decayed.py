@@ -1,0 +1,71 @@
+"""``mixers.decayed``: RetNet's and Mamba-2's decayed linear attention on falcon-1a's fused kernels (η = 1, log γ = g;
+Triton's interpreter without a GPU) against the float64 recurrent oracle of ``kernels.linear_attention``, outputs
+and the gradients of q, k, v and the log decays; ``auto``'s choice; refusals by name."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kernels import linear_attention
+from mixers.decayed import decayed_linear_attention
+from tests.test_triton_inner_product import (  # noqa: F401 (poisoned: the autouse fixture, used by name)
+    DEVICE, TOL_FP32, poisoned)
+
+B, H, DK, DV = 2, 2, 16, 16
+
+
+def case(T: int, seed: int) -> dict[str, torch.Tensor]:
+    """q, k, v and log decays g <= 0 mixing none, mild and strong (down to −4) decays; a cotangent w of o."""
+    gen = torch.Generator().manual_seed(seed)
+    strength = torch.tensor([0.0, 0.3, 4.0], dtype=torch.float64)[torch.randint(0, 3, (B, T, H), generator=gen)]
+    rand = lambda *s: torch.randn(*s, generator=gen, dtype=torch.float64)  # noqa: E731
+    return {"q": rand(B, T, H, DK), "k": rand(B, T, H, DK), "v": rand(B, T, H, DV),
+            "g": -strength * torch.rand(B, T, H, generator=gen, dtype=torch.float64), "w": rand(B, T, H, DV)}
+
+
+def outputs_and_grads(x: dict[str, torch.Tensor], fn, dtype: torch.dtype, **opts) -> list[torch.Tensor]:
+    leaves = [x[n].to(DEVICE, dtype).clone().requires_grad_(True) for n in ("q", "k", "v", "g")]
+    o, _ = fn(*leaves, **opts)
+    (o.double() * x["w"].to(DEVICE)).sum().backward()
+    return [o] + [t.grad for t in leaves]
+
+
+def rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    a, b = a.double().cpu(), b.double().cpu()
+    return ((a - b).norm() / b.norm().clamp(min=1e-300)).item()
+
+
+@pytest.mark.parametrize("T", [7, 37])
+@pytest.mark.parametrize("timing", ["raw", "rbw"])
+@pytest.mark.parametrize("alignment", ["same_time", "shifted"])
+def test_the_fused_form_matches_the_oracle(alignment: str, timing: str, T: int) -> None:
+    """Chunks of 16 with a short last one; a fresh sequence (shifted: the first token writes nothing)."""
+    x = case(T, hash((alignment, timing, T)) % 1000)
+    opts = dict(scale=0.7, alignment=alignment, timing=timing)
+    out = outputs_and_grads(x, decayed_linear_attention, torch.float32, backend="triton", chunk_size=16, **opts)
+    ref = outputs_and_grads(x, linear_attention, torch.float64, backend="recurrent", **opts)
+    for name, a, b in zip(("o", "dq", "dk", "dv", "dg"), out, ref):
+        assert not torch.isnan(a).any(), name
+        assert rel(a, b) <= TOL_FP32, f"{name}: relative error {rel(a, b):.2e}"
+
+
+def test_a_call_with_a_state_or_off_the_gpu_takes_the_chunk_form_exactly() -> None:
+    x = {n: t.float() for n, t in case(9, 1).items() if n != "w"}
+    chunk, _ = linear_attention(*x.values(), backend="chunk", chunk_size=16)
+    auto, _ = decayed_linear_attention(*x.values(), backend="auto", chunk_size=16)  # CPU tensors: the chunk form
+    assert torch.equal(auto, chunk)
+    chunk, state = linear_attention(*x.values(), backend="chunk", chunk_size=16, output_final_state=True)
+    fused, fused_state = decayed_linear_attention(*x.values(), backend="triton", chunk_size=16,
+                                                  output_final_state=True)
+    assert torch.equal(fused, chunk) and torch.equal(fused_state.S, state.S)
+
+
+def test_refusals_name_the_problem() -> None:
+    x = {n: t.float() for n, t in case(5, 2).items() if n != "w"}
+    with pytest.raises(ValueError, match="chunk_size=48 for backend='triton'; accepted: 16, 32, 64"):
+        decayed_linear_attention(*x.values(), backend="triton", chunk_size=48)
+    with pytest.raises(ValueError, match="takes q, k, v in bf16, fp16 or fp32; got torch.float64"):
+        decayed_linear_attention(*(t.double() for t in x.values()), backend="triton", chunk_size=16)
+    with pytest.raises(ValueError, match="backend='fused'; accepted: auto, recurrent, chunk, triton"):
+        decayed_linear_attention(*x.values(), backend="fused")
