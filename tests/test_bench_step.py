@@ -25,6 +25,9 @@ def test_step_anatomy_times_each_stage_and_writes_its_table(tmp_path: Path) -> N
 
 def test_an_unknown_mixer_or_no_steps_is_refused_in_one_line(tmp_path: Path) -> None:
     for args, message in ((["--mixers", "nope"], "lab bench step: unknown mixer nope; accepted: "),
-                          (["--steps", "0"], "lab bench step: --steps must be >= 1, got 0")):
-        result = CliRunner().invoke(app, ["bench", "step", *args, "--out", str(tmp_path)])
-        assert result.exit_code == 2 and result.output.startswith(message)
+                          (["--steps", "0"], "lab bench step: --steps must be >= 1, got 0"),
+                          (["--mixers", "transformer,falcon-1a", "--set", "model.n_heads=7"],
+                           "lab bench step: model.d_model=")):
+        result = CliRunner().invoke(app, ["bench", "step", *args, "--out", str(tmp_path / "out")])
+        assert result.exit_code == 2 and result.output.startswith(message), result.output
+        assert result.output.count("\n") == 1 and not (tmp_path / "out").exists()  # nothing written

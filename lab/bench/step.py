@@ -139,8 +139,9 @@ def run(mixers: Sequence[str], *, preset: str, task: str, steps: int, out: Path,
     from lab.config import load_config
 
     rows: list[dict[str, Any]] = []
-    for mixer in mixers:
-        cfg = load_config(preset, overrides=[f"task={task}", f"mixer={mixer}", *overrides])
+    # every configuration first: a bad setting is refused (ConfigError) before anything is timed or written
+    cfgs = [load_config(preset, overrides=[f"task={task}", f"mixer={mixer}", *overrides]) for mixer in mixers]
+    for mixer, cfg in zip(mixers, cfgs):
         try:
             row = {"mixer": mixer, **measure(cfg, steps=steps)}
         except Exception as err:  # one mixer's failure is a row, the others still run

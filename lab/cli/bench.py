@@ -95,7 +95,13 @@ def step(
     if steps < 1:
         typer.echo(f"lab bench step: --steps must be >= 1, got {steps}", err=True)
         raise typer.Exit(code=2)
-    run(names, preset=preset, task=task, steps=steps, out=out, overrides=set_ or (), echo=typer.echo)
+    from lab.config import ConfigError
+
+    try:
+        run(names, preset=preset, task=task, steps=steps, out=out, overrides=set_ or (), echo=typer.echo)
+    except ConfigError as err:
+        typer.echo(f"lab bench step: {err}", err=True)
+        raise typer.Exit(code=2) from None
     typer.echo(f"wrote {out / 'step.csv'} and {out / 'step.md'}")
 
 
