@@ -31,3 +31,20 @@ def test_an_unknown_mixer_or_no_steps_is_refused_in_one_line(tmp_path: Path) -> 
         result = CliRunner().invoke(app, ["bench", "step", *args, "--out", str(tmp_path / "out")])
         assert result.exit_code == 2 and result.output.startswith(message), result.output
         assert result.output.count("\n") == 1 and not (tmp_path / "out").exists()  # nothing written
+
+
+def test_a_campaign_preset_times_each_row_as_the_campaign_trains_it(monkeypatch, tmp_path: Path) -> None:
+    """`--preset same-time` is that table's configuration of each row (lab train's reading of the name)."""
+    from lab.bench import step
+
+    seen = {}
+
+    def measure(cfg, steps):
+        seen[cfg.mixer] = cfg
+        return {"params": 1, "tokens_per_s": 1.0, "loop_ms": 1.0}
+
+    monkeypatch.setattr(step, "measure", measure)
+    step.run(["retnet", "falcon-1.3"], preset="same-time", task="addition", steps=1, out=tmp_path, echo=lambda _: None)
+    assert seen["retnet"].model.mixer_options == {"rope": False}
+    assert seen["falcon-1.3"].model.mixer_options["alignment"] == "same_time"
+    assert all(c.model.isolate_samples and c.model.abacus == 64 for c in seen.values())

@@ -137,10 +137,15 @@ def run(mixers: Sequence[str], *, preset: str, task: str, steps: int, out: Path,
     """Measure each mixer; write `step.md` and `step.csv` into `out` after each one."""
     from lab.bench.train import _write_csv
     from lab.config import load_config
+    from lab.reproduce.names import train_preset
 
     rows: list[dict[str, Any]] = []
-    # every configuration first: a bad setting is refused (ConfigError) before anything is timed or written
-    cfgs = [load_config(preset, overrides=[f"task={task}", f"mixer={mixer}", *overrides]) for mixer in mixers]
+    # every configuration first: a bad setting is refused (ConfigError) before anything is timed or written.
+    # A campaign's preset (e.g. `same-time`) stands for its file and the settings it gives each row, as in lab train
+    cfgs = []
+    for mixer in mixers:
+        base, settings = train_preset(preset, mixer)
+        cfgs.append(load_config(base, overrides=[f"task={task}", f"mixer={mixer}", *settings, *overrides]))
     for mixer, cfg in zip(mixers, cfgs):
         try:
             row = {"mixer": mixer, **measure(cfg, steps=steps)}

@@ -12,7 +12,8 @@ app = typer.Typer(help="Benchmark kernels and training throughput.")
 
 MixersOption = Annotated[list[str] | None, typer.Option(
     "--mixers", "--mixer", help="Mixer names (repeatable, or comma-separated); default every registered one.")]
-PresetOption = Annotated[str, typer.Option(help="Size preset.")]
+PresetOption = Annotated[str, typer.Option(
+    help="Size preset: a file of lab/presets, or a campaign's preset with the settings it gives each row (same-time).")]
 TaskOption = Annotated[str, typer.Option(help="Task: addition or random.")]
 
 
