@@ -128,16 +128,20 @@ def test_packed_sequences_run_one_to_a_row(timing: str) -> None:
     check_packed_outputs(RULE, timing, window=4)
 
 
-def test_packed_sequences_from_states_match_one_call_each() -> None:
+def check_packed_from_states(rule: str) -> None:
     """cu_seqlens with initial states (one S0 row a sequence) and the final state: one call of the kernels per
-    sequence, against the oracle's."""
+    sequence, against the oracle's (outputs, final S, every gradient)."""
     bounds = [0, 5, 21, 22, 40]
-    x = inputs(RULE, B=1, T=40, H=2, D=16, seed=11)
+    x = inputs(rule, B=1, T=40, H=2, D=16, seed=11)
     x["S0"] = torch.randn(len(bounds) - 1, 2, 16, 16, generator=torch.Generator().manual_seed(12)) / 16
     x["wS"] = torch.randn(len(bounds) - 1, 2, 16, 16, generator=torch.Generator().manual_seed(13))
     cu = torch.tensor(bounds, device=DEVICE)
-    check(run(x, "triton", torch.float32, chunk_size=16, cu_seqlens=cu, rule=RULE, window=3),
-          run(x, "recurrent", torch.float64, cu_seqlens=cu, rule=RULE, window=3), TOL_FP32)
+    check(run(x, "triton", torch.float32, chunk_size=16, cu_seqlens=cu, rule=rule, window=3),
+          run(x, "recurrent", torch.float64, cu_seqlens=cu, rule=rule, window=3), TOL_FP32)
+
+
+def test_packed_sequences_from_states_match_one_call_each() -> None:
+    check_packed_from_states(RULE)
 
 
 def test_the_form_refuses_packed_sequences_and_the_op_wide_windows_by_name() -> None:

@@ -67,13 +67,9 @@ def test_packed_sequences_run_one_to_a_row(timing: str) -> None:
 
 
 def test_packed_sequences_from_states_match_one_call_each() -> None:
-    bounds = [0, 5, 21, 22, 40]
-    x = inputs(RULE, B=1, T=40, H=2, D=16, seed=11)
-    x["S0"] = torch.randn(len(bounds) - 1, 2, 16, 16, generator=torch.Generator().manual_seed(12)) / 16
-    x["wS"] = torch.randn(len(bounds) - 1, 2, 16, 16, generator=torch.Generator().manual_seed(13))
-    cu = torch.tensor(bounds, device=DEVICE)
-    check(run(x, "triton", torch.float32, chunk_size=16, cu_seqlens=cu, rule=RULE, window=3),
-          run(x, "recurrent", torch.float64, cu_seqlens=cu, rule=RULE, window=3), TOL_FP32)
+    from tests.test_triton_falcon3 import check_packed_from_states
+
+    check_packed_from_states(RULE)
 
 
 def test_the_form_itself_refuses_packed_sequences_by_name() -> None:
