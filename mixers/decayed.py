@@ -5,7 +5,11 @@
 x_t = k_t (same-time) or k_{t−1} (shifted). ``backend="triton"`` (and ``"auto"`` on a GPU) runs falcon-1a's fused
 chunk kernels with their gates given as they are, η_t = 1 and log γ_t = g_t
 (``kernels.inner_product.fused.decayed_attention``, exact: no floor on the carry), the scale folded into q; the
-others are ``kernels.linear_attention``'s PyTorch forms. As for DeltaNet on falcon-1's kernels, the mixer makes
+others are ``kernels.linear_attention``'s PyTorch forms. ``"auto"`` takes the kernels for bf16 and fp16 inputs
+only: fp32 inputs (Mamba-2 forms its scan's inputs in fp32) run their products at IEEE fp32, and at the same-time
+table's shape Mamba-2's training step took 774 GPU ms on them against 250 on the chunk form (one H200,
+records/bench/step-apart). Under torch.compile the kernels' call stays outside the graph (Inductor does not take
+these kernels' launches); the chunk form compiles. As for DeltaNet on falcon-1's kernels, the mixer makes
 this call, not the baseline op (a baseline's kernels import ``kernels.common`` only). The fused path runs fresh
 sequences with no state out (training and evaluation); a call with a state in or out (prefill, decoding) takes the
 chunk form.
@@ -24,6 +28,7 @@ from kernels.linear_attention import BACKENDS as LINEAR_ATTENTION_BACKENDS
 
 BACKENDS = ("auto", *LINEAR_ATTENTION_BACKENDS, "triton")
 FUSED_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+HALF = (torch.bfloat16, torch.float16)  # the dtypes backend="auto" runs on the kernels
 
 
 def fused_refusal(q: Tensor, v: Tensor, chunk_size: int) -> str | None:
@@ -53,13 +58,20 @@ def decayed_linear_attention(q: Tensor, k: Tensor, v: Tensor, g: Tensor, *, scal
         refusal = fused_refusal(q, v, chunk_size)
         if backend == "triton" and refusal:
             raise ValueError(refusal)
-        fused = stateless and refusal is None and (backend == "triton" or q.is_cuda)
+        fused = stateless and refusal is None and (backend == "triton" or (q.is_cuda and q.dtype in HALF))
         if not fused:
             backend = "chunk"
     if backend != "auto" and backend != "triton":
         return linear_attention(q, k, v, g, scale=scale, alignment=alignment, timing=timing, backend=backend,
                                 chunk_size=chunk_size, initial_state=initial_state,
                                 output_final_state=output_final_state)
+    return _fused(q, k, v, g, scale, alignment, timing, chunk_size), None
+
+
+@torch.compiler.disable
+def _fused(q: Tensor, k: Tensor, v: Tensor, g: Tensor, scale: float, alignment: str, timing: str,
+           chunk_size: int) -> Tensor:
+    """A fresh sequence on falcon-1a's kernels (η = 1, log γ = g, S0 = 0): o in q's dtype."""
     from kernels.inner_product.fused import decayed_attention  # Triton is imported on first use only
 
     if alignment == "shifted":  # a fresh sequence: the first token writes nothing
@@ -70,4 +82,4 @@ def decayed_linear_attention(q: Tensor, k: Tensor, v: Tensor, g: Tensor, *, scal
     eta = torch.ones(B, T, H, dtype=torch.float32, device=q.device)
     o, _ = decayed_attention(q * scale, k.to(dtype), v.to(dtype), eta, g.float(), S0, raw=timing == "raw",
                              chunk_size=chunk_size)
-    return o.to(dtype), None
+    return o.to(dtype)

@@ -28,8 +28,8 @@ from mixers.options import check_bool, check_int, check_kernel_choices, check_ra
 @dataclass
 class Mamba2Options:
     """expand: d_inner / d_model; head_dim: P (default d_inner / n_heads; Mamba-2's own default is 64);
-    d_state: N; n_groups: groups sharing B and C. backend: ``auto`` (falcon-1a's fused kernels on a GPU where they
-    take the inputs, else the PyTorch chunk form), ``triton``, ``chunk`` or ``recurrent``."""
+    d_state: N; n_groups: groups sharing B and C. backend: ``auto`` (falcon-1a's fused kernels on a GPU for bf16 or
+    fp16 inputs, else the PyTorch chunk form: this mixer forms its scan's inputs in fp32, so the chunk form), ``triton``, ``chunk`` or ``recurrent``."""
 
     expand: int = 2
     head_dim: int | None = None

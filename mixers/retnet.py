@@ -28,7 +28,7 @@ from mixers.options import check_bool, check_int, check_kernel_choices, check_ra
 @dataclass
 class RetNetOptions:
     """head_dim: key width per head (default d_model / n_heads); value_factor: value width / key width. backend:
-    ``auto`` (falcon-1a's fused kernels on a GPU where they take the inputs, else the PyTorch chunk form), ``triton``,
+    ``auto`` (falcon-1a's fused kernels on a GPU for bf16 or fp16 inputs, else the PyTorch chunk form), ``triton``,
     ``chunk`` or ``recurrent`` (``mixers.decayed``)."""
 
     head_dim: int | None = None

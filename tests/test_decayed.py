@@ -57,10 +57,24 @@ def test_a_call_with_a_state_or_off_the_gpu_takes_the_chunk_form_exactly() -> No
     chunk, _ = linear_attention(*x.values(), backend="chunk", chunk_size=16)
     auto, _ = decayed_linear_attention(*x.values(), backend="auto", chunk_size=16)  # CPU tensors: the chunk form
     assert torch.equal(auto, chunk)
+    x = {n: t.to(DEVICE) for n, t in x.items()}  # on a GPU the fused path would take them but for the state out
     chunk, state = linear_attention(*x.values(), backend="chunk", chunk_size=16, output_final_state=True)
     fused, fused_state = decayed_linear_attention(*x.values(), backend="triton", chunk_size=16,
                                                   output_final_state=True)
     assert torch.equal(fused, chunk) and torch.equal(fused_state.S, state.S)
+
+
+@pytest.mark.gpu
+def test_auto_takes_the_kernels_for_half_precision_inputs_only() -> None:
+    """fp32 inputs (Mamba-2's) stay on the chunk form under ``auto``: bit for bit its output; bf16 ones do not."""
+    x = {n: t.float().cuda() for n, t in case(37, 3).items() if n != "w"}
+    chunk, _ = linear_attention(*x.values(), backend="chunk", chunk_size=16)
+    auto, _ = decayed_linear_attention(*x.values(), backend="auto", chunk_size=16)
+    assert torch.equal(auto, chunk)
+    half = {n: t if n == "g" else t.bfloat16() for n, t in x.items()}
+    fused, _ = decayed_linear_attention(*half.values(), backend="triton", chunk_size=16)
+    auto, _ = decayed_linear_attention(*half.values(), backend="auto", chunk_size=16)
+    assert torch.equal(auto, fused)
 
 
 def test_refusals_name_the_problem() -> None:
