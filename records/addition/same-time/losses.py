@@ -1,5 +1,5 @@
 """Training loss by step of the same-time table's rows (the median over a row's seeds of the loss averaged over 10
-logged steps), with RetNet's run with RoPE (`retnet-rope/`) and its stopped run without (`stopped/5a049f1a2d`), and
+logged steps), with RetNet's run with RoPE (`retnet-rope/`; the table's RetNet row goes without it), and
 the widest width the curriculum trains at each step: the rows that fit (loss falling under 0.01 while the widths
 grow) against the ones that do not (Mamba-2 and RetNet with RoPE, whose loss climbs with the widths).
 
@@ -16,22 +16,24 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 HERE = Path(__file__).resolve().parent
-SOURCES = (HERE / "runs", HERE / "stopped", HERE / "retnet-rope", HERE.parent / "falcon-same-time" / "runs",
+SOURCES = (HERE / "runs", HERE / "retnet-rope", HERE.parent / "falcon-same-time" / "runs",
            HERE.parent / "isolated-offsets" / "runs")
 STYLE = {  # row: (label, colour, line)
     "transformer": ("Transformer (RoPE)", "0.25", "-"),
     "falcon-1a.1": ("Falcon-1A.1", "C0", "-"), "falcon-1a.2": ("Falcon-1A.2", "C9", "-"),
-    "falcon-1a.3": ("Falcon-1A.3", "C2", "-"), "falcon-1.3": ("Falcon-1.3", "C4", "-"),
+    "falcon-1a.3": ("Falcon-1A.3", "C2", "-"), "falcon-3a.3": ("Falcon-3A.3", "olive", "-"),
+    "falcon-1.3": ("Falcon-1.3", "C4", "-"), "falcon-3": ("Falcon-3", "C7", "-"),
+    "falcon-2": ("Falcon-2", "C8", "-"), "falcon-2a": ("Falcon-2A", "navy", "-"),
     "deltanet": ("DeltaNet", "C1", "-"), "gated-deltanet": ("Gated DeltaNet", "C5", "-"),
-    "mamba2": ("Mamba-2", "C3", "--"), "retnet": ("RetNet (RoPE)", "C6", "--"),
-    "retnet-nope": ("RetNet (NoPE, stopped at 1600)", "C6", "-"),
+    "mamba2": ("Mamba-2", "C3", "--"), "retnet-rope": ("RetNet (RoPE)", "C6", "--"),
+    "retnet": ("RetNet (NoPE)", "C6", "-"),
 }
 
 folders = {json.loads((f / "run.json").read_text())["id"]: f
            for src in SOURCES if src.is_dir() for f in src.iterdir() if (f / "run.json").is_file()}
 plan = pd.read_csv(HERE / "progress.csv")[["row", "seed", "run_id"]].drop_duplicates()
 chosen = [(r.row, r.run_id) for r in plan.itertuples()]
-chosen += [("retnet", "df880929c1"), ("retnet-nope", "5a049f1a2d")]
+chosen += [("retnet-rope", "df880929c1")]
 curves: dict[str, list[pd.Series]] = {}
 for row, run_id in chosen:
     if row not in STYLE or run_id not in folders:
