@@ -94,13 +94,18 @@ def test_each_rule_is_set_beside_its_own_chunk_form() -> None:
     from lab.bench.ops import rule_chunk_ops, rule_ops
 
     rules = ("falcon-1", "falcon-2", "falcon-1a", "falcon-2a", "falcon-3a")
-    assert [o.name + " PyTorch chunk" for o in rule_ops(rules)] == [o.name for o in rule_chunk_ops(rules)]
+    triton_rows = [o.name for o in rule_ops(rules)]
+    assert "falcon-2 inverses" in triton_rows  # falcon-2's other solve, set beside falcon-2's chunk form
+    assert [n + " PyTorch chunk" for n in triton_rows if n != "falcon-2 inverses"] == \
+        [o.name for o in rule_chunk_ops(rules)]
     rows = [{"shape": "s", "mode": "fwd", "op": "falcon-2", "ms": 2.0},
             {"shape": "s", "mode": "fwd", "op": "falcon-2 PyTorch chunk", "ms": 50.0},
-            {"shape": "s", "mode": "fwd+bwd", "op": "falcon-2", "ms": 2.0}]
+            {"shape": "s", "mode": "fwd+bwd", "op": "falcon-2", "ms": 2.0},
+            {"shape": "s", "mode": "fwd", "op": "falcon-2 inverses", "ms": 4.0}]
     _ratios(rows)
     assert rows[0]["x_own_chunk"] == pytest.approx(0.04)
     assert rows[1]["x_own_chunk"] is None and rows[2]["x_own_chunk"] is None
+    assert rows[3]["x_own_chunk"] == pytest.approx(0.08)
 
 
 def test_the_chunk_forms_run_at_t_4096_with_chunk_forms_and_the_anchor_only_at_the_first_shape() -> None:

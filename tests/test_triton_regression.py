@@ -272,3 +272,41 @@ def test_kept_forward_quantities_give_the_recomputed_gradients(rule: str, monkey
     assert rel(o1, o0) == 0 and rel(fin1.S, fin0.S) == 0
     for a, b in zip(g1, g0):
         assert rel(a, b) < 1e-6
+
+
+F2_INVERSE_CASES = {
+    "continuing-shifted-raw": dict(T=37, alignment="shifted", timing="raw"),
+    "continuing-same_time-rbw": dict(T=37, alignment="same_time", timing="rbw"),
+    "packed": dict(T=36, B=1, cu_seqlens=torch.tensor([0, 5, 22, 23, 36], dtype=torch.int32)),
+    "clamp": dict(T=21, draw_opts=dict(beta=(1.0, 1.9), lam=(5.0, 60.0))),
+    "ctx_eta-coupled": dict(T=21, draw_opts=dict(beta=(0.05, 0.6), lam=(0.0, 4.0)), normalize=False,
+                            scale_coupled_ridge=True),
+    "nearly-parallel-keys": dict(T=40, B=1, draw_opts=dict(beta=(1.7, 1.95), lam=(0.0, 0.05), spread=0.05)),
+}
+
+
+@pytest.mark.parametrize("case", list(F2_INVERSE_CASES))
+def test_falcon2_parallel_inverses(case: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """F2_INVERSE: falcon-2's per-column inverses formed by a parallel pass, applied by the sequential one, and
+    the outputs from a parallel pass after it, held to the float64 oracle like the substitution."""
+    from kernels.regression import triton_launch as launch
+
+    monkeypatch.setattr(launch, "F2_INVERSE", True)
+    monkeypatch.setattr(launch, "KEEP_FOR_BACKWARD", case != "packed")  # one case recomputes U and h backward
+    check("falcon-2", seed=zlib.crc32(case.encode()), **F2_INVERSE_CASES[case])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-3), (torch.bfloat16, 1e-2)])
+def test_falcon2_parallel_inverses_gpu_sizes(d, dtype, tol, monkeypatch: pytest.MonkeyPatch):
+    """F2_INVERSE at the bench's head sizes on a GPU: 300 tokens (nineteen chunks of 16, the last one short)."""
+    from kernels.regression import triton_launch as launch
+
+    monkeypatch.setattr(launch, "F2_INVERSE", True)
+    inputs = [t.to(dtype).double() for t in draw("falcon-2", 2, 300, 2, 29, d=d)]
+    o, fin, grads = run("falcon-2", inputs, None, dtype, "triton", 29)
+    o_ref, fin_ref, grads_ref = run("falcon-2", inputs, None, torch.float64, "recurrent", 29)
+    assert rel(o, o_ref) <= tol and rel(fin.S, fin_ref.S) <= tol
+    for gr, gr_ref in zip(grads, grads_ref):
+        assert rel(gr, gr_ref) <= tol

@@ -8,7 +8,15 @@ column j of the pseudo-values solves its own unit-lower-triangular system (paper
 all sharing the Gram X Xᵀ. The chunks are 16 tokens long and a program holds a block of columns: the solve
 is a 16-step substitution over a ``[16, BV]`` tile and the per-channel decay of the outputs a
 ``[16, 16, BV]`` tile, with ratios e^{G_t − G_s} formed only for s ≤ t. The state passes through the chunks
-sequentially, so no chunk-wide inverse per channel is ever stored.
+sequentially, and the solve takes one of two forms (``triton_launch.F2_INVERSE``):
+
+- inline (the default): the sequential pass walks each chunk's 16-step substitution and writes the outputs;
+  no per-channel inverse is ever stored;
+- inverses: the systems depend on the pairs and gates, not on the state, so ``f2_inverse_kernel`` forms every
+  chunk's per-column inverses (I + L_j)⁻¹ at once (``[chunks, H, 16, 16, Dv]`` fp32, for the call only); the
+  sequential pass then applies them (one ``[16, 16, BV]`` product where the substitution took 15 dependent steps)
+  and stores U and the entry states, and ``f2_out_kernel`` writes the outputs from those, again at once. The
+  backward's reverse pass applies the transposed inverses the same way.
 """
 
 from __future__ import annotations
@@ -16,23 +24,32 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from kernels.common.triton_helpers import gates, is_pair, load_pairs, mm, state_tile
+from kernels.common.triton_helpers import chunk_of, gates, is_pair, load_pairs, mm, seq_bounds, state_tile
 
 
 @triton.jit
-def f2_front(q_ptr, k_ptr, lk_ptr, bos, T_n, i_c, i_n, i_h, H: tl.constexpr, Dk: tl.constexpr, C: tl.constexpr,
+def f2_pairs(k_ptr, lk_ptr, bos, T_n, i_c, i_n, i_h, H: tl.constexpr, Dk: tl.constexpr, C: tl.constexpr,
              BK: tl.constexpr, SHIFTED: tl.constexpr, FRESH: tl.constexpr, PREC: tl.constexpr):
-    """What every column block of a chunk shares: pairs, queries, energies, the Gram X Xᵀ and Q Xᵀ."""
+    """A chunk's write pairs: its rows, the keys x, their energies and the Gram X Xᵀ."""
     r = tl.arange(0, C)
     t = i_c * C + r
     valid = t < T_n
     rows = bos + t
     offs_k = tl.arange(0, BK)
     x = load_pairs(k_ptr, lk_ptr, bos, t, T_n, i_n, i_h, offs_k, H, Dk, SHIFTED, FRESH)
-    qk = tl.load(q_ptr + (rows * H + i_h)[:, None] * Dk + offs_k[None, :],
-                 mask=valid[:, None] & (offs_k < Dk)[None, :], other=0.0).to(tl.float32)
     energy = tl.sum(x * x, 1)
     gram = mm(x, tl.trans(x), PREC)
+    return r, t, valid, rows, offs_k, x, energy, gram
+
+
+@triton.jit
+def f2_front(q_ptr, k_ptr, lk_ptr, bos, T_n, i_c, i_n, i_h, H: tl.constexpr, Dk: tl.constexpr, C: tl.constexpr,
+             BK: tl.constexpr, SHIFTED: tl.constexpr, FRESH: tl.constexpr, PREC: tl.constexpr):
+    """What every column block of a chunk shares: pairs, queries, energies, the Gram X Xᵀ and Q Xᵀ."""
+    r, t, valid, rows, offs_k, x, energy, gram = f2_pairs(k_ptr, lk_ptr, bos, T_n, i_c, i_n, i_h, H, Dk, C, BK,
+                                                          SHIFTED, FRESH, PREC)
+    qk = tl.load(q_ptr + (rows * H + i_h)[:, None] * Dk + offs_k[None, :],
+                 mask=valid[:, None] & (offs_k < Dk)[None, :], other=0.0).to(tl.float32)
     qx = mm(qk, tl.trans(x), PREC)
     return r, t, valid, rows, x, qk, energy, gram, qx
 
@@ -78,17 +95,89 @@ def solve_decay(G, Gp, valid, C: tl.constexpr):
 
 
 @triton.jit
-def f2_fwd_kernel(q_ptr, k_ptr, v_ptr, beta_ptr, lam_ptr, lk_ptr, S0_ptr, cu_ptr, coff_ptr, o_ptr, U_ptr, h_ptr,
-                  Sf_ptr, T, eps, floor, H: tl.constexpr, Dk: tl.constexpr, Dv: tl.constexpr, C: tl.constexpr,
+def inverse_tile(chunk, i_h, H: tl.constexpr, C: tl.constexpr, Dv: tl.constexpr, offs_v):
+    """Offsets of a chunk's ``[C, C, BV]`` block of per-column inverses in a ``[chunks, H, C, C, Dv]`` buffer."""
+    r = tl.arange(0, C)
+    head = (chunk * H + i_h).to(tl.int64)
+    return ((head * C + r[:, None, None]) * C + r[None, :, None]) * Dv + offs_v[None, None, :]
+
+
+@triton.jit
+def system_inverse(gram, eta, G, Gp, valid, C: tl.constexpr):
+    """``[C, C, BV]``: (I + L_j)⁻¹ for every column j, L_j[t, s] = η_{t,j} e^{Gp_{t,j} − G_{s,j}} x_tᵀ x_s (s < t),
+    built row by row: row i is e_i − Σ_{s<i} L_j[i, s] row s."""
+    r = tl.arange(0, C)
+    L = solve_decay(G, Gp, valid, C) * gram[:, :, None] * eta[:, None, :]
+    inv = tl.where((r[:, None] == r[None, :])[:, :, None], 1.0, 0.0) + tl.zeros_like(L)
+    for i in range(1, C):
+        sel = (r == i)[:, None, None]
+        l_i = tl.sum(tl.where(sel, L, 0.0), 0)  # [C, BV]: row i of L_j, zero from column i on
+        inv = tl.where(sel, inv - tl.sum(l_i[:, None, :] * inv, 0)[None, :, :], inv)
+    return inv
+
+
+@triton.jit
+def f2_inverse_kernel(k_ptr, v_ptr, beta_ptr, lam_ptr, lk_ptr, cu_ptr, cidx_ptr, Ti_ptr, T, NT, eps, floor,
+                      H: tl.constexpr, Dk: tl.constexpr, Dv: tl.constexpr, C: tl.constexpr, BK: tl.constexpr,
+                      BV: tl.constexpr, SHIFTED: tl.constexpr, FRESH: tl.constexpr, NORMALIZE: tl.constexpr,
+                      COUPLED: tl.constexpr, IS_VARLEN: tl.constexpr, PREC: tl.constexpr):
+    """Every chunk at once: the inverses of its per-column systems, which depend on the pairs and gates alone
+    (not on the state), so the sequential pass only applies them."""
+    pid, i_h, i_v = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    i_n, i_c = chunk_of(pid, cidx_ptr, NT, IS_VARLEN)
+    bos, T_n = seq_bounds(i_n, cu_ptr, T, IS_VARLEN)
+    r, t, valid, rows, offs_k, x, energy, gram = f2_pairs(k_ptr, lk_ptr, bos, T_n, i_c, i_n, i_h, H, Dk, C, BK,
+                                                          SHIFTED, FRESH, PREC)
+    offs_v = i_v * BV + tl.arange(0, BV)
+    y, beta, lam, pair, eta, G, Gp, G_last, Gr = f2_gates(v_ptr, beta_ptr, lam_ptr, rows, t, valid, energy, i_h,
+                                                          offs_v, eps, floor, H, Dv, C, SHIFTED, FRESH, NORMALIZE,
+                                                          COUPLED, False)
+    inv = system_inverse(gram, eta, G, Gp, valid, C)
+    tl.store(Ti_ptr + inverse_tile(pid, i_h, H, C, Dv, offs_v), inv, mask=(offs_v < Dv)[None, None, :])
+
+
+@triton.jit
+def f2_out_kernel(q_ptr, k_ptr, v_ptr, beta_ptr, lam_ptr, lk_ptr, U_ptr, h_ptr, cu_ptr, cidx_ptr, o_ptr, T, NT,
+                  eps, floor, H: tl.constexpr, Dk: tl.constexpr, Dv: tl.constexpr, C: tl.constexpr,
+                  BK: tl.constexpr, BV: tl.constexpr, SHIFTED: tl.constexpr, FRESH: tl.constexpr,
+                  NORMALIZE: tl.constexpr, COUPLED: tl.constexpr, RBW: tl.constexpr, IS_VARLEN: tl.constexpr,
+                  PREC: tl.constexpr):
+    """Every chunk at once: the outputs from the chunk's entry state and its pseudo-values,
+    o_t = e^{Gr_t} ⊙ Sᵀ q_t + Σ_s (q_tᵀ x_s) e^{Gr_t − G_s} ⊙ u_s."""
+    pid, i_h, i_v = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    i_n, i_c = chunk_of(pid, cidx_ptr, NT, IS_VARLEN)
+    bos, T_n = seq_bounds(i_n, cu_ptr, T, IS_VARLEN)
+    r, t, valid, rows, x, qk, energy, gram, qx = f2_front(q_ptr, k_ptr, lk_ptr, bos, T_n, i_c, i_n, i_h, H, Dk,
+                                                          C, BK, SHIFTED, FRESH, PREC)
+    offs_v = i_v * BV + tl.arange(0, BV)
+    offs_k = tl.arange(0, BK)
+    mv = offs_v < Dv
+    y, beta, lam, pair, eta, G, Gp, G_last, Gr = f2_gates(v_ptr, beta_ptr, lam_ptr, rows, t, valid, energy, i_h,
+                                                          offs_v, eps, floor, H, Dv, C, SHIFTED, FRESH, NORMALIZE,
+                                                          COUPLED, RBW)
+    m_v = valid[:, None] & mv[None, :]
+    p_v = (rows * H + i_h)[:, None] * Dv + offs_v[None, :]
+    u = tl.load(U_ptr + p_v, mask=m_v, other=0.0)
+    S = tl.load(h_ptr + (pid * H + i_h).to(tl.int64) * Dk * Dv + offs_k[:, None] * Dv + offs_v[None, :],
+                mask=(offs_k < Dk)[:, None] & mv[None, :], other=0.0)
+    read = tl.where(valid[:, None], tl.exp(Gr), 0.0)
+    o = read * mm(qk, S, PREC) + tl.sum(qx[:, :, None] * read_decay(G, Gr, valid, C, RBW) * u[None, :, :], 1)
+    tl.store(o_ptr + p_v, o.to(o_ptr.dtype.element_ty), mask=m_v)
+
+
+@triton.jit
+def f2_fwd_kernel(q_ptr, k_ptr, v_ptr, beta_ptr, lam_ptr, lk_ptr, S0_ptr, cu_ptr, coff_ptr, Ti_ptr, o_ptr, U_ptr,
+                  h_ptr, Sf_ptr, T, eps, floor, H: tl.constexpr, Dk: tl.constexpr, Dv: tl.constexpr, C: tl.constexpr,
                   BK: tl.constexpr, BV: tl.constexpr, SHIFTED: tl.constexpr, FRESH: tl.constexpr,
                   NORMALIZE: tl.constexpr, COUPLED: tl.constexpr, RBW: tl.constexpr, WRITE_O: tl.constexpr,
-                  STORE: tl.constexpr, IS_VARLEN: tl.constexpr, PREC: tl.constexpr):
+                  STORE: tl.constexpr, INVERSE: tl.constexpr, IS_VARLEN: tl.constexpr, PREC: tl.constexpr):
     """One sequence, a block of value columns, chunk after chunk: solve, read, carry the state. STORE keeps
-    U and every chunk's entry state for the backward."""
+    U and every chunk's entry state (for the backward, or for ``f2_out_kernel``). INVERSE applies the
+    per-column inverses of ``f2_inverse_kernel`` in place of the substitution."""
     i_v, i_nh = tl.program_id(0), tl.program_id(1)
     i_n, i_h, bos, T_n, base, offs_k, offs_v, m_kv, p_S = state_tile(0, i_v, i_nh, cu_ptr, coff_ptr, T, H, Dk, Dv,
                                                                      C, BK, BV, IS_VARLEN)
-    mk, mv = offs_k < Dk, offs_v < Dv
+    mv = offs_v < Dv
     S = tl.load(S0_ptr + (i_n * H + i_h) * Dk * Dv + p_S, mask=m_kv, other=0.0)
     for i_c in range(0, tl.cdiv(T_n, C)):
         r, t, valid, rows, x, qk, energy, gram, qx = f2_front(q_ptr, k_ptr, lk_ptr, bos, T_n, i_c, i_n, i_h, H,
@@ -98,15 +187,20 @@ def f2_fwd_kernel(q_ptr, k_ptr, v_ptr, beta_ptr, lam_ptr, lk_ptr, S0_ptr, cu_ptr
                                                               NORMALIZE, COUPLED, RBW)
         m_v = valid[:, None] & mv[None, :]
         U = eta * (y - tl.exp(Gp) * mm(x, S, PREC))
-        for i in range(1, C):  # forward substitution, every column at once
-            sel = r[:, None] == i
-            k_i = tl.sum(tl.where(sel, gram, 0.0), 0)
-            gp_i = tl.sum(tl.where(sel, Gp, 0.0), 0)
-            eta_i = tl.sum(tl.where(sel, eta, 0.0), 0)
-            before = (r < i)[:, None]
-            dec = tl.where(before, tl.exp(tl.where(before, gp_i[None, :] - G, 0.0)), 0.0)
-            acc = tl.sum(k_i[:, None] * dec * U, 0)
-            U = tl.where(sel, U - (eta_i * acc)[None, :], U)
+        if INVERSE:
+            inv = tl.load(Ti_ptr + inverse_tile(base + i_c, i_h, H, C, Dv, offs_v), mask=mv[None, None, :],
+                          other=0.0)
+            U = tl.sum(inv * U[None, :, :], 1)
+        else:
+            for i in range(1, C):  # forward substitution, every column at once
+                sel = r[:, None] == i
+                k_i = tl.sum(tl.where(sel, gram, 0.0), 0)
+                gp_i = tl.sum(tl.where(sel, Gp, 0.0), 0)
+                eta_i = tl.sum(tl.where(sel, eta, 0.0), 0)
+                before = (r < i)[:, None]
+                dec = tl.where(before, tl.exp(tl.where(before, gp_i[None, :] - G, 0.0)), 0.0)
+                acc = tl.sum(k_i[:, None] * dec * U, 0)
+                U = tl.where(sel, U - (eta_i * acc)[None, :], U)
         p_v = (rows * H + i_h)[:, None] * Dv + offs_v[None, :]
         if WRITE_O:
             read = tl.where(valid[:, None], tl.exp(Gr), 0.0)
@@ -122,16 +216,18 @@ def f2_fwd_kernel(q_ptr, k_ptr, v_ptr, beta_ptr, lam_ptr, lk_ptr, S0_ptr, cu_ptr
 
 @triton.jit
 def f2_dstate_kernel(q_ptr, k_ptr, v_ptr, beta_ptr, lam_ptr, lk_ptr, do_ptr, U_ptr, dSf_ptr, cu_ptr, coff_ptr,
-                     dh_ptr, dB_ptr, dS0_ptr, T, eps, floor, H: tl.constexpr, Dk: tl.constexpr,
+                     Ti_ptr, dh_ptr, dB_ptr, dS0_ptr, T, eps, floor, H: tl.constexpr, Dk: tl.constexpr,
                      Dv: tl.constexpr, C: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
                      SHIFTED: tl.constexpr, FRESH: tl.constexpr, NORMALIZE: tl.constexpr, COUPLED: tl.constexpr,
-                     RBW: tl.constexpr, HAS_DSF: tl.constexpr, IS_VARLEN: tl.constexpr, PREC: tl.constexpr):
-    """The reverse recurrence: per chunk dU, the per-column transposed solve dB = A_jᵀ dU, and the entry
-    state's gradient; stores every chunk's exit-state gradient, dB and the initial state's gradient."""
+                     RBW: tl.constexpr, HAS_DSF: tl.constexpr, INVERSE: tl.constexpr, IS_VARLEN: tl.constexpr,
+                     PREC: tl.constexpr):
+    """The reverse recurrence: per chunk dU, the per-column transposed solve dB = A_jᵀ dU (back substitution,
+    or INVERSE: the transposed inverses of ``f2_inverse_kernel`` applied), and the entry state's gradient;
+    stores every chunk's exit-state gradient, dB and the initial state's gradient."""
     i_v, i_nh = tl.program_id(0), tl.program_id(1)
     i_n, i_h, bos, T_n, base, offs_k, offs_v, m_kv, p_S = state_tile(0, i_v, i_nh, cu_ptr, coff_ptr, T, H, Dk, Dv,
                                                                      C, BK, BV, IS_VARLEN)
-    mk, mv = offs_k < Dk, offs_v < Dv
+    mv = offs_v < Dv
     if HAS_DSF:
         dS = tl.load(dSf_ptr + (i_n * H + i_h) * Dk * Dv + p_S, mask=m_kv, other=0.0)
     else:
@@ -149,15 +245,20 @@ def f2_dstate_kernel(q_ptr, k_ptr, v_ptr, beta_ptr, lam_ptr, lk_ptr, do_ptr, U_p
         carry = tl.where(valid[:, None], tl.exp(G_last[None, :] - G), 0.0)
         dB = tl.sum(qx[:, :, None] * read_decay(G, Gr, valid, C, RBW) * do[:, None, :], 0)
         dB += carry * mm(x, dS, PREC)
-        for j in range(1, C):  # back substitution with (I + L_j)ᵀ, rows C−2 .. 0
-            i = C - 1 - j
-            sel = r[:, None] == i
-            k_i = tl.sum(tl.where(sel, gram, 0.0), 0)
-            g_i = tl.sum(tl.where(sel, G, 0.0), 0)
-            after = (r > i)[:, None]
-            dec = tl.where(after, tl.exp(tl.where(after, Gp - g_i[None, :], 0.0)), 0.0)
-            acc = tl.sum(k_i[:, None] * eta * dec * dB, 0)
-            dB = tl.where(sel, dB - acc[None, :], dB)
+        if INVERSE:
+            inv = tl.load(Ti_ptr + inverse_tile(base + i_c, i_h, H, C, Dv, offs_v), mask=mv[None, None, :],
+                          other=0.0)
+            dB = tl.sum(inv * dB[:, None, :], 0)
+        else:
+            for j in range(1, C):  # back substitution with (I + L_j)ᵀ, rows C−2 .. 0
+                i = C - 1 - j
+                sel = r[:, None] == i
+                k_i = tl.sum(tl.where(sel, gram, 0.0), 0)
+                g_i = tl.sum(tl.where(sel, G, 0.0), 0)
+                after = (r > i)[:, None]
+                dec = tl.where(after, tl.exp(tl.where(after, Gp - g_i[None, :], 0.0)), 0.0)
+                acc = tl.sum(k_i[:, None] * eta * dec * dB, 0)
+                dB = tl.where(sel, dB - acc[None, :], dB)
         tl.store(dB_ptr + p_v, dB, mask=m_v)
         read = tl.where(valid[:, None], tl.exp(Gr), 0.0)
         write = tl.where(valid[:, None], eta * tl.exp(Gp), 0.0)

@@ -13,7 +13,7 @@ from kernels.common.triton_helpers import chunk_table, next_power_of_2
 from kernels.regression.triton_dk import finish_dk_kernel
 from kernels.regression.triton_f1 import f1_intra_kernel, f1_prep_kernel, f1_state_kernel
 from kernels.regression.triton_f1_bwd import f1_dstate_kernel, f1_grad_kernel
-from kernels.regression.triton_f2 import f2_dstate_kernel, f2_fwd_kernel
+from kernels.regression.triton_f2 import f2_dstate_kernel, f2_fwd_kernel, f2_inverse_kernel, f2_out_kernel
 from kernels.regression.triton_f2_bwd import f2_grad_kernel
 
 # The matmul operands inside the kernels, by input dtype, on a GPU: "tf32x3" (three tf32 passes, about fp32),
@@ -34,6 +34,12 @@ LAUNCH_OVERRIDES: dict[str, dict] = {}
 # falcon-1 (chunks of 64) and 6 times for falcon-2 (chunks of 16, so four times as many entry states).
 KEEP_FOR_BACKWARD = True
 F2_CHUNK = 16  # falcon-2's chunk: its per-column decay tiles are [16, 16, BV]
+# falcon-2's per-column solve: False walks each chunk's substitution inside the sequential pass (its outputs
+# there too); True forms every chunk's per-column inverses [16, 16, Dv] in a parallel pass first (fp32: 64 floats
+# a token, head and value column, held for the call only), so the sequential pass applies them, and the outputs
+# come from a parallel pass after it. Both are exact; which is faster is measured on the GPU (lab bench kernels)
+# before the default changes. Read when a call's Layout is made.
+F2_INVERSE = False
 
 
 class Layout:
@@ -42,6 +48,7 @@ class Layout:
     def __init__(self, q: Tensor, cu_seqlens: Tensor | None, C: int):
         B, T, H, _ = q.shape
         self.T, self.H, self.C = T, H, C
+        self.f2_inverse = F2_INVERSE  # taken at the forward, so its backward solves the same way
         self.varlen = cu_seqlens is not None
         if cu_seqlens is None:
             self.N, self.NT = B, triton.cdiv(T, C)
@@ -80,7 +87,7 @@ def _default_config(kernel: str, Dk: int, Dv: int, C: int) -> dict:
                     num_warps=8 if wide or C == 64 else 4)
     if kernel == "f1_grad":
         return dict(BK=32 if wide else BK, BV=min(32, BV), num_warps=8 if C == 64 else 4)
-    if kernel in ("f2_fwd", "f2_dstate"):
+    if kernel in ("f2_fwd", "f2_dstate", "f2_inverse", "f2_out"):
         return dict(BK=BKf, BV=min(next_power_of_2(Dv), 32 if BKf <= 128 else 16), num_warps=8 if wide else 4)
     if kernel == "f2_grad":
         return dict(BK=BKf, BV=16, num_warps=8 if wide else 4)
@@ -182,19 +189,39 @@ def f1_backward(q, k, v, beta, lam, S0, lk, do, dSf, cfg, fresh, lay, kept=()):
     return dq, dk, dv, dbeta, dlam, dS0, dlk
 
 
+def _f2_inverses(k, v, beta, lam, lk, cfg, fresh, lay, prec):
+    """Every chunk's per-column inverses (I + L_j)⁻¹, ``[chunks, H, C, C, Dv]`` fp32."""
+    Dk, Dv = k.shape[-1], v.shape[-1]
+    Ti = _f32(lay.n_chunks, lay.H, lay.C, lay.C, Dv, device=k.device)
+    conf = launch_config("f2_inverse", Dk, Dv, lay.C)
+    f2_inverse_kernel[(lay.n_chunks, lay.H, triton.cdiv(Dv, conf["BV"]))](
+        k, v, beta, lam, lk, lay.cu, lay.cidx, Ti, lay.T, lay.NT, cfg.eps, cfg.decay_floor, Dk=Dk, Dv=Dv,
+        **_gate_flags(cfg), **_flags(cfg, fresh, lay, prec), **conf)
+    return Ti
+
+
 def _f2_states(q, k, v, beta, lam, S0, lk, cfg, fresh, lay, prec, write_o, store):
     """The sequential falcon-2 pass: the outputs (``write_o``) and/or U and every chunk's entry state
-    (``store``)."""
+    (``store``). With ``F2_INVERSE`` the pass applies the inverses of a parallel pass and the outputs come from
+    another parallel pass after it (so U and the entry states are always stored)."""
     rows, Dk, Dv, dev = k.shape[0] * k.shape[1], k.shape[-1], v.shape[-1], k.device
+    inverse = lay.f2_inverse
+    store = store or inverse
     Sf = _f32(lay.N, lay.H, Dk, Dv, device=dev)
     o = helpers.new_buffer(*v.shape, dtype=q.dtype, device=dev) if write_o else Sf
     U = _f32(rows, lay.H, Dv, device=dev) if store else Sf
     h = _f32(lay.n_chunks, lay.H, Dk, Dv, device=dev) if store else Sf
+    Ti = _f2_inverses(k, v, beta, lam, lk, cfg, fresh, lay, prec) if inverse else Sf
     conf = launch_config("f2_fwd", Dk, Dv, lay.C)
     f2_fwd_kernel[(triton.cdiv(Dv, conf["BV"]), lay.N * lay.H)](
-        q, k, v, beta, lam, lk, S0, lay.cu, lay.coff, o, U, h, Sf, lay.T, cfg.eps, cfg.decay_floor, Dk=Dk, Dv=Dv,
-        RBW=cfg.timing == "rbw", WRITE_O=write_o, STORE=store, **_gate_flags(cfg),
-        **_flags(cfg, fresh, lay, prec), **conf)
+        q, k, v, beta, lam, lk, S0, lay.cu, lay.coff, Ti, o, U, h, Sf, lay.T, cfg.eps, cfg.decay_floor, Dk=Dk,
+        Dv=Dv, RBW=cfg.timing == "rbw", WRITE_O=write_o and not inverse, STORE=store, INVERSE=inverse,
+        **_gate_flags(cfg), **_flags(cfg, fresh, lay, prec), **conf)
+    if write_o and inverse:
+        conf = launch_config("f2_out", Dk, Dv, lay.C)
+        f2_out_kernel[(lay.n_chunks, lay.H, triton.cdiv(Dv, conf["BV"]))](
+            q, k, v, beta, lam, lk, U, h, lay.cu, lay.cidx, o, lay.T, lay.NT, cfg.eps, cfg.decay_floor, Dk=Dk,
+            Dv=Dv, RBW=cfg.timing == "rbw", **_gate_flags(cfg), **_flags(cfg, fresh, lay, prec), **conf)
     return o, Sf, U, h
 
 
@@ -212,14 +239,16 @@ def f2_backward(q, k, v, beta, lam, S0, lk, do, dSf, cfg, fresh, lay, kept=()):
         U, h = kept
     else:
         _, _, U, h = _f2_states(q, k, v, beta, lam, S0, lk, cfg, fresh, lay, prec, write_o=False, store=True)
+    inverse = lay.f2_inverse
     dh = _f32(*h.shape, device=dev)
     dB = _f32(rows, lay.H, Dv, device=dev)
     dS0 = _f32(*S0.shape, device=dev)
+    Ti = _f2_inverses(k, v, beta, lam, lk, cfg, fresh, lay, prec) if inverse else dS0
     common = dict(Dk=Dk, Dv=Dv, RBW=cfg.timing == "rbw", **_gate_flags(cfg), **_flags(cfg, fresh, lay, prec))
     conf = launch_config("f2_dstate", Dk, Dv, lay.C)
     f2_dstate_kernel[(triton.cdiv(Dv, conf["BV"]), lay.N * lay.H)](
-        q, k, v, beta, lam, lk, do, U, dSf if dSf is not None else dS0, lay.cu, lay.coff, dh, dB, dS0, lay.T,
-        cfg.eps, cfg.decay_floor, HAS_DSF=dSf is not None, **common, **conf)
+        q, k, v, beta, lam, lk, do, U, dSf if dSf is not None else dS0, lay.cu, lay.coff, Ti, dh, dB, dS0, lay.T,
+        cfg.eps, cfg.decay_floor, HAS_DSF=dSf is not None, INVERSE=inverse, **common, **conf)
     dq, dv, dbeta, dlam = _like(q), _like(v), _like(beta), _like(lam)
     dx = _f32(rows, lay.H, Dk, device=dev)
     de = _f32(rows, lay.H, device=dev)

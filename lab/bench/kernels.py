@@ -186,7 +186,7 @@ def _ratios(rows: list[dict]) -> None:
         for a in ANCHORS:
             ref = ms.get((r["shape"], r["mode"], a))
             r[f"x_{a}"] = r["ms"] / ref if r.get("ms") and ref else None
-        own = ms.get((r["shape"], r["mode"], f"{r['op']} PyTorch chunk"))
+        own = ms.get((r["shape"], r["mode"], f"{r['op'].removesuffix(' inverses')} PyTorch chunk"))
         r["x_own_chunk"] = r["ms"] / own if r.get("ms") and own else None
 
 

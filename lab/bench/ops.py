@@ -58,8 +58,9 @@ def _module_missing(module: str, what: str) -> Callable[[], str | None]:
     return missing
 
 
-def _falcon(rule: str, lam_positive: bool) -> tuple[Callable, Callable]:
-    """Inputs and call of one Falcon rule on ``backend="triton"`` through the public op."""
+def _falcon(rule: str, lam_positive: bool, f2_inverse: bool = False) -> tuple[Callable, Callable]:
+    """Inputs and call of one Falcon rule on ``backend="triton"`` through the public op; ``f2_inverse``: falcon-2
+    with its per-column inverses from a parallel pass (``kernels.regression.triton_launch.F2_INVERSE``)."""
     per_channel = rule in ("falcon-2", "falcon-2a")
 
     def make(shape: Shape, dtype: torch.dtype, seed: int) -> dict[str, Tensor]:
@@ -73,9 +74,14 @@ def _falcon(rule: str, lam_positive: bool) -> tuple[Callable, Callable]:
 
     def call(x: dict[str, Tensor], backend: str = "triton") -> Tensor:
         from kernels import fast_weight_rule
+        from kernels.regression import triton_launch
 
-        return fast_weight_rule(x["q"], x["k"], x["v"], x["beta"], x["lam"], rule=rule, backend=backend,
-                                chunk_size=CHUNK)[0]
+        before, triton_launch.F2_INVERSE = triton_launch.F2_INVERSE, f2_inverse
+        try:  # the op's backward solves as its forward did
+            return fast_weight_rule(x["q"], x["k"], x["v"], x["beta"], x["lam"], rule=rule, backend=backend,
+                                    chunk_size=CHUNK)[0]
+        finally:
+            triton_launch.F2_INVERSE = before
     return make, call
 
 
@@ -88,6 +94,7 @@ def rule_ops(rules: tuple[str, ...]) -> list[Op]:
     rows = [("falcon-1", "falcon-1 λ=0", False, "delta", regression),
             ("falcon-1", "falcon-1 λ>0", True, "delta", regression),
             ("falcon-2", "falcon-2", True, "delta_per_channel", regression),
+            ("falcon-2", "falcon-2 inverses", True, "delta_per_channel", regression),
             ("falcon-3", "falcon-3", True, "delta_window", window),
             ("falcon-1a", "falcon-1a", True, "linear", inner),
             ("falcon-2a", "falcon-2a", True, "linear", inner),
@@ -95,7 +102,7 @@ def rule_ops(rules: tuple[str, ...]) -> list[Op]:
     ops = []
     for rule, name, lam_positive, family, missing in rows:
         if rule in rules:
-            make, call = _falcon(rule, lam_positive)
+            make, call = _falcon(rule, lam_positive, f2_inverse=name.endswith("inverses"))
             ops.append(Op(name, family, missing, make, call))
     return ops
 
@@ -105,6 +112,8 @@ def rule_chunk_ops(rules: tuple[str, ...]) -> list[Op]:
     backward): what the Triton kernels are measured against for the "≥ 20× the PyTorch chunk form" target."""
     ops = []
     for op in rule_ops(rules):
+        if op.name.endswith("inverses"):  # the same PyTorch chunk form as falcon-2's
+            continue
         make, call = _falcon(op.name.split()[0], "λ=0" not in op.name)
         ops.append(Op(f"{op.name} PyTorch chunk", op.family, _module_missing("kernels.falcon.dispatch", "not built"),
                       make, lambda x, call=call: call(x, backend="chunk")))
