@@ -274,7 +274,7 @@ def test_kept_forward_quantities_give_the_recomputed_gradients(rule: str, monkey
         assert rel(a, b) < 1e-6
 
 
-F2_INVERSE_CASES = {
+F2_SOLVE_CASES = {
     "continuing-shifted-raw": dict(T=37, alignment="shifted", timing="raw"),
     "continuing-same_time-rbw": dict(T=37, alignment="same_time", timing="rbw"),
     "packed": dict(T=36, B=1, cu_seqlens=torch.tensor([0, 5, 22, 23, 36], dtype=torch.int32)),
@@ -285,25 +285,39 @@ F2_INVERSE_CASES = {
 }
 
 
-@pytest.mark.parametrize("case", list(F2_INVERSE_CASES))
-def test_falcon2_parallel_inverses(case: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """F2_INVERSE: falcon-2's per-column inverses formed by a parallel pass, applied by the sequential one, and
-    the outputs from a parallel pass after it, held to the float64 oracle like the substitution."""
+# every case for the inverses; two for the outputs' pass alone (its substitution is the default's)
+F2_SOLVE_RUNS = [(case, "inverses") for case in F2_SOLVE_CASES] + [("continuing-same_time-rbw", "outputs-apart"),
+                                                                    ("packed", "outputs-apart")]
+
+
+@pytest.mark.parametrize("case,solve", F2_SOLVE_RUNS)
+def test_falcon2_solve_forms(case: str, solve: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """F2_SOLVE: falcon-2's outputs from a parallel pass after the sequential one, and its per-column inverses
+    formed by a parallel pass before it and applied by it, held to the float64 oracle like the default."""
     from kernels.regression import triton_launch as launch
 
-    monkeypatch.setattr(launch, "F2_INVERSE", True)
+    monkeypatch.setattr(launch, "F2_SOLVE", solve)
     monkeypatch.setattr(launch, "KEEP_FOR_BACKWARD", case != "packed")  # one case recomputes U and h backward
-    check("falcon-2", seed=zlib.crc32(case.encode()), **F2_INVERSE_CASES[case])
+    check("falcon-2", seed=zlib.crc32(case.encode()), **F2_SOLVE_CASES[case])
+
+
+def test_falcon2_unknown_solve_form_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    from kernels.regression import triton_launch as launch
+
+    monkeypatch.setattr(launch, "F2_SOLVE", "parallel")
+    with pytest.raises(ValueError, match="F2_SOLVE='parallel'; accepted: sequential, outputs-apart, inverses"):
+        run("falcon-2", draw("falcon-2", 1, 5, 1, 0), None, torch.float32, "triton", 0)
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("solve", ["outputs-apart", "inverses"])
 @pytest.mark.parametrize("d", [64, 128])
 @pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-3), (torch.bfloat16, 1e-2)])
-def test_falcon2_parallel_inverses_gpu_sizes(d, dtype, tol, monkeypatch: pytest.MonkeyPatch):
-    """F2_INVERSE at the bench's head sizes on a GPU: 300 tokens (nineteen chunks of 16, the last one short)."""
+def test_falcon2_solve_forms_gpu_sizes(solve, d, dtype, tol, monkeypatch: pytest.MonkeyPatch):
+    """F2_SOLVE's other forms at the bench's head sizes on a GPU: 300 tokens (nineteen chunks of 16)."""
     from kernels.regression import triton_launch as launch
 
-    monkeypatch.setattr(launch, "F2_INVERSE", True)
+    monkeypatch.setattr(launch, "F2_SOLVE", solve)
     inputs = [t.to(dtype).double() for t in draw("falcon-2", 2, 300, 2, 29, d=d)]
     o, fin, grads = run("falcon-2", inputs, None, dtype, "triton", 29)
     o_ref, fin_ref, grads_ref = run("falcon-2", inputs, None, torch.float64, "recurrent", 29)

@@ -34,12 +34,16 @@ LAUNCH_OVERRIDES: dict[str, dict] = {}
 # falcon-1 (chunks of 64) and 6 times for falcon-2 (chunks of 16, so four times as many entry states).
 KEEP_FOR_BACKWARD = True
 F2_CHUNK = 16  # falcon-2's chunk: its per-column decay tiles are [16, 16, BV]
-# falcon-2's per-column solve: False walks each chunk's substitution inside the sequential pass (its outputs
-# there too); True forms every chunk's per-column inverses [16, 16, Dv] in a parallel pass first (fp32: 64 floats
-# a token, head and value column, held for the call only), so the sequential pass applies them, and the outputs
-# come from a parallel pass after it. Both are exact; which is faster is measured on the GPU (lab bench kernels)
-# before the default changes. Read when a call's Layout is made.
-F2_INVERSE = False
+# How falcon-2's per-column solve runs (F2_SOLVE, read when a call's Layout is made, so its backward solves as its
+# forward did); all three are exact, and lab bench kernels times them side by side before the default changes:
+#   "sequential"     the state pass walks each chunk's 16-step substitution and writes the outputs too;
+#   "outputs-apart"  the same substitution, the outputs from a parallel pass over the chunks after it;
+#   "inverses"       a parallel pass forms every chunk's per-column inverses [16, 16, Dv] first (fp32: 64 floats a
+#                    token, head and value column, held for the call), the state pass applies them as one product
+#                    and the outputs come from the parallel pass; the backward's reverse pass applies the
+#                    transposed inverses.
+F2_SOLVES = ("sequential", "outputs-apart", "inverses")
+F2_SOLVE = "sequential"
 
 
 class Layout:
@@ -48,7 +52,9 @@ class Layout:
     def __init__(self, q: Tensor, cu_seqlens: Tensor | None, C: int):
         B, T, H, _ = q.shape
         self.T, self.H, self.C = T, H, C
-        self.f2_inverse = F2_INVERSE  # taken at the forward, so its backward solves the same way
+        if F2_SOLVE not in F2_SOLVES:
+            raise ValueError(f"F2_SOLVE={F2_SOLVE!r}; accepted: {', '.join(F2_SOLVES)}")
+        self.f2_solve = F2_SOLVE  # taken at the forward, so its backward solves the same way
         self.varlen = cu_seqlens is not None
         if cu_seqlens is None:
             self.N, self.NT = B, triton.cdiv(T, C)
@@ -202,11 +208,12 @@ def _f2_inverses(k, v, beta, lam, lk, cfg, fresh, lay, prec):
 
 def _f2_states(q, k, v, beta, lam, S0, lk, cfg, fresh, lay, prec, write_o, store):
     """The sequential falcon-2 pass: the outputs (``write_o``) and/or U and every chunk's entry state
-    (``store``). With ``F2_INVERSE`` the pass applies the inverses of a parallel pass and the outputs come from
-    another parallel pass after it (so U and the entry states are always stored)."""
+    (``store``). ``F2_SOLVE`` other than "sequential": the outputs come from a parallel pass after the sequential
+    one (so U and the entry states are always stored); "inverses": the sequential pass applies the per-column
+    inverses of a parallel pass before it."""
     rows, Dk, Dv, dev = k.shape[0] * k.shape[1], k.shape[-1], v.shape[-1], k.device
-    inverse = lay.f2_inverse
-    store = store or inverse
+    inverse, apart = lay.f2_solve == "inverses", lay.f2_solve != "sequential"
+    store = store or apart
     Sf = _f32(lay.N, lay.H, Dk, Dv, device=dev)
     o = helpers.new_buffer(*v.shape, dtype=q.dtype, device=dev) if write_o else Sf
     U = _f32(rows, lay.H, Dv, device=dev) if store else Sf
@@ -215,9 +222,9 @@ def _f2_states(q, k, v, beta, lam, S0, lk, cfg, fresh, lay, prec, write_o, store
     conf = launch_config("f2_fwd", Dk, Dv, lay.C)
     f2_fwd_kernel[(triton.cdiv(Dv, conf["BV"]), lay.N * lay.H)](
         q, k, v, beta, lam, lk, S0, lay.cu, lay.coff, Ti, o, U, h, Sf, lay.T, cfg.eps, cfg.decay_floor, Dk=Dk,
-        Dv=Dv, RBW=cfg.timing == "rbw", WRITE_O=write_o and not inverse, STORE=store, INVERSE=inverse,
+        Dv=Dv, RBW=cfg.timing == "rbw", WRITE_O=write_o and not apart, STORE=store, INVERSE=inverse,
         **_gate_flags(cfg), **_flags(cfg, fresh, lay, prec), **conf)
-    if write_o and inverse:
+    if write_o and apart:
         conf = launch_config("f2_out", Dk, Dv, lay.C)
         f2_out_kernel[(lay.n_chunks, lay.H, triton.cdiv(Dv, conf["BV"]))](
             q, k, v, beta, lam, lk, U, h, lay.cu, lay.cidx, o, lay.T, lay.NT, cfg.eps, cfg.decay_floor, Dk=Dk,
@@ -239,7 +246,7 @@ def f2_backward(q, k, v, beta, lam, S0, lk, do, dSf, cfg, fresh, lay, kept=()):
         U, h = kept
     else:
         _, _, U, h = _f2_states(q, k, v, beta, lam, S0, lk, cfg, fresh, lay, prec, write_o=False, store=True)
-    inverse = lay.f2_inverse
+    inverse = lay.f2_solve == "inverses"
     dh = _f32(*h.shape, device=dev)
     dB = _f32(rows, lay.H, Dv, device=dev)
     dS0 = _f32(*S0.shape, device=dev)

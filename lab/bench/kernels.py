@@ -44,7 +44,7 @@ import time
 from pathlib import Path
 
 from lab.runs import atomic_write_text
-from lab.bench.ops import CHUNK, Op, Shape, anchor_ops, rule_chunk_ops, rule_ops, torch_chunk_op
+from lab.bench.ops import CHUNK, F2_FORMS, Op, Shape, anchor_ops, rule_chunk_ops, rule_ops, torch_chunk_op
 
 BANDWIDTH = 4.3e12  # bytes/s
 PEAK_FLOPS = 790e12  # bf16 dense FLOP/s
@@ -186,7 +186,8 @@ def _ratios(rows: list[dict]) -> None:
         for a in ANCHORS:
             ref = ms.get((r["shape"], r["mode"], a))
             r[f"x_{a}"] = r["ms"] / ref if r.get("ms") and ref else None
-        own = ms.get((r["shape"], r["mode"], f"{r['op'].removesuffix(' inverses')} PyTorch chunk"))
+        op = "falcon-2" if r["op"] in F2_FORMS else r["op"]  # falcon-2's solves share its chunk form
+        own = ms.get((r["shape"], r["mode"], f"{op} PyTorch chunk"))
         r["x_own_chunk"] = r["ms"] / own if r.get("ms") and own else None
 
 

@@ -58,9 +58,13 @@ def _module_missing(module: str, what: str) -> Callable[[], str | None]:
     return missing
 
 
-def _falcon(rule: str, lam_positive: bool, f2_inverse: bool = False) -> tuple[Callable, Callable]:
-    """Inputs and call of one Falcon rule on ``backend="triton"`` through the public op; ``f2_inverse``: falcon-2
-    with its per-column inverses from a parallel pass (``kernels.regression.triton_launch.F2_INVERSE``)."""
+# falcon-2's rows, one a form of its per-column solve (kernels.regression.triton_launch.F2_SOLVE)
+F2_FORMS = {"falcon-2": "sequential", "falcon-2 outputs apart": "outputs-apart", "falcon-2 inverses": "inverses"}
+
+
+def _falcon(rule: str, lam_positive: bool, f2_solve: str = "sequential") -> tuple[Callable, Callable]:
+    """Inputs and call of one Falcon rule on ``backend="triton"`` through the public op; ``f2_solve``: the form of
+    falcon-2's per-column solve (``kernels.regression.triton_launch.F2_SOLVE``)."""
     per_channel = rule in ("falcon-2", "falcon-2a")
 
     def make(shape: Shape, dtype: torch.dtype, seed: int) -> dict[str, Tensor]:
@@ -76,12 +80,12 @@ def _falcon(rule: str, lam_positive: bool, f2_inverse: bool = False) -> tuple[Ca
         from kernels import fast_weight_rule
         from kernels.regression import triton_launch
 
-        before, triton_launch.F2_INVERSE = triton_launch.F2_INVERSE, f2_inverse
+        before, triton_launch.F2_SOLVE = triton_launch.F2_SOLVE, f2_solve
         try:  # the op's backward solves as its forward did
             return fast_weight_rule(x["q"], x["k"], x["v"], x["beta"], x["lam"], rule=rule, backend=backend,
                                     chunk_size=CHUNK)[0]
         finally:
-            triton_launch.F2_INVERSE = before
+            triton_launch.F2_SOLVE = before
     return make, call
 
 
@@ -94,6 +98,7 @@ def rule_ops(rules: tuple[str, ...]) -> list[Op]:
     rows = [("falcon-1", "falcon-1 λ=0", False, "delta", regression),
             ("falcon-1", "falcon-1 λ>0", True, "delta", regression),
             ("falcon-2", "falcon-2", True, "delta_per_channel", regression),
+            ("falcon-2", "falcon-2 outputs apart", True, "delta_per_channel", regression),
             ("falcon-2", "falcon-2 inverses", True, "delta_per_channel", regression),
             ("falcon-3", "falcon-3", True, "delta_window", window),
             ("falcon-1a", "falcon-1a", True, "linear", inner),
@@ -102,7 +107,7 @@ def rule_ops(rules: tuple[str, ...]) -> list[Op]:
     ops = []
     for rule, name, lam_positive, family, missing in rows:
         if rule in rules:
-            make, call = _falcon(rule, lam_positive, f2_inverse=name.endswith("inverses"))
+            make, call = _falcon(rule, lam_positive, f2_solve=F2_FORMS.get(name, "sequential"))
             ops.append(Op(name, family, missing, make, call))
     return ops
 
@@ -112,7 +117,7 @@ def rule_chunk_ops(rules: tuple[str, ...]) -> list[Op]:
     backward): what the Triton kernels are measured against for the "≥ 20× the PyTorch chunk form" target."""
     ops = []
     for op in rule_ops(rules):
-        if op.name.endswith("inverses"):  # the same PyTorch chunk form as falcon-2's
+        if op.name in F2_FORMS and op.name != "falcon-2":  # one PyTorch chunk form for falcon-2's rows
             continue
         make, call = _falcon(op.name.split()[0], "λ=0" not in op.name)
         ops.append(Op(f"{op.name} PyTorch chunk", op.family, _module_missing("kernels.falcon.dispatch", "not built"),
