@@ -182,8 +182,8 @@ def f2_fwd_kernel(q_ptr, k_ptr, v_ptr, beta_ptr, lam_ptr, lk_ptr, S0_ptr, cu_ptr
     mv = offs_v < Dv
     S = tl.load(S0_ptr + (i_n * H + i_h) * Dk * Dv + p_S, mask=m_kv, other=0.0)
     for i_c in range(0, tl.cdiv(T_n, C)):
-        r, t, valid, rows, x, qk, energy, gram, qx = f2_front(q_ptr, k_ptr, lk_ptr, bos, T_n, i_c, i_n, i_h, H,
-                                                              Dk, C, BK, SHIFTED, FRESH, PREC)
+        r, t, valid, rows, _, x, energy, gram = f2_pairs(k_ptr, lk_ptr, bos, T_n, i_c, i_n, i_h, H, Dk, C, BK,
+                                                         SHIFTED, FRESH, PREC)
         y, beta, lam, pair, eta, G, Gp, G_last, Gr = f2_gates(v_ptr, beta_ptr, lam_ptr, rows, t, valid, energy,
                                                               i_h, offs_v, eps, floor, H, Dv, C, SHIFTED, FRESH,
                                                               NORMALIZE, COUPLED, RBW)
@@ -204,7 +204,10 @@ def f2_fwd_kernel(q_ptr, k_ptr, v_ptr, beta_ptr, lam_ptr, lk_ptr, S0_ptr, cu_ptr
                 acc = tl.sum(k_i[:, None] * dec * U, 0)
                 U = tl.where(sel, U - (eta_i * acc)[None, :], U)
         p_v = (rows * H + i_h)[:, None] * Dv + offs_v[None, :]
-        if WRITE_O:
+        if WRITE_O:  # the queries are read only here: with the outputs apart, the loop never loads them
+            qk = tl.load(q_ptr + (rows * H + i_h)[:, None] * Dk + offs_k[None, :],
+                         mask=valid[:, None] & (offs_k < Dk)[None, :], other=0.0).to(tl.float32)
+            qx = mm(qk, tl.trans(x), PREC)
             read = tl.where(valid[:, None], tl.exp(Gr), 0.0)
             o = read * mm(qk, S, PREC) + tl.sum(qx[:, :, None] * read_decay(G, Gr, valid, C, RBW) * U[None, :, :], 1)
             tl.store(o_ptr + p_v, o.to(o_ptr.dtype.element_ty), mask=m_v)
