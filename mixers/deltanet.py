@@ -25,14 +25,15 @@ from torch import Tensor, nn
 
 from kernels import fast_weight_rule, gated_delta_rule
 from kernels.delta import DELTA_BACKENDS
+from kernels.regression.gated_delta import gated_delta_triton
 from mixers.layers import (Mixer, RMSNorm, SampleRows, ShortConv, dt_bias_init, full_precision, l2_norm,
                            residual_out, sample_bounds, short_conv_step)
 from mixers.options import check_bool, check_int, check_kernel_choices, check_range, head_dim_of
 
 # DeltaNet's recurrence S_t = (I − β_t k_t k_tᵀ) S_{t−1} + β_t k_t v_tᵀ is falcon-1's S_{t−1} + η_t k_t (v_t −
 # S_{t−1}ᵀ k_t)ᵀ with η = β and no ridge (carry 1): on these backends DeltaNet runs falcon-1's op, "triton" its
-# fused kernels, "auto" those on a GPU where they take the inputs (else the WY chunk form); the gated rule's
-# decay-then-update has no fused form here
+# fused kernels, "auto" those on a GPU where they take the inputs (else the WY chunk form); the gated rule runs
+# the same kernels with its decay inside the residual (kernels/regression/gated_delta.py)
 FUSED_BACKENDS = ("triton", "auto")
 
 
@@ -41,8 +42,8 @@ class DeltaNetOptions:
     """head_dim: key width per head (default d_model / n_heads); expand_v: value width / key width;
     beta_max: β = beta_max·σ(w·x), so the transition I − β k kᵀ has eigenvalue 1 − β along k in (1 − beta_max, 1):
     1 (default, DeltaNet's β ∈ (0, 1)) or up to 2, where it can be negative (Grazzi et al., 2024). backend:
-    ``auto`` (DeltaNet's default: falcon-1's fused kernels on a GPU, the WY chunk form elsewhere), ``triton``,
-    ``chunk`` (Gated DeltaNet's default: the gated rule has no fused form here) or ``recurrent``."""
+    ``auto`` (default: falcon-1's fused kernels on a GPU, the WY chunk form elsewhere), ``triton``, ``chunk`` or
+    ``recurrent``."""
 
     head_dim: int | None = None
     expand_v: int = 1
@@ -72,7 +73,6 @@ class GatedDeltaNetOptions(DeltaNetOptions):
 
     expand_v: int = 2
     output_gate: bool = True
-    backend: str = "chunk"
     dt_min: float = 1e-3
     dt_max: float = 1e-1
     dt_init_floor: float = 1e-4
@@ -81,9 +81,6 @@ class GatedDeltaNetOptions(DeltaNetOptions):
 
     def check(self, mixer: str) -> None:
         super().check(mixer)
-        if self.backend == "triton":
-            raise ValueError(f"mixer {mixer!r}: backend 'triton' runs DeltaNet only (the gated rule has no fused form "
-                             f"here); use 'chunk' or 'auto'")
         check_range(mixer, "dt_min", self.dt_min, 0.0, float("inf"), low_open=True)
         check_range(mixer, "dt_max", self.dt_max, self.dt_min, float("inf"))
         check_range(mixer, "dt_init_floor", self.dt_init_floor, 0.0, float("inf"), low_open=True)
@@ -96,8 +93,8 @@ class DeltaNet(Mixer):
 
     ``forward(x, samples)`` with ``samples [B, L]`` (isolated samples: the sample of its row each token belongs
     to) restarts the state and the short convolutions at every sample, the projections run on the packed rows:
-    DeltaNet gives the samples to falcon-1's op as packed sequences (``cu_seqlens``; its fused kernels on a GPU,
-    its chunk form elsewhere), Gated DeltaNet's rule, which takes no packed sequences, gets them one to a row."""
+    the samples go to the rule as packed sequences (``cu_seqlens``) on the fused kernels and to DeltaNet's
+    falcon-1 chunk form; Gated DeltaNet's WY chunk form, which takes no packed sequences, gets them one to a row."""
 
     resets_at_samples = True
 
@@ -146,7 +143,17 @@ class DeltaNet(Mixer):
     @torch.compiler.disable  # the WY chunk form and the fused kernels stay outside torch.compile's graph
     def _rule(self, q, k, v, g, beta, backend: str, state=None, samples: Tensor | None = None):
         scale = 1.0 / math.sqrt(self.dk)
-        fused = g is None and (backend == "triton" or (backend == "auto" and q.is_cuda and q.dtype != torch.float64))
+        fused = backend == "triton" or (backend == "auto" and q.is_cuda and q.dtype != torch.float64)
+        if fused and g is not None:  # the gated rule on falcon-1's kernels, the inputs in their own dtype
+            opts = dict(scale=scale, alignment=self.opts.alignment, timing=self.opts.timing,
+                        chunk_size=self.opts.chunk_size)
+            with full_precision(q):
+                if samples is not None:  # every sample of every row one packed sequence of a batch of one
+                    q, k, v, g, beta = (t.flatten(0, 1)[None] for t in (q, k, v, g, beta))
+                    o, _ = gated_delta_triton(q, k, v, g, beta, cu_seqlens=sample_bounds(samples), **opts)
+                    return o[0].unflatten(0, samples.shape), None
+                return gated_delta_triton(q, k, v, g, beta, initial_state=state, output_final_state=state is not None,
+                                          **opts)
         if samples is not None and g is not None:  # the gated rule over the samples laid one to a row
             rows = SampleRows(samples)
             with full_precision(q):

@@ -141,3 +141,20 @@ def test_rules_are_timed_at_every_shape_before_the_anchors(tmp_path, monkeypatch
     assert [r["shape"] for r in rows] == sorted((r["shape"] for r in rows), key=["1x64x2x16", "1x128x2x16"].index)
     assert rows[0]["op"] == "falcon-1a" and rows[1]["op"] == "falcon-1a"
     assert (tmp_path / "kernels.md").read_text().count("| 1x64x2x16 |") == len(rows) // 2
+
+
+def test_chunk_forms_keep_every_rule_row():
+    """--chunk-forms: every Triton row stays, each followed by its own PyTorch chunk form (falcon-2's solve forms
+    share falcon-2's), the gated delta rule's included."""
+    from lab.bench.kernels import paired_with_chunk_forms
+    from lab.bench.ops import rule_chunk_ops, rule_ops
+
+    rules = ("falcon-1", "falcon-2", "falcon-3", "falcon-1a", "falcon-2a", "falcon-3a")
+    ops, chunk = rule_ops(rules), rule_chunk_ops(rules)
+    names = [op.name for op in paired_with_chunk_forms(ops, chunk)]
+    assert [n for n in names if not n.endswith(" PyTorch chunk")] == [op.name for op in ops]
+    assert sorted(n for n in names if n.endswith(" PyTorch chunk")) == sorted(op.name for op in chunk)
+    for i, name in enumerate(names):
+        if name.endswith(" PyTorch chunk"):
+            assert names[i - 1] == name.removesuffix(" PyTorch chunk")
+    assert "gated delta rule" in names and names[-1] == "falcon-3a PyTorch chunk"

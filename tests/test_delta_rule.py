@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 import zlib
 
@@ -9,6 +10,7 @@ import pytest
 import torch
 
 from kernels import FastWeightState, fast_weight_rule, gated_delta_rule
+from kernels.regression.gated_delta import gated_delta_triton
 
 TINY = 1e-300
 
@@ -192,3 +194,108 @@ def test_no_gate_is_a_zero_gate() -> None:
     out, _ = gated_delta_rule(x["q"], x["k"], x["v"], None, x["beta"], backend="chunk")
     ref, _ = run(x, "recurrent")
     assert rel(out, ref) < 1e-10
+
+
+def fused_grads(x: dict, backend: str, dtype: torch.dtype, device: str, state=None, **opts) -> list[torch.Tensor]:
+    """o, final S and the gradients of q, k, v, g, β (and S0 when ``state`` is a bare S) of a weighted loss."""
+    ins = {n: t.to(device, dtype).detach().clone().requires_grad_() for n, t in x.items()}
+    if isinstance(state, torch.Tensor):
+        state = state.to(device, dtype).detach().clone().requires_grad_()
+    elif state is not None:
+        state = FastWeightState(*(t.to(device, dtype) if t.is_floating_point() else t.to(device) for t in state))
+    op = gated_delta_triton if backend == "triton" else functools.partial(gated_delta_rule, backend=backend)
+    o, final = op(ins["q"], ins["k"], ins["v"], ins["g"], ins["beta"], scale=0.5, chunk_size=16, initial_state=state,
+                  output_final_state=True, **opts)
+    w = torch.randn(o.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(3)).to(device, dtype)
+    ((o * w).sum() + final.S.sum()).backward()
+    out = [o, final.S, *(ins[n].grad for n in ("q", "k", "v", "g", "beta"))]
+    return out + ([state.grad] if isinstance(state, torch.Tensor) else [])
+
+
+NAMES = ("o", "S", "dq", "dk", "dv", "dg", "dbeta", "dS0")
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+@pytest.mark.parametrize("alignment,timing", list(itertools.product(("same_time", "shifted"), ("raw", "rbw"))))
+def test_fused_kernels_match_the_oracle(alignment: str, timing: str) -> None:
+    """``gated_delta_triton`` (falcon-1's kernels with the decay inside the residual; Triton's interpreter without CUDA)
+    against the float64 oracle: from a bare S0 over 45 tokens (chunks of 16, the last one short) and continuing
+    the oracle's state after 9 tokens; outputs, final state and every gradient."""
+    x = inputs(45, seed=zlib.crc32(f"fused-gated{alignment}{timing}".encode()), Dk=16, Dv=32)
+    opts = dict(alignment=alignment, timing=timing)
+    S0 = torch.randn(2, 2, 16, 32, dtype=torch.float64, generator=torch.Generator().manual_seed(4))
+    for name, a, b in zip(NAMES, fused_grads(x, "triton", torch.float32, DEVICE, S0, **opts),
+                          fused_grads(x, "recurrent", torch.float64, "cpu", S0, **opts)):
+        assert rel(a.double().cpu(), b) < 1e-4, name
+    _, first = run({n: t[:, :9] for n, t in x.items()}, "recurrent", **opts)
+    rest = {n: t[:, 9:] for n, t in x.items()}
+    for name, a, b in zip(NAMES, fused_grads(rest, "triton", torch.float32, DEVICE, first, **opts),
+                          fused_grads(rest, "recurrent", torch.float64, "cpu", first, **opts)):
+        assert rel(a.double().cpu(), b) < 1e-4, ("continued", name)
+
+
+def test_fused_packed_sequences_start_fresh() -> None:
+    """cu_seqlens on the kernels: three sequences packed along T equal each run alone by the oracle, outputs,
+    final states (one row each) and gradients; the decay of a sequence's first token reaches no other."""
+    x = inputs(45, seed=31, B=1, Dk=16, Dv=16)
+    bounds = [0, 7, 30, 45]
+    cu = torch.tensor(bounds, dtype=torch.int32, device=DEVICE)
+    ins = {n: t.to(DEVICE, torch.float32).detach().clone().requires_grad_() for n, t in x.items()}
+    o, final = gated_delta_triton(ins["q"], ins["k"], ins["v"], ins["g"], ins["beta"], scale=0.5, chunk_size=16,
+                                  output_final_state=True, cu_seqlens=cu, alignment="shifted")
+    (o.square().sum() + final.S.sum()).backward()
+    assert final.S.shape == (3, 2, 16, 16)
+    ref = {n: t.detach().clone().requires_grad_() for n, t in x.items()}
+    loss = 0.0
+    for n, (a, b) in enumerate(zip(bounds[:-1], bounds[1:])):
+        o_n, st_n = gated_delta_rule(*(ref[m][:, a:b] for m in ("q", "k", "v", "g", "beta")), scale=0.5,
+                                     backend="recurrent", output_final_state=True, alignment="shifted")
+        assert rel(o[:, a:b].double().cpu(), o_n.detach()) < 1e-4, n
+        assert rel(final.S[n].double().cpu(), st_n.S[0].detach()) < 1e-4, n
+        loss = loss + o_n.square().sum() + st_n.S.sum()
+    loss.backward()
+    for name in ("q", "k", "v", "g", "beta"):
+        assert rel(ins[name].grad.double().cpu(), ref[name].grad) < 1e-4, name
+
+
+def test_fused_strong_decay_stays_finite() -> None:
+    """g = −30 on every token and −80 on some (a carry far below falcon's decay floor) on the kernels: finite,
+    and the oracle's outputs and gradients (dg, about 1e−13 here, to within 1e−9: fp32 decays underflow)."""
+    x = inputs(40, seed=8, Dk=16, Dv=16)
+    x["g"] = torch.full_like(x["g"], -30.0)
+    x["g"][:, ::7] = -80.0
+    a = fused_grads(x, "triton", torch.float32, DEVICE)
+    b = fused_grads(x, "recurrent", torch.float64, "cpu")
+    assert all(torch.isfinite(t).all() for t in a)
+    for name, ta, tb in zip(NAMES, a, b):
+        if name == "dg":
+            assert (ta.double().cpu() - tb).abs().max() < 1e-9
+        else:
+            assert rel(ta.double().cpu(), tb) < 1e-4, name
+
+
+def test_fused_refusals_name_the_problem() -> None:
+    x = inputs(5, seed=1, Dk=16, Dv=16)
+    args = [x[n] for n in ("q", "k", "v", "g", "beta")]
+    with pytest.raises(ValueError, match="float64"):  # the kernels take bf16, fp16 and fp32
+        gated_delta_triton(*args)
+    f32 = [t.float() for t in args]
+    with pytest.raises(ValueError, match="^chunk_size=8 for backend='triton'"):
+        gated_delta_triton(*f32, chunk_size=8)
+    with pytest.raises(ValueError, match="^g\\b"):
+        gated_delta_triton(*f32[:3], f32[3][..., :1], f32[4])
+    with pytest.raises(ValueError, match="batch of one"):
+        gated_delta_triton(*f32, cu_seqlens=torch.tensor([0, 5]))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dk,dv", [(64, 64), (128, 128), (64, 128)])
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-3), (torch.bfloat16, 1e-2)])
+def test_fused_gpu_sizes(dk: int, dv: int, dtype: torch.dtype, tol: float) -> None:
+    """The kernels at head sizes the mixers use (Gated DeltaNet's values twice its keys) over 300 tokens (four
+    chunks of 64, the last one short), from a bare S0, against the float64 oracle fed the same rounded inputs."""
+    x = {n: t.to(dtype).double() for n, t in inputs(300, seed=dk + dv, Dk=dk, Dv=dv).items()}
+    S0 = torch.randn(2, 2, dk, dv, generator=torch.Generator().manual_seed(6)).to(dtype).double()
+    for name, a, b in zip(NAMES, fused_grads(x, "triton", dtype, "cuda", S0),
+                          fused_grads(x, "recurrent", torch.float64, "cuda", S0)):
+        assert rel(a.double(), b) < tol, name

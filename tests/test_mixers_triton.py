@@ -1,5 +1,5 @@
-"""The Falcon mixers and DeltaNet (on falcon-1's kernels) on the fused Triton backend equal the chunk form,
-forward and backward (on a GPU when there is one, else by Triton's CPU interpreter, at head dim 16)."""
+"""The Falcon mixers, DeltaNet and Gated DeltaNet (on falcon-1's kernels) on the fused Triton backend equal the
+chunk form, forward and backward (on a GPU when there is one, else by Triton's CPU interpreter, at head dim 16)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 TOL = 1e-4 if DEVICE == "cpu" else 1e-3
 
 
-@pytest.mark.parametrize("name", ["falcon-1", "falcon-2", "falcon-3", "falcon-1a.3", "falcon-2a", "falcon-3a.3", "deltanet"])
+@pytest.mark.parametrize("name", ["falcon-1", "falcon-2", "falcon-3", "falcon-1a.3", "falcon-2a", "falcon-3a.3", "deltanet",
+                                  "gated-deltanet"])
 def test_triton_backend_matches_chunk_in_a_mixer(name):
     torch.manual_seed(0)
     chunk = build_mixer(name, 32, 2, backend="chunk", chunk_size=16).to(DEVICE)
@@ -33,12 +34,7 @@ def test_triton_backend_matches_chunk_in_a_mixer(name):
     assert rel(outs[1], outs[0]) < TOL and rel(grads[1], grads[0]) < TOL
 
 
-def test_gated_deltanet_refuses_the_fused_backend_by_name():
-    with pytest.raises(ValueError, match="gated-deltanet.*triton"):
-        build_mixer("gated-deltanet", 32, 2, backend="triton")
-
-
-@pytest.mark.parametrize("name", ["deltanet", "falcon-1a.3"])
+@pytest.mark.parametrize("name", ["deltanet", "gated-deltanet", "falcon-1a.3"])
 def test_triton_backend_restarts_at_packed_samples_as_on_rows_apart(name):
     """Isolated samples on the fused kernels (the samples of packed rows as the rule's packed sequences) equal
     the same mixer over each sample laid on a row of its own, forward and backward."""

@@ -75,7 +75,8 @@ def fused_refusal(q: Tensor, v: Tensor, cfg: RuleConfig, chunk_size: int, packed
     if q.dtype not in fused_dtypes:
         return (f"backend='triton' takes q, k, v in bf16, fp16 or fp32; got {q.dtype} (use backend='recurrent' or "
                 f"'chunk' for float64)")
-    for name, t in (("beta" if cfg.normalize else "eta", beta), ("lam", lam)):
+    gains = ("beta", "g") if cfg.gated_delta else ("beta" if cfg.normalize else "eta", "lam")
+    for name, t in zip(gains, (beta, lam)):
         if t is not None and t.dtype not in fused_dtypes:
             return f"backend='triton' takes {name} in bf16, fp16 or fp32; got {t.dtype}"
     if chunk_size not in CHUNK_SIZES:

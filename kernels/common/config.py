@@ -28,6 +28,10 @@ class RuleConfig:
 
     ``normalize=False`` is the ctxη reading: the op was given the step size η itself (``eta=``) in place of the
     gain β, and no energy normalisation is applied (the carry is still ``γ = 1 − min(η λ, 1 − ε_γ)``).
+
+    ``gated_delta=True`` (falcon-1's fused kernels only, set by ``kernels.delta``) runs the gated delta rule
+    ``S_t = γ_t (I − η_t x_t x_tᵀ) S_{t−1} + η_t x_t y_tᵀ``: η_t and log γ_t are given in place of β and λ, and the
+    residual reads the state after its decay (falcon-1's reads it before).
     """
 
     rule: str
@@ -38,6 +42,7 @@ class RuleConfig:
     alignment: str = "shifted"
     timing: str = "raw"
     normalize: bool = True
+    gated_delta: bool = False
 
     @property
     def regression(self) -> bool:

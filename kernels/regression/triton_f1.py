@@ -8,6 +8,11 @@ the pseudo-values u_t = η_t (y_t − S_{t−1}ᵀ x_t) solve
 so with A = (I + L)⁻¹ (the UT transform), W = A diag(η e^{Gp}) X and Ũ = A diag(η) Y: U = Ũ − W S. Then
 o_t = e^{Gr_t} q_tᵀ S + Σ_s M[t, s] (q_tᵀ x_s) u_s (RAW: s ≤ t, Gr = G; RBW: s < t, Gr = Gp; M = e^{Gr_t − G_s})
 and the exit state is e^{G_C} S + Xᵀ diag(e^{G_C − G}) U. Decay ratios are formed only for s ≤ t.
+
+``GATED_DELTA`` runs the gated delta rule S_t = γ_t (I − η_t x_t x_tᵀ) S_{t−1} + η_t x_t y_tᵀ (``kernels.delta``)
+on the same kernels: η_t and g_t = log γ_t are given (in ``beta`` and ``lam``), and the residual reads the state
+already decayed by γ_t, u_t = η_t (y_t − (γ_t S_{t−1})ᵀ x_t), so G takes Gp's place in L and W (``Gw``); the
+outputs and the exit state are formed as above.
 """
 
 from __future__ import annotations
@@ -47,10 +52,11 @@ def f1_prep_kernel(k_ptr, v_ptr, beta_ptr, lam_ptr, lk_ptr, cu_ptr, cidx_ptr,
                    A_ptr, W_ptr, Ut_ptr, eta_ptr, G_ptr, g_ptr, T, NT, eps, floor,
                    H: tl.constexpr, Dk: tl.constexpr, Dv: tl.constexpr, C: tl.constexpr,
                    BK: tl.constexpr, BV: tl.constexpr, SHIFTED: tl.constexpr, FRESH: tl.constexpr,
-                   NORMALIZE: tl.constexpr, COUPLED: tl.constexpr, IS_VARLEN: tl.constexpr,
-                   PREC: tl.constexpr, SOLVE_PREC: tl.constexpr):
-    """Per chunk: η, g, G, the UT transform A, W = A diag(η e^{Gp}) X and Ũ = A diag(η) Y.
-    SOLVE_PREC: the inverse's matmuls (errors in A reach every output; launch.SOLVE_PRECISION says which)."""
+                   NORMALIZE: tl.constexpr, COUPLED: tl.constexpr, GATED_DELTA: tl.constexpr,
+                   IS_VARLEN: tl.constexpr, PREC: tl.constexpr, SOLVE_PREC: tl.constexpr):
+    """Per chunk: η, g, G, the UT transform A, W = A diag(η e^{Gw}) X and Ũ = A diag(η) Y (Gw = Gp, or G for
+    the gated delta rule). SOLVE_PREC: the inverse's matmuls (errors in A reach every output;
+    launch.SOLVE_PRECISION says which)."""
     pid, i_h = tl.program_id(0), tl.program_id(1)
     i_n, i_c = chunk_of(pid, cidx_ptr, NT, IS_VARLEN)
     bos, T_n = seq_bounds(i_n, cu_ptr, T, IS_VARLEN)
@@ -67,17 +73,21 @@ def f1_prep_kernel(k_ptr, v_ptr, beta_ptr, lam_ptr, lk_ptr, cu_ptr, cidx_ptr,
         gram += mm(x, tl.trans(x), PREC)
     beta = tl.load(beta_ptr + rows * H + i_h, mask=valid, other=0.0).to(tl.float32)
     lam = tl.load(lam_ptr + rows * H + i_h, mask=valid, other=0.0).to(tl.float32)
-    eta, g = gates(beta, lam, energy, is_pair(t, valid, SHIFTED, FRESH), eps, floor, NORMALIZE, COUPLED)
+    if GATED_DELTA:  # η and log γ given (beta, lam); the decay of a token reaches the state before the pair's gate
+        eta = tl.where(is_pair(t, valid, SHIFTED, FRESH), beta, 0.0)
+        g = tl.where(valid, lam, 0.0)
+    else:
+        eta, g = gates(beta, lam, energy, is_pair(t, valid, SHIFTED, FRESH), eps, floor, NORMALIZE, COUPLED)
     G = tl.cumsum(g, 0)
-    Gp = G - g
+    Gw = G if GATED_DELTA else G - g  # the prefix at which the residual reads the state
     tl.store(eta_ptr + rows * H + i_h, eta, mask=valid)
     tl.store(G_ptr + rows * H + i_h, G, mask=valid)
     tl.store(g_ptr + rows * H + i_h, g, mask=valid)
     strict = (r[:, None] > r[None, :]) & valid[:, None] & valid[None, :]
-    decay = tl.where(strict, tl.exp(tl.where(strict, Gp[:, None] - G[None, :], 0.0)), 0.0)
+    decay = tl.where(strict, tl.exp(tl.where(strict, Gw[:, None] - G[None, :], 0.0)), 0.0)
     A = unit_lower_inverse(eta[:, None] * decay * gram, C, SOLVE_PREC)
     tl.store(A_ptr + (rows * H + i_h)[:, None] * C + r[None, :], A, mask=valid[:, None])
-    scale_w = eta * tl.exp(Gp)
+    scale_w = eta * tl.exp(Gw)
     for i_k in range(0, tl.cdiv(Dk, BK)):
         offs_k = i_k * BK + tl.arange(0, BK)
         x = load_pairs(k_ptr, lk_ptr, bos, t, T_n, i_n, i_h, offs_k, H, Dk, SHIFTED, FRESH)

@@ -6,7 +6,9 @@ U = A B:
     dB  = Aᵀ dU                                                  (the transposed UT transform)
     dS  = e^{G_C} dS_C + Qᵀ diag(e^{Gr}) dO − Xᵀ diag(η e^{Gp}) dB
     dL  = −dB Uᵀ (strictly lower), L[t, s] = η_t e^{Gp_t − G_s} x_tᵀ x_s
-and the rest (dq, dx, dy, dη and the decay-prefix gradients, then dβ, dλ) follows chunk by chunk.
+and the rest (dq, dx, dy, dη and the decay-prefix gradients, then dβ, dλ) follows chunk by chunk. For the gated
+delta rule (``GATED_DELTA``) G stands in Gp's place in L and in the write diag(η e^{Gp}), so their decay
+gradients go to dG, and dη, d log γ are the gradients of the given ``beta`` and ``lam``.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ def f1_dstate_kernel(q_ptr, k_ptr, lk_ptr, do_ptr, dul_ptr, A_ptr, eta_ptr, G_pt
                      cu_ptr, coff_ptr, dh_ptr, dB_ptr, dS0_ptr, T, H: tl.constexpr, Dk: tl.constexpr,
                      Dv: tl.constexpr, C: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
                      SHIFTED: tl.constexpr, FRESH: tl.constexpr, RBW: tl.constexpr, HAS_DSF: tl.constexpr,
-                     IS_VARLEN: tl.constexpr, PREC: tl.constexpr):
+                     GATED_DELTA: tl.constexpr, IS_VARLEN: tl.constexpr, PREC: tl.constexpr):
     """The reverse recurrence over one sequence and a block of value columns: stores every chunk's exit-state
     gradient dS_C and dB = Aᵀ dU, and the gradient of the initial state."""
     i_v, i_nh = tl.program_id(0), tl.program_id(1)
@@ -58,8 +60,8 @@ def f1_dstate_kernel(q_ptr, k_ptr, lk_ptr, do_ptr, dul_ptr, A_ptr, eta_ptr, G_pt
         tl.store(dB_ptr + (rows * H + i_h)[:, None] * Dv + offs_v[None, :], dB, mask=m_v)
         Gr = G - g if RBW else G
         read = tl.where(valid, tl.exp(Gr), 0.0)
-        Gp = G - g
-        write = tl.where(valid, eta * tl.exp(Gp), 0.0)
+        Gw = G if GATED_DELTA else G - g
+        write = tl.where(valid, eta * tl.exp(Gw), 0.0)
         dS = (tl.exp(G_last) * dS + mm(tl.trans(qk), read[:, None] * do, PREC)
               - mm(tl.trans(x), write[:, None] * dB, PREC))
     tl.store(dS0_ptr + (i_n * H + i_h) * Dk * Dv + p_S, dS, mask=m_kv)
@@ -70,7 +72,7 @@ def f1_grad_kernel(q_ptr, k_ptr, v_ptr, beta_ptr, lam_ptr, lk_ptr, do_ptr, U_ptr
                    cu_ptr, cidx_ptr, dq_ptr, dx_ptr, dv_ptr, dbeta_ptr, dlam_ptr, de_ptr, T, NT, eps, floor,
                    H: tl.constexpr, Dk: tl.constexpr, Dv: tl.constexpr, C: tl.constexpr,
                    BK: tl.constexpr, BV: tl.constexpr, SHIFTED: tl.constexpr, FRESH: tl.constexpr,
-                   RBW: tl.constexpr, NORMALIZE: tl.constexpr, COUPLED: tl.constexpr,
+                   RBW: tl.constexpr, NORMALIZE: tl.constexpr, COUPLED: tl.constexpr, GATED_DELTA: tl.constexpr,
                    IS_VARLEN: tl.constexpr, PREC: tl.constexpr):
     """Per chunk: dq, dv, dβ, dλ, the write features' gradient without the energy path (dx) and dE."""
     pid, i_h = tl.program_id(0), tl.program_id(1)
@@ -91,19 +93,24 @@ def f1_grad_kernel(q_ptr, k_ptr, v_ptr, beta_ptr, lam_ptr, lk_ptr, do_ptr, U_ptr
     beta = tl.load(beta_ptr + rows * H + i_h, mask=valid, other=0.0).to(tl.float32)
     lam = tl.load(lam_ptr + rows * H + i_h, mask=valid, other=0.0).to(tl.float32)
     pair = is_pair(t, valid, SHIFTED, FRESH)
-    eta, g = gates(beta, lam, energy, pair, eps, floor, NORMALIZE, COUPLED)
+    if GATED_DELTA:
+        eta = tl.where(pair, beta, 0.0)
+        g = tl.where(valid, lam, 0.0)
+    else:
+        eta, g = gates(beta, lam, energy, pair, eps, floor, NORMALIZE, COUPLED)
     G = tl.cumsum(g, 0)
     Gp = G - g
+    Gw = G if GATED_DELTA else Gp  # the prefix at which the residual reads the state
     G_last = tl.sum(tl.where(r == C - 1, G, 0.0), 0)  # padded rows have g = 0: G there is the last G
     Gr = Gp if RBW else G
     lower = (r[:, None] > r[None, :]) if RBW else (r[:, None] >= r[None, :])
     lower = lower & valid[:, None] & valid[None, :]
     M = tl.where(lower, tl.exp(tl.where(lower, Gr[:, None] - G[None, :], 0.0)), 0.0)
     strict = (r[:, None] > r[None, :]) & valid[:, None] & valid[None, :]
-    Dl = tl.where(strict, tl.exp(tl.where(strict, Gp[:, None] - G[None, :], 0.0)), 0.0)
+    Dl = tl.where(strict, tl.exp(tl.where(strict, Gw[:, None] - G[None, :], 0.0)), 0.0)
     carry = tl.where(valid, tl.exp(G_last - G), 0.0)
     read = tl.where(valid, tl.exp(Gr), 0.0)
-    write = tl.where(valid, eta * tl.exp(Gp), 0.0)
+    write = tl.where(valid, eta * tl.exp(Gw), 0.0)
 
     # value blocks: dO Uᵀ, dL = −dB Uᵀ, dy = η dB and the target part of dη
     dou = tl.zeros([C, C], dtype=tl.float32)
@@ -173,16 +180,25 @@ def f1_grad_kernel(q_ptr, k_ptr, v_ptr, beta_ptr, lam_ptr, lk_ptr, do_ptr, U_ptr
     P3 = MD * qx
     D2 = dL * Dl * gram
     P2 = D2 * eta[:, None]
-    deta += tl.sum(D2, 1) - tl.where(valid, tl.exp(Gp), 0.0) * wb
+    deta += tl.sum(D2, 1) - tl.where(valid, tl.exp(Gw), 0.0) * wb
     dG = -tl.sum(P3, 0) - tl.sum(P2, 0) - zs
     dG += tl.where(r == C - 1, tl.sum(zs, 0) + tl.exp(G_last) * tl.sum(hs, 0), 0.0)
-    dGp = tl.sum(P2, 1) - write * wb
+    if GATED_DELTA:  # L's rows and the write read at G
+        dG += tl.sum(P2, 1) - write * wb
+        dGp = tl.zeros([C], dtype=tl.float32)
+    else:
+        dGp = tl.sum(P2, 1) - write * wb
     if RBW:
         dGp += dGr + tl.sum(P3, 1)
     else:
         dG += dGr + tl.sum(P3, 1)
     dg = rev_cumsum(dG) + rev_cumsum(dGp) - dGp
-    dbeta, dlam, de = gates_grad(beta, lam, energy, pair, deta, dg, eps, floor, NORMALIZE, COUPLED)
+    if GATED_DELTA:
+        dbeta = tl.where(pair, deta, 0.0)
+        dlam = tl.where(valid, dg, 0.0)
+        de = tl.zeros([C], dtype=tl.float32)
+    else:
+        dbeta, dlam, de = gates_grad(beta, lam, energy, pair, deta, dg, eps, floor, NORMALIZE, COUPLED)
     tl.store(dbeta_ptr + rows * H + i_h, dbeta.to(dbeta_ptr.dtype.element_ty), mask=valid)
     tl.store(dlam_ptr + rows * H + i_h, dlam.to(dlam_ptr.dtype.element_ty), mask=valid)
     tl.store(de_ptr + rows * H + i_h, de, mask=valid)

@@ -128,8 +128,8 @@ def _f1_chunks(k, v, beta, lam, lk, cfg, fresh, lay, prec):
     eta, G, g = (_f32(rows, lay.H, device=dev) for _ in range(3))
     f1_prep_kernel[(lay.n_chunks, lay.H)](
         k, v, beta, lam, lk, lay.cu, lay.cidx, A, W, Ut, eta, G, g, lay.T, lay.NT, cfg.eps, cfg.decay_floor,
-        Dk=Dk, Dv=Dv, SOLVE_PREC=solve_precision(k.dtype), **_flags(cfg, fresh, lay, prec), **_gate_flags(cfg),
-        **launch_config("f1_prep", Dk, Dv, lay.C))
+        Dk=Dk, Dv=Dv, SOLVE_PREC=solve_precision(k.dtype), GATED_DELTA=cfg.gated_delta,
+        **_flags(cfg, fresh, lay, prec), **_gate_flags(cfg), **launch_config("f1_prep", Dk, Dv, lay.C))
     return A, W, Ut, eta, G, g
 
 
@@ -182,15 +182,16 @@ def f1_backward(q, k, v, beta, lam, S0, lk, do, dSf, cfg, fresh, lay, kept=()):
     conf = launch_config("f1_dstate", Dk, Dv, lay.C)
     f1_dstate_kernel[(triton.cdiv(Dv, conf["BV"]), lay.N * lay.H)](
         q, k, lk, do, dul, A, eta, G, g, dSf if dSf is not None else dS0, lay.cu, lay.coff, dh, dB, dS0, lay.T,
-        Dk=Dk, Dv=Dv, RBW=cfg.timing == "rbw", HAS_DSF=dSf is not None, **_flags(cfg, fresh, lay, prec), **conf)
+        Dk=Dk, Dv=Dv, RBW=cfg.timing == "rbw", HAS_DSF=dSf is not None, GATED_DELTA=cfg.gated_delta,
+        **_flags(cfg, fresh, lay, prec), **conf)
     del dul, A
     dq, dv, dbeta, dlam = _like(q), _like(v), _like(beta), _like(lam)
     dx = _f32(rows, lay.H, Dk, device=dev)
     de = _f32(rows, lay.H, device=dev)
     f1_grad_kernel[(lay.n_chunks, lay.H)](
         q, k, v, beta, lam, lk, do, U, dB, h, dh, lay.cu, lay.cidx, dq, dx, dv, dbeta, dlam, de, lay.T, lay.NT,
-        cfg.eps, cfg.decay_floor, Dk=Dk, Dv=Dv, RBW=cfg.timing == "rbw", **_gate_flags(cfg),
-        **_flags(cfg, fresh, lay, prec), **launch_config("f1_grad", Dk, Dv, lay.C))
+        cfg.eps, cfg.decay_floor, Dk=Dk, Dv=Dv, RBW=cfg.timing == "rbw", GATED_DELTA=cfg.gated_delta,
+        **_gate_flags(cfg), **_flags(cfg, fresh, lay, prec), **launch_config("f1_grad", Dk, Dv, lay.C))
     dk, dlk = finish_dk(k, lk, dx, de, cfg, fresh, lay)
     return dq, dk, dv, dbeta, dlam, dS0, dlk
 

@@ -250,6 +250,13 @@ def write(rows: list[dict], prov: dict, out: Path) -> None:
     atomic_write_text(out / "kernels.md", "\n".join(lines) + "\n")
 
 
+def paired_with_chunk_forms(ops: list[Op], chunk_ops: list[Op]) -> list[Op]:
+    """Each Triton row followed by its own PyTorch chunk form, where it has one (falcon-2's solve forms share
+    falcon-2's, after the first of them)."""
+    chunk = {op.name.removesuffix(" PyTorch chunk"): op for op in chunk_ops}
+    return [o for op in ops for o in (op, chunk.get(op.name)) if o is not None]
+
+
 def run(shapes: list[Shape], rules: tuple[str, ...], dtype_name: str, out: Path, rep: int = 100,
         command: str | None = None, echo=print, chunk_forms: bool = False) -> list[dict]:
     """Measure every rule and anchor at every shape and mode; rewrite the files after each row. With
@@ -268,7 +275,7 @@ def run(shapes: list[Shape], rules: tuple[str, ...], dtype_name: str, out: Path,
     prov = _provenance(command, dtype_name)
     ops = rule_ops(rules)
     if chunk_forms:  # falcon-1a's own row then stands for the "falcon-1a PyTorch chunk" anchor too
-        ops = [op for pair in zip(ops, rule_chunk_ops(rules)) for op in pair]
+        ops = paired_with_chunk_forms(ops, rule_chunk_ops(rules))
     ops += anchor_ops() + ([] if chunk_forms and "falcon-1a" in rules else [torch_chunk_op()])
     # the rules at every shape first, then the anchors (fla autotunes each op on first use, 25-45 s on an H200):
     # a run cut short keeps every rule's row; the files list the rows shape by shape in the ops' order

@@ -7,6 +7,7 @@ Ops whose code is absent (a kernel not built yet, fla not installed) say why ins
 from __future__ import annotations
 
 import importlib.util
+from functools import partial
 from typing import Callable, NamedTuple
 
 import torch
@@ -91,7 +92,7 @@ def _falcon(rule: str, lam_positive: bool, f2_solve: str = "sequential") -> tupl
 
 def rule_ops(rules: tuple[str, ...]) -> list[Op]:
     """falcon-1 (λ = 0 and λ > 0), falcon-2, falcon-3 (B = 4), falcon-1a, falcon-2a, falcon-3a (B = 4) on
-    backend="triton"."""
+    backend="triton", and with falcon-1 the gated delta rule on its kernels."""
     regression = _module_missing("kernels.regression.fused", "not built (kernels/regression/fused.py)")
     inner = _module_missing("kernels.inner_product.fused", "not built")
     window = _module_missing("kernels.window.triton_falcon3_launch", "not built")
@@ -109,7 +110,21 @@ def rule_ops(rules: tuple[str, ...]) -> list[Op]:
         if rule in rules:
             make, call = _falcon(rule, lam_positive, f2_solve=F2_FORMS.get(name, "sequential"))
             ops.append(Op(name, family, missing, make, call))
+        if name == "falcon-1 λ>0" and rule in rules:  # the baseline on falcon-1's kernels, beside fla's own
+            ops.append(Op(GATED, "delta", regression, _delta_make(True), _gated_delta))
     return ops
+
+
+# Gated DeltaNet's rule on falcon-1's kernels (kernels/regression/gated_delta.py), fla's inputs and scale
+GATED = "gated delta rule"
+
+
+def _gated_delta(x: dict[str, Tensor], backend: str = "triton") -> Tensor:
+    from kernels import gated_delta_rule
+    from kernels.regression.gated_delta import gated_delta_triton
+
+    op = gated_delta_triton if backend == "triton" else partial(gated_delta_rule, backend=backend)
+    return op(x["q"], x["k"], x["v"], x["g"], x["beta"], scale=x["q"].shape[-1] ** -0.5, chunk_size=CHUNK)[0]
 
 
 def rule_chunk_ops(rules: tuple[str, ...]) -> list[Op]:
@@ -118,6 +133,10 @@ def rule_chunk_ops(rules: tuple[str, ...]) -> list[Op]:
     ops = []
     for op in rule_ops(rules):
         if op.name in F2_FORMS and op.name != "falcon-2":  # one PyTorch chunk form for falcon-2's rows
+            continue
+        if op.name == GATED:
+            ops.append(Op(f"{GATED} PyTorch chunk", op.family, op.missing, op.make,
+                          lambda x: _gated_delta(x, backend="chunk")))
             continue
         make, call = _falcon(op.name.split()[0], "λ=0" not in op.name)
         ops.append(Op(f"{op.name} PyTorch chunk", op.family, _module_missing("kernels.falcon.dispatch", "not built"),
