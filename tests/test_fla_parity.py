@@ -1,8 +1,8 @@
 """This lab's baseline ops against fla's own on a GPU (fla-core 0.6.0, when installed), each beside a float64
 recurrence both are held to: DeltaNet on falcon-1's fused kernels (what the DeltaNet mixer runs on a GPU) and on
 the WY chunk form against ``fla.ops.delta_rule.chunk_delta_rule`` (outputs, final state and every gradient);
-Gated DeltaNet against ``chunk_gated_delta_rule`` and decayed linear attention (RetNet / Lightning) against
-``chunk_simple_gla``, forward only (fla refuses those backward passes on Hopper with Triton 3.4–3.7.0, its #640).
+Gated DeltaNet (the WY chunk form and falcon-1's kernels) against ``chunk_gated_delta_rule`` and decayed linear
+attention (RetNet / Lightning) against ``chunk_simple_gla``, forward only (fla refuses those backward passes on Hopper with Triton 3.4–3.7.0, its #640).
 The relative RMS errors are printed (``FLAPARITY``) for the records."""
 
 from __future__ import annotations
@@ -98,5 +98,10 @@ def test_gated_forms_against_fla_forward(op: str) -> None:
     S_ours = st_ours.S if hasattr(st_ours, "S") else st_ours
     errs = {"fla o": rel(theirs, o_ref), "fla S": rel(S_theirs, S_ref), "ours o": rel(o_ours, o_ref),
             "ours S": rel(S_ours, S_ref)}
+    if op == "gated_delta_rule":  # and on falcon-1's kernels, what the Gated DeltaNet mixer runs on a GPU
+        from kernels.regression.gated_delta import gated_delta_triton
+
+        o_fused, st_fused = gated_delta_triton(q, k, v, g, beta, scale=SCALE, output_final_state=True)
+        errs.update({"fused o": rel(o_fused, o_ref), "fused S": rel(st_fused.S, S_ref)})
     print(f"\nFLAPARITY {op}: " + " ".join(f"{n}={e:.1e}" for n, e in errs.items()))
     assert max(errs.values()) <= TOL, errs
