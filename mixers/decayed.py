@@ -12,7 +12,8 @@ records/bench/step-apart). Under torch.compile the kernels' call stays outside t
 these kernels' launches); the chunk form compiles. As for DeltaNet on falcon-1's kernels, the mixer makes
 this call, not the baseline op (a baseline's kernels import ``kernels.common`` only). The fused path runs fresh
 sequences with no state out (training and evaluation); a call with a state in or out (prefill, decoding) takes the
-chunk form.
+chunk form. Isolated samples (``decayed_over_samples``) reach the kernels as packed sequences of one row
+(``cu_seqlens``), so the samples of a packed batch are not padded to the longest.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from kernels.common.checks import interpreting
 from kernels.common.config import CHUNK_SIZES, FUSED_MAX_HEAD_DIM
 from kernels.common.state import FastWeightState
 from kernels.linear_attention import BACKENDS as LINEAR_ATTENTION_BACKENDS
+from mixers.layers import SampleRows, sample_bounds
 
 BACKENDS = ("auto", *LINEAR_ATTENTION_BACKENDS, "triton")
 FUSED_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
@@ -55,11 +57,7 @@ def decayed_linear_attention(q: Tensor, k: Tensor, v: Tensor, g: Tensor, *, scal
         raise ValueError(f"backend={backend!r}; accepted: {', '.join(BACKENDS)}")
     stateless = initial_state is None and not output_final_state
     if backend in ("auto", "triton"):
-        refusal = fused_refusal(q, v, chunk_size)
-        if backend == "triton" and refusal:
-            raise ValueError(refusal)
-        fused = stateless and refusal is None and (backend == "triton" or (q.is_cuda and q.dtype in HALF))
-        if not fused:
+        if not (stateless and takes_kernels(q, v, backend, chunk_size)):
             backend = "chunk"
     if backend != "auto" and backend != "triton":
         return linear_attention(q, k, v, g, scale=scale, alignment=alignment, timing=timing, backend=backend,
@@ -68,18 +66,51 @@ def decayed_linear_attention(q: Tensor, k: Tensor, v: Tensor, g: Tensor, *, scal
     return _fused(q, k, v, g, scale, alignment, timing, chunk_size), None
 
 
+def takes_kernels(q: Tensor, v: Tensor, backend: str, chunk_size: int) -> bool:
+    """Whether a fresh call with no state out runs on the kernels: ``"triton"`` always (refusing, by name, what
+    they cannot take), ``"auto"`` where they take bf16 or fp16 inputs."""
+    if backend not in ("auto", "triton"):
+        return False
+    refusal = fused_refusal(q, v, chunk_size)
+    if backend == "triton" and refusal:
+        raise ValueError(refusal)
+    return refusal is None and (backend == "triton" or (q.is_cuda and q.dtype in HALF))
+
+
+def decayed_over_samples(q: Tensor, k: Tensor, v: Tensor, g: Tensor, samples: Tensor, *, scale: float = 1.0,
+                         alignment: str = "same_time", timing: str = "raw", backend: str = "auto",
+                         chunk_size: int = 64) -> Tensor:
+    """Decayed linear attention restarting at every sample of packed rows (``samples [B, L]``, inputs
+    ``[B, L, ...]``), each sample a fresh sequence. On the kernels the samples are the packed sequences of one row
+    of B·L tokens (``cu_seqlens``: no padding); on the other forms they are laid one to a row, padded at their
+    ends. Returns o ``[B, L, H, Dv]`` in q's dtype."""
+    if takes_kernels(q, v, backend, chunk_size):
+        flat = (t.flatten(0, 1)[None] for t in (q, k, v, g))
+        return _fused(*flat, scale, alignment, timing, chunk_size, sample_bounds(samples))[0].unflatten(
+            0, samples.shape)
+    rows = SampleRows(samples)
+    o, _ = decayed_linear_attention(*(rows.apart(t) for t in (q, k, v, g)), scale=scale, alignment=alignment,
+                                    timing=timing, backend="chunk" if backend in ("auto", "triton") else backend,
+                                    chunk_size=rows.chunk(chunk_size))
+    return rows.back(o)
+
+
 @torch.compiler.disable
 def _fused(q: Tensor, k: Tensor, v: Tensor, g: Tensor, scale: float, alignment: str, timing: str,
-           chunk_size: int) -> Tensor:
-    """A fresh sequence on falcon-1a's kernels (η = 1, log γ = g, S0 = 0): o in q's dtype."""
+           chunk_size: int, cu_seqlens: Tensor | None = None) -> Tensor:
+    """Fresh sequences on falcon-1a's kernels (η = 1, log γ = g, S0 = 0), packed along T of a batch of one with
+    ``cu_seqlens``: o in q's dtype."""
     from kernels.inner_product.fused import decayed_attention  # Triton is imported on first use only
 
-    if alignment == "shifted":  # a fresh sequence: the first token writes nothing
+    if alignment == "shifted":  # a fresh sequence: its first token writes nothing
         k = torch.cat([torch.zeros_like(k[:, :1]), k[:, :-1]], dim=1)
+        if cu_seqlens is not None:
+            k[:, cu_seqlens[:-1].long()] = 0
     B, T, H, Dk = q.shape
+    N = B if cu_seqlens is None else cu_seqlens.numel() - 1
     dtype = q.dtype
-    S0 = torch.zeros(B, H, Dk, v.shape[-1], dtype=torch.float32, device=q.device)
+    S0 = torch.zeros(N, H, Dk, v.shape[-1], dtype=torch.float32, device=q.device)
     eta = torch.ones(B, T, H, dtype=torch.float32, device=q.device)
     o, _ = decayed_attention(q * scale, k.to(dtype), v.to(dtype), eta, g.float(), S0, raw=timing == "raw",
-                             chunk_size=chunk_size)
+                             chunk_size=chunk_size, cu_seqlens=cu_seqlens)
     return o.to(dtype)

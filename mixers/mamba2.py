@@ -20,8 +20,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from mixers.decayed import BACKENDS as DECAYED_BACKENDS
-from mixers.decayed import decayed_linear_attention
-from mixers.layers import Mixer, SampleRows, ShortConv, dt_bias_init, full_precision, residual_out, rms_norm
+from mixers.decayed import decayed_linear_attention, decayed_over_samples
+from mixers.layers import Mixer, ShortConv, dt_bias_init, full_precision, residual_out, rms_norm
 from mixers.options import check_bool, check_int, check_kernel_choices, check_range
 
 
@@ -128,16 +128,16 @@ class Mamba2(Mixer):
     def forward(self, h: Tensor, samples: Tensor | None = None) -> Tensor:
         """``samples [B, L]`` (isolated samples: the sample of its row each token belongs to): the convolution
         and the scan restart at every sample; the projections and the convolution run on the packed rows, the
-        scan over the samples laid one to a row."""
+        scan over the samples as packed sequences (kernels) or laid one to a row."""
         z, xBC, dt = self._split(self.in_proj(h))
         q, k, v, g = self._ssd_inputs(self.conv(xBC, samples), dt)
         if samples is None:
             y, _ = self._scan(q, k, v, g, self.opts.backend)
         else:
-            rows = SampleRows(samples)
-            y, _ = self._scan(*(rows.apart(t) for t in (q, k, v, g)), self.opts.backend,
-                              chunk_size=rows.chunk(self.opts.chunk_size))
-            y = rows.back(y)
+            with full_precision(q):
+                y = decayed_over_samples(q, k, v, g, samples, alignment=self.opts.alignment,
+                                         timing=self.opts.timing, backend=self.opts.backend,
+                                         chunk_size=self.opts.chunk_size)
         return self._output(y, v, z)
 
     def init_cache(self, batch: int, device: torch.device | str, dtype: torch.dtype) -> dict:

@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from mixers.decayed import BACKENDS as DECAYED_BACKENDS
-from mixers.decayed import decayed_linear_attention
+from mixers.decayed import decayed_linear_attention, decayed_over_samples
 from mixers.layers import Mixer, SampleRows, full_precision, residual_out, rms_norm, rotary
 from mixers.options import check_bool, check_int, check_kernel_choices, check_range, head_dim_of
 
@@ -98,16 +98,17 @@ class Retention(Mixer):
     def forward(self, x: Tensor, samples: Tensor | None = None) -> Tensor:
         """``samples [B, L]`` (isolated samples: the sample of its row each token belongs to): retention restarts
         at every sample, the rotary positions counted from each sample's first token; the projections run on the
-        packed rows, the retention over the samples laid one to a row."""
+        packed rows, the retention over the samples as packed sequences (kernels) or laid one to a row."""
         if samples is None:
             q, k, v, g = self._qkv(x, torch.arange(x.shape[1], device=x.device))
             o, _ = self._retain(q, k, v, g, self.opts.backend)
             return self._output(o, x)
-        rows = SampleRows(samples)
-        q, k, v, g = self._qkv(x, rows.places())
-        o, _ = self._retain(*(rows.apart(t) for t in (q, k, v, g)), self.opts.backend,
-                            chunk_size=rows.chunk(self.opts.chunk_size))
-        return self._output(rows.back(o), x)
+        q, k, v, g = self._qkv(x, SampleRows(samples).places())
+        with full_precision(q):
+            o = decayed_over_samples(q, k, v, g, samples, scale=1.0 / math.sqrt(self.dk),
+                                     alignment=self.opts.alignment, timing=self.opts.timing,
+                                     backend=self.opts.backend, chunk_size=self.opts.chunk_size)
+        return self._output(o, x)
 
     def init_cache(self, batch: int, device: torch.device | str, dtype: torch.dtype) -> dict:
         """The retention state (a bare zero S: a fresh sequence) and the next position."""

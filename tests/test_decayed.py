@@ -1,6 +1,7 @@
 """``mixers.decayed``: RetNet's and Mamba-2's decayed linear attention on falcon-1a's fused kernels (η = 1, log γ = g;
 Triton's interpreter without a GPU) against the float64 recurrent oracle of ``kernels.linear_attention``, outputs
-and the gradients of q, k, v and the log decays; ``auto``'s choice; refusals by name."""
+and the gradients of q, k, v and the log decays; packed samples as the kernels' packed sequences; ``auto``'s
+choice; refusals by name."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import pytest
 import torch
 
 from kernels import linear_attention
-from mixers.decayed import decayed_linear_attention
+from mixers.decayed import decayed_linear_attention, decayed_over_samples
 from tests.test_triton_inner_product import (  # noqa: F401 (poisoned: the autouse fixture, used by name)
     DEVICE, TOL_FP32, poisoned)
 
@@ -106,3 +107,65 @@ def test_bf16_at_the_tables_sizes_on_the_gpu(shape: tuple[int, int, int, int, in
     ref = outputs_and_grads(x, linear_attention, torch.float64, backend="chunk", chunk_size=64)
     for name, a, b in zip(("o", "dq", "dk", "dv", "dg"), out, ref):
         assert rel(a, b) <= 2e-2, f"{name}: relative error {rel(a, b):.2e}"
+
+
+@pytest.mark.parametrize("timing", ["raw", "rbw"])
+@pytest.mark.parametrize("alignment", ["same_time", "shifted"])
+def test_samples_on_the_kernels_are_the_samples_run_apart(alignment: str, timing: str) -> None:
+    """The samples of packed rows as the kernels' packed sequences (one row, ``cu_seqlens``, chunks of 16 starting at
+    every sample, samples of 1 to 35 tokens) against each sample run alone by the float64 oracle: outputs and the
+    gradients of q, k, v and the log decays. Shifted: every sample's first token writes nothing."""
+    samples = torch.tensor([[0] * 5 + [1] * 35 + [2] * 1 + [3] * 9, [0] * 17 + [1] * 33], device=DEVICE)
+    x = case(50, 11)
+    opts = dict(scale=0.7, alignment=alignment, timing=timing)
+
+    def apart(q, k, v, g, **kw):
+        outs = []
+        for row in range(B):
+            ids = samples[row].cpu()
+            for n in ids.unique():
+                at = (ids == n).nonzero().flatten()
+                o, _ = linear_attention(*(t[row:row + 1, at] for t in (q, k, v, g)), backend="recurrent", **kw)
+                outs.append((row, at, o))
+        o = q.new_zeros(B, q.shape[1], H, DV)
+        for row, at, part in outs:
+            o[row:row + 1, at] = part
+        return o, None
+
+    out = outputs_and_grads(x, lambda *a, **kw: (decayed_over_samples(*a, samples, backend="triton", chunk_size=16,
+                                                                      **kw), None), torch.float32, **opts)
+    ref = outputs_and_grads({n: t.to(DEVICE) for n, t in x.items()}, apart, torch.float64, **opts)
+    for name, a, b in zip(("o", "dq", "dk", "dv", "dg"), out, ref):
+        assert rel(a, b) <= TOL_FP32, f"{name}: relative error {rel(a, b):.2e}"
+
+
+def test_packed_sequences_of_decayed_attention_start_from_their_own_state() -> None:
+    """``decayed_attention(..., cu_seqlens)``: four sequences (5, 35, 1 and 34 tokens; chunks of 16) each from its own
+    row of S0 equal four calls, outputs, final states and every gradient (the gates' included)."""
+    from kernels.inner_product.fused import decayed_attention
+
+    gen = torch.Generator().manual_seed(4)
+    bounds = [0, 5, 40, 41, 75]
+    T, N = bounds[-1], len(bounds) - 1
+    leaves = [torch.randn(1, T, H, DK, generator=gen), torch.randn(1, T, H, DK, generator=gen),
+              torch.randn(1, T, H, DV, generator=gen), torch.rand(1, T, H, generator=gen),
+              -2 * torch.rand(1, T, H, generator=gen), torch.randn(N, H, DK, DV, generator=gen)]
+    w, wS = torch.randn(1, T, H, DV, generator=gen), torch.randn(N, H, DK, DV, generator=gen)
+    for raw in (True, False):
+        def run(packed: bool) -> list[torch.Tensor]:
+            ins = [t.to(DEVICE).clone().requires_grad_(True) for t in leaves]
+            if packed:
+                o, S = decayed_attention(*ins, raw=raw, chunk_size=16,
+                                         cu_seqlens=torch.tensor(bounds, device=DEVICE))
+            else:
+                parts = [decayed_attention(*(t[:, a:b] for t in ins[:5]), ins[5][n:n + 1], raw=raw, chunk_size=16)
+                         for n, (a, b) in enumerate(zip(bounds, bounds[1:]))]
+                o, S = torch.cat([p[0] for p in parts], 1), torch.cat([p[1] for p in parts], 0)
+            ((o * w.to(DEVICE)).sum() + (S * wS.to(DEVICE)).sum()).backward()
+            return [o, S] + [t.grad for t in ins]
+
+        for name, a, b in zip(("o", "S", "dq", "dk", "dv", "deta", "dlog_gamma", "dS0"), run(True), run(False)):
+            assert rel(a, b) <= TOL_FP32, (raw, name)
+    with pytest.raises(ValueError, match="S0 must be"):
+        decayed_attention(*(t.to(DEVICE) for t in leaves[:5]), leaves[5][:1].to(DEVICE),
+                          cu_seqlens=torch.tensor(bounds, device=DEVICE))

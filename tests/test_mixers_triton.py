@@ -34,7 +34,7 @@ def test_triton_backend_matches_chunk_in_a_mixer(name):
     assert rel(outs[1], outs[0]) < TOL and rel(grads[1], grads[0]) < TOL
 
 
-@pytest.mark.parametrize("name", ["deltanet", "gated-deltanet", "falcon-1a.3"])
+@pytest.mark.parametrize("name", ["deltanet", "gated-deltanet", "retnet", "falcon-1a.3"])
 def test_triton_backend_restarts_at_packed_samples_as_on_rows_apart(name):
     """Isolated samples on the fused kernels (the samples of packed rows as the rule's packed sequences) equal
     the same mixer over each sample laid on a row of its own, forward and backward."""

@@ -139,8 +139,9 @@ def _backward(p: _Plan, q: Tensor, k: Tensor, v: Tensor, beta: Tensor | None, la
     if beta is None:  # gates given as they are (decayed_attention): dη and d log γ; x = k, no energy term
         deta_out = helpers.new_buffer(B, T, H, dtype=torch.float32, device=dev)
         dlogg = helpers.new_buffer(B, T, H, dtype=torch.float32, device=dev)
-        _bwd_gates_kernel[(rows, B * H)](eta, P, deta, end, deta_out, dlogg, T, p.NT, p.NTT, H=H, V=V, BT=p.BT,
-                                         BV=p.BV, NK=NK, NV=NV, RAW=p.raw)
+        _bwd_gates_kernel[(rows, B * H)](eta, P, deta, end, deta_out, dlogg, *tables, T, p.NT, p.NTT, H=H, V=V,
+                                         BT=p.BT, BV=p.BV, NK=NK, NV=NV, RAW=p.raw,
+                                         IS_VARLEN=p.cu_seqlens is not None)
         return dq, dxd.to(k.dtype), dv, deta_out, dlogg, dS0
     dk = helpers.new_buffer(*k.shape, dtype=k.dtype, device=dev)
     dbeta = helpers.new_buffer(*beta.shape, dtype=beta.dtype, device=dev)
@@ -212,11 +213,8 @@ class _Decayed(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q: Tensor, k: Tensor, v: Tensor, eta: Tensor, log_gamma: Tensor, S0: Tensor,
                 plan: _Plan) -> tuple[Tensor, Tensor]:
-        B, T, H = eta.shape
-        pad = plan.NT * plan.BT - T  # G: the chunk-local cumulative log-carries
-        G = F.pad(log_gamma, (0, 0, 0, pad)).view(B, plan.NT, plan.BT, H).cumsum(2).view(B, -1, H)[:, :T]
-        G = G.contiguous()
-        last_key = S0.new_zeros(B, H, k.shape[-1])
+        G = _chunk_prefix(log_gamma, plan)
+        last_key = S0.new_zeros(S0.shape[0], k.shape[2], k.shape[-1])
         o, ST, _, _, h = _forward(plan, q, k, v, None, None, S0, last_key, gates=(eta, G))
         ctx.save_for_backward(q, k, v, last_key, eta, G, h)
         ctx.plan = plan
@@ -230,8 +228,27 @@ class _Decayed(torch.autograd.Function):
         return (*grads, None)
 
 
+def _chunk_prefix(log_gamma: Tensor, plan: _Plan) -> Tensor:
+    """G: the cumulative log-carries within each chunk (of each packed sequence, with cu_seqlens), float32."""
+    B, T, H = log_gamma.shape
+    if plan.cu_seqlens is None:
+        pad = plan.NT * plan.BT - T
+        G = F.pad(log_gamma, (0, 0, 0, pad)).view(B, plan.NT, plan.BT, H).cumsum(2).view(B, -1, H)[:, :T]
+        return G.contiguous()
+    # the chunks of packed sequences start at each sequence's start and every BT tokens after it: one running
+    # sum in float64 (so the differences keep float32's precision), less its value before each chunk's first token
+    bounds = plan.cu_seqlens.long()
+    lengths = bounds[1:] - bounds[:-1]
+    starts = torch.repeat_interleave(bounds[:-1], lengths)
+    t = torch.arange(T, device=log_gamma.device)
+    first = starts + (t - starts) // plan.BT * plan.BT
+    run = log_gamma.double().cumsum(1)
+    before = F.pad(run, (0, 0, 1, 0))[:, first]
+    return (run - before).float().contiguous()
+
+
 def decayed_attention(q: Tensor, k: Tensor, v: Tensor, eta: Tensor, log_gamma: Tensor, S0: Tensor, raw: bool = True,
-                      chunk_size: int = 64) -> tuple[Tensor, Tensor]:
+                      chunk_size: int = 64, cu_seqlens: Tensor | None = None) -> tuple[Tensor, Tensor]:
     """Decayed linear attention with its gates given as they are, on the fused kernels of falcon-1a:
 
         S_t = γ_t S_{t−1} + η_t k_t v_tᵀ,    o_t = S_tᵀ q_t (``raw``) or S_{t−1}ᵀ q_t,
@@ -239,18 +256,27 @@ def decayed_attention(q: Tensor, k: Tensor, v: Tensor, eta: Tensor, log_gamma: T
     q, k ``[B, T, H, Dk]``, v ``[B, T, H, Dv]`` in one dtype, η and log γ ``[B, T, H]`` float32 (log γ ≤ 0), S0
     ``[B, H, Dk, Dv]`` float32. Returns (o in q's dtype, the final state in float32); differentiable in every
     input (dη and d log γ from the falcon-1a backward's carry identity, ``_bwd_gates_kernel``). Pairs are the
-    same-time (k_t, v_t) and every token is a pair; no packed sequences. falcon-3a runs on it
-    (kernels/window/fused.py)."""
+    same-time (k_t, v_t) and every token is a pair. ``cu_seqlens``: ``[N + 1]`` int offsets of N sequences packed
+    along T of a batch of one, each from its row of S0 ``[N, H, Dk, Dv]``; the final state has N rows. falcon-3a
+    runs on it (kernels/window/fused.py)."""
     B, T, H, Dk = q.shape
     Dv = v.shape[-1]
     if eta.shape != (B, T, H) or log_gamma.shape != (B, T, H):
         raise ValueError(f"eta and log_gamma must be [B, T, H] = {[B, T, H]}, got {list(eta.shape)} and "
                          f"{list(log_gamma.shape)}")
-    NT = triton.cdiv(T, chunk_size)
+    if cu_seqlens is None:
+        N, NT = B, triton.cdiv(T, chunk_size)
+        NTT, chunk_indices, chunk_offsets = N * NT, None, None
+    else:
+        cu_seqlens = cu_seqlens.to(device=q.device, dtype=torch.int32).contiguous()
+        chunk_indices, chunk_offsets = chunk_table(cu_seqlens, chunk_size)
+        N, NT, NTT = cu_seqlens.numel() - 1, 0, chunk_indices.shape[0]
+    if S0.shape != (N, H, Dk, Dv):
+        raise ValueError(f"S0 must be [N, H, Dk, Dv] = {[N, H, Dk, Dv]} (N the sequences), got {list(S0.shape)}")
     plan = _Plan(per_channel=False, shifted=False, fresh=False, raw=raw, normalize=False, scale_ridge=False,
                  eps=0.0, floor=0.0, BT=chunk_size, BR=chunk_size, BK=min(next_power_of_2(Dk), 64),
-                 BV=min(next_power_of_2(Dv), 64), T=T, NT=NT, NTT=B * NT, N=B, cu_seqlens=None, chunk_indices=None,
-                 chunk_offsets=None, prec=PRECISION[q.dtype])
+                 BV=min(next_power_of_2(Dv), 64), T=T, NT=NT, NTT=NTT, N=N, cu_seqlens=cu_seqlens,
+                 chunk_indices=chunk_indices, chunk_offsets=chunk_offsets, prec=PRECISION[q.dtype])
     f32 = torch.float32
     return _Decayed.apply(q.contiguous(), k.contiguous(), v.contiguous(), eta.to(f32).contiguous(),
                           log_gamma.to(f32).contiguous(), S0.to(f32).contiguous(), plan)

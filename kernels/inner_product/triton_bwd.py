@@ -327,14 +327,16 @@ def _bwd_final_kernel(k, last_key, beta, lam, eta, G, P, deta, end, dxd, dk, dbe
 
 
 @triton.jit
-def _bwd_gates_kernel(eta, P, deta, end, deta_out, dlogg, T, NT, NTT, H, V: tl.constexpr, BT: tl.constexpr,
-                      BV: tl.constexpr, NK: tl.constexpr, NV: tl.constexpr, RAW: tl.constexpr):
+def _bwd_gates_kernel(eta, P, deta, end, deta_out, dlogg, cu_seqlens, chunk_indices, chunk_offsets, T, NT, NTT, H,
+                      V: tl.constexpr, BT: tl.constexpr, BV: tl.constexpr, NK: tl.constexpr, NV: tl.constexpr,
+                      RAW: tl.constexpr, IS_VARLEN: tl.constexpr):
     """Per chunk, for gates given as they are (η and log γ, scalar per token; ``decayed_attention``): dη and
     d log γ, the reverse cumulative sum of dG within the chunk (the same identity as ``_bwd_final_kernel``)."""
     i_t, i_bh = tl.program_id(0), tl.program_id(1)
     i_b, i_h = i_bh // H, i_bh % H
-    bos, L, gch = i_b * T, T, i_b * NT + i_t
-    t0 = i_t * BT
+    i_n, i_c, bos, L, first = chunk_at(i_b * NT + i_t, chunk_indices, cu_seqlens, chunk_offsets, T, NT, BT, IS_VARLEN)
+    gch = first + i_c
+    t0 = i_c * BT
     t = t0 + tl.arange(0, BT)
     rm = t < L
     is_last = t == tl.minimum(t0 + BT, L) - 1
