@@ -26,7 +26,7 @@ from kernels.common.checks import interpreting
 from kernels.common.config import CHUNK_SIZES, FUSED_MAX_HEAD_DIM
 from kernels.common.state import FastWeightState
 from kernels.linear_attention import BACKENDS as LINEAR_ATTENTION_BACKENDS
-from mixers.layers import SampleRows, sample_bounds
+from mixers.layers import SampleRows, chunk_for, sample_bounds
 
 BACKENDS = ("auto", *LINEAR_ATTENTION_BACKENDS, "triton")
 FUSED_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
@@ -85,9 +85,10 @@ def decayed_over_samples(q: Tensor, k: Tensor, v: Tensor, g: Tensor, samples: Te
     of B·L tokens (``cu_seqlens``: no padding); on the other forms they are laid one to a row, padded at their
     ends. Returns o ``[B, L, H, Dv]`` in q's dtype."""
     if takes_kernels(q, v, backend, chunk_size):
+        bounds = sample_bounds(samples)
+        chunk = chunk_for(int((bounds[1:] - bounds[:-1]).max()), chunk_size)  # as the padded rows took
         flat = (t.flatten(0, 1)[None] for t in (q, k, v, g))
-        return _fused(*flat, scale, alignment, timing, chunk_size, sample_bounds(samples))[0].unflatten(
-            0, samples.shape)
+        return _fused(*flat, scale, alignment, timing, chunk, bounds)[0].unflatten(0, samples.shape)
     rows = SampleRows(samples)
     o, _ = decayed_linear_attention(*(rows.apart(t) for t in (q, k, v, g)), scale=scale, alignment=alignment,
                                     timing=timing, backend="chunk" if backend in ("auto", "triton") else backend,

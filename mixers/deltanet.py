@@ -26,8 +26,8 @@ from torch import Tensor, nn
 from kernels import fast_weight_rule, gated_delta_rule
 from kernels.delta import DELTA_BACKENDS
 from kernels.regression.gated_delta import gated_delta_triton
-from mixers.layers import (Mixer, RMSNorm, SampleRows, ShortConv, dt_bias_init, full_precision, l2_norm,
-                           residual_out, sample_bounds, short_conv_step)
+from mixers.layers import (Mixer, RMSNorm, SampleRows, ShortConv, chunk_for, dt_bias_init, full_precision,
+                           l2_norm, residual_out, sample_bounds, short_conv_step)
 from mixers.options import check_bool, check_int, check_kernel_choices, check_range, head_dim_of
 
 # DeltaNet's recurrence S_t = (I − β_t k_t k_tᵀ) S_{t−1} + β_t k_t v_tᵀ is falcon-1's S_{t−1} + η_t k_t (v_t −
@@ -149,8 +149,10 @@ class DeltaNet(Mixer):
                         chunk_size=self.opts.chunk_size)
             with full_precision(q):
                 if samples is not None:  # every sample of every row one packed sequence of a batch of one
+                    bounds = sample_bounds(samples)
+                    opts["chunk_size"] = chunk_for(int((bounds[1:] - bounds[:-1]).max()), self.opts.chunk_size)
                     q, k, v, g, beta = (t.flatten(0, 1)[None] for t in (q, k, v, g, beta))
-                    o, _ = gated_delta_triton(q, k, v, g, beta, cu_seqlens=sample_bounds(samples), **opts)
+                    o, _ = gated_delta_triton(q, k, v, g, beta, cu_seqlens=bounds, **opts)
                     return o[0].unflatten(0, samples.shape), None
                 return gated_delta_triton(q, k, v, g, beta, initial_state=state, output_final_state=state is not None,
                                           **opts)

@@ -114,6 +114,13 @@ def sample_starts(samples: Tensor) -> Tensor:
     return first.flatten()
 
 
+def chunk_for(longest: int, size: int) -> int:
+    """A chunk size for a chunked form over samples at most ``longest`` tokens long: ``size``, or the smallest
+    power of two from 16 that holds the longest sample when that is shorter (the chunked forms pad each sample to
+    whole chunks, and the samples of a packed row can be a few tokens long)."""
+    return min(size, max(16, 1 << (longest - 1).bit_length()))
+
+
 def sample_bounds(samples: Tensor) -> Tensor:
     """``cu_seqlens`` of the packed rows' samples read as one row of ``B·L`` tokens: every sample of every row a
     packed sequence of a batch of one (flatten ``[B, L, ...]`` inputs to ``[1, B·L, ...]`` to match)."""
@@ -146,10 +153,8 @@ class SampleRows:
         return self.at.view(self.shape)
 
     def chunk(self, size: int) -> int:
-        """A chunk size for a chunked form over these rows: ``size``, or the smallest power of two from 16 that
-        holds the longest sample when that is shorter (the chunked forms pad a row to whole chunks, and the
-        samples of a packed row can be a few tokens long)."""
-        return min(size, max(16, 1 << (self.longest - 1).bit_length()))
+        """A chunk size for a chunked form over these rows (``chunk_for`` the longest sample)."""
+        return chunk_for(self.longest, size)
 
 
 def full_precision(x: Tensor) -> torch.autocast:

@@ -58,12 +58,22 @@ def test_the_final_state_continues_the_oracle() -> None:
             assert torch.equal(a, b), name
 
 
+@pytest.mark.parametrize("alignment", ["shifted", "same_time"])
 @pytest.mark.parametrize("timing", ["raw", "rbw"])
-def test_packed_sequences_run_one_to_a_row(timing: str) -> None:
-    """Fresh states, outputs alone, one call of the kernels (``check_packed_outputs``)."""
+@pytest.mark.parametrize("window", [4, 2])
+def test_packed_sequences_run_as_one_row(timing: str, alignment: str, window: int) -> None:
+    """Fresh states, outputs alone: one row, the delayed pass on the kernels' packed sequences and the band cut at
+    every sequence's start (``triton_falcon3a_packed``), against the oracle on each sequence
+    (``check_packed_outputs``: lengths 5, 16, 1 and 18, one shorter than the window)."""
+    from kernels.window import fused
     from tests.test_triton_falcon3 import check_packed_outputs
 
-    check_packed_outputs(RULE, timing, window=4)
+    calls = []
+    packed = fused.triton_falcon3a_packed
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(fused, "triton_falcon3a_packed", lambda *a: calls.append(1) or packed(*a))
+        check_packed_outputs(RULE, timing, window=window, alignment=alignment)
+    assert calls == [1]
 
 
 def test_packed_sequences_from_states_match_one_call_each() -> None:

@@ -89,6 +89,12 @@ def _run(q: Tensor, k: Tensor, v: Tensor, gain: Tensor, lam: Tensor, cfg: RuleCo
     """Checked inputs to the form of (rule, backend): the fused forms take them in their own dtype (and packed
     sequences whole, but for the window rules'), the others in the compute dtype (and packed sequences apart)."""
     dtype = compute_dtype(q.dtype)
+    if (backend == "triton" and cfg.rule == "falcon-3a" and bounds is not None and initial_state is None
+            and not output_final_state):
+        # fresh packed sequences, outputs alone (a model's isolated samples): one row, no padding
+        from kernels.window.fused import triton_falcon3a_packed
+
+        return triton_falcon3a_packed(q, k, v, gain, lam, cfg, chunk_size, cu_seqlens), None
     if backend == "triton" and cfg.windowed and bounds is not None:
         # falcon-3/3a's kernels carry one window tail per row, not per packed sequence: the sequences go one to a
         # row (``_packed``), padded at their ends, through the same kernels

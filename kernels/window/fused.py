@@ -36,6 +36,7 @@ from torch import Tensor
 
 from kernels.common.config import RuleConfig
 from kernels.common.prepare import final_state, prepare, windows
+from kernels.common.recurrent import step_size_and_carry
 from kernels.common.state import FastWeightState
 from kernels.inner_product.fused import decayed_attention
 from kernels.window.eigen import top_eigenvalue
@@ -44,8 +45,11 @@ from kernels.window.triton_falcon3_launch import Falcon3Chunks, geometry
 
 
 def _late(t: Tensor, d: int) -> Tensor:
-    """``t`` ``[B, T, H]`` d tokens later along time: entry t holds t − d, zero in front."""
-    return F.pad(t, (0, 0, d, 0))[:, : t.shape[1]] if d else t
+    """``t`` ``[B, T, ...]`` d tokens later along time: entry t holds t − d, zero (False) in front."""
+    d = min(d, t.shape[1])
+    if not d:
+        return t
+    return torch.cat([t.new_zeros(t.shape[0], d, *t.shape[2:]), t[:, : t.shape[1] - d]], dim=1)
 
 
 def window_coefficients(a: Tensor, log_gamma: Tensor, W: int) -> list[Tensor]:
@@ -86,6 +90,54 @@ def triton_falcon3a(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, lam: Tensor, 
         S = S + torch.einsum("bh,bhk,bhv->bhkv", coef[d][:, -1], prep.x_ext[:, T + W - 2 - d],
                              prep.y_ext[:, T + W - 2 - d])
     return o.to(q.dtype), final_state(S, k.to(f32), prep, cfg)
+
+
+def triton_falcon3a_packed(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, lam: Tensor, cfg: RuleConfig,
+                           chunk_size: int, cu_seqlens: Tensor) -> Tensor:
+    """falcon-3a over fresh sequences packed along T of a batch of one (``cu_seqlens``), outputs alone (as a model
+    trains with its samples apart), with no padding: the same delayed pass, on the kernels' packed sequences, and
+    the same band over the one row, every window and every coefficient cut at its sequence's first token.
+
+    With p_t the place of token t in its sequence, the window of token t holds the pairs t − j for j < W and
+    j ≤ p_t (shifted: j < p_t, a sequence's first token having no pair); the coefficient c_d(t) of pair t − d is
+    zero for d > p_t, so the delayed pair t − W + 1 of another sequence is written with a zero gain and the band
+    reads no pair across a sequence's start (RBW: d + 1 > p_t). Returns o in q's dtype."""
+    f32 = torch.float32
+    T, W = q.shape[1], cfg.span
+    bounds = cu_seqlens.to(q.device).long()
+    lengths = bounds[1:] - bounds[:-1]
+    place = torch.arange(T, device=q.device) - torch.repeat_interleave(bounds[:-1], lengths)
+    place = place[None, :, None]  # [1, T, 1]: broadcast over heads
+    k32 = k.to(f32)
+    if cfg.shifted:  # x_t = k_{t−1} within a sequence; its first token writes no pair
+        pair = place > 0
+        x = F.pad(k32, (0, 0, 0, 0, 1, 0))[:, :T] * pair[..., None]
+    else:
+        pair = torch.ones_like(place, dtype=torch.bool)
+        x = k32
+    sq = (x * x).sum(-1)  # [1, T, H]
+    energy = torch.zeros_like(sq)
+    n_pairs = torch.zeros_like(place, dtype=f32)
+    for j in range(W):  # window slot j: pair t − j, held when it is a pair of t's own sequence
+        held = ((place >= j) & _late(pair, j)).to(f32)
+        energy = energy + _late(sq, j) * held
+        n_pairs = n_pairs + held
+    energy = energy / n_pairs.clamp(min=1.0)
+    eta, gamma = step_size_and_carry(cfg, beta.to(f32), lam.to(f32), energy, n_pairs)
+    a = eta / n_pairs.clamp(min=1.0)
+    log_gamma = torch.log(gamma)
+    coef = [c * (place >= d) for d, c in enumerate(window_coefficients(a, log_gamma, W))]
+    N = bounds.numel() - 1
+    S0 = q.new_zeros(N, q.shape[2], q.shape[3], v.shape[-1], dtype=f32)
+    o, _ = decayed_attention(q, _late(x, W - 1).to(q.dtype), _late(v, W - 1).to(q.dtype), coef[W - 1], log_gamma,
+                             S0, raw=cfg.timing == "raw", chunk_size=chunk_size, cu_seqlens=bounds)
+    if W == 1:
+        return o
+    lag = 0 if cfg.timing == "raw" else 1
+    band = torch.stack([_late(coef[d], lag) * (place >= d + lag) for d in range(W - 1)], dim=-1)
+    pad = (0, 0, 0, 0, W - 1, 0)  # the extended arrays: W − 1 empty slots in front of the row
+    o = o.to(f32) + band_read(q, F.pad(x, pad), F.pad(v.to(f32), pad), band, lag)
+    return o.to(q.dtype)
 
 
 def triton_falcon3(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, lam: Tensor, cfg: RuleConfig,
