@@ -8,15 +8,18 @@
 #   LAB_COMMIT=<sha> bash records/device/step_apart.sh   # about 540 s: TEST_S=120, then three parts of PART_S=140
 set -u
 export PYTHONUNBUFFERED=1
-ROWS=${ROWS:-retnet,mamba2,falcon-3a.3,falcon-3,falcon-1a.3}
+# since 2026-12-05: Gated DeltaNet on falcon-1's kernels, and RetNet's, Gated DeltaNet's and falcon-3a's samples as
+# packed sequences rather than padded rows (records/bench/samples-packed/)
+ROWS=${ROWS:-retnet,gated-deltanet,falcon-3a.3,falcon-3,falcon-1a.3,mamba2}
 B="python -m lab bench step --preset same-time --steps ${STEPS:-10}"
 nvidia-smi --query-gpu=name --format=csv,noheader > $OUT/gpu.txt
 # first the new paths against float64 on the GPU: RetNet's and Mamba-2's sizes in bf16, falcon-3/3a's packed rows
-timeout ${TEST_S:-120} python -m pytest -q -p no:cacheprovider -rs tests/test_decayed.py \
-  tests/test_triton_falcon3.py tests/test_triton_falcon3a.py -k "gpu or packed or oracle" > $OUT/gpu_tests.log 2>&1
+timeout ${TEST_S:-120} python -m pytest -q -p no:cacheprovider -rs tests/test_decayed.py tests/test_delta_rule.py \
+  tests/test_triton_falcon3a.py tests/test_triton_falcon3.py -k "gpu or packed or oracle or samples" \
+  > $OUT/gpu_tests.log 2>&1
 tail -3 $OUT/gpu_tests.log
 timeout ${PART_S:-140} $B --mixers $ROWS --out $OUT/auto > $OUT/auto.log 2>&1
 timeout ${PART_S:-140} $B --mixers $ROWS --set model.mixer_options.backend=chunk --out $OUT/chunk > $OUT/chunk.log 2>&1
-timeout ${PART_S:-140} $B --mixers $ROWS,gated-deltanet,falcon-2 --set train.compile=true --out $OUT/compiled \
+timeout ${PART_S:-140} $B --mixers $ROWS,falcon-2 --set train.compile=true --out $OUT/compiled \
   > $OUT/compiled.log 2>&1
 for part in auto chunk compiled; do echo "== $part"; cat $OUT/$part/step.md 2>/dev/null || tail -3 $OUT/$part.log; done
