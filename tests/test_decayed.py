@@ -169,3 +169,28 @@ def test_packed_sequences_of_decayed_attention_start_from_their_own_state() -> N
     with pytest.raises(ValueError, match="S0 must be"):
         decayed_attention(*(t.to(DEVICE) for t in leaves[:5]), leaves[5][:1].to(DEVICE),
                           cu_seqlens=torch.tensor(bounds, device=DEVICE))
+
+
+def test_decayed_attention_slices_past_the_launch_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Packed sequences whose grid passes CUDA's axis limit run in groups that fit: the same outputs, final states
+    and gradients as one launch (the limit lowered so that each of the three sequences is a group)."""
+    from kernels.common import grid
+    from kernels.inner_product.fused import decayed_attention
+
+    gen = torch.Generator().manual_seed(9)
+    bounds = [0, 5, 19, 20]
+    leaves = [torch.randn(1, 20, H, DK, generator=gen), torch.randn(1, 20, H, DK, generator=gen),
+              torch.randn(1, 20, H, DV, generator=gen), torch.rand(1, 20, H, generator=gen),
+              -torch.rand(1, 20, H, generator=gen), torch.randn(3, H, DK, DV, generator=gen)]
+
+    def run_all() -> list[torch.Tensor]:
+        ins = [t.to(DEVICE).clone().requires_grad_(True) for t in leaves]
+        o, S = decayed_attention(*ins, chunk_size=16, cu_seqlens=torch.tensor(bounds, device=DEVICE))
+        (o.square().sum() + S.sum()).backward()
+        return [o, S] + [t.grad for t in ins]
+
+    whole = run_all()
+    monkeypatch.setattr(grid, "MAX_GRID_ROWS", 4)
+    assert grid.sequence_groups(bounds, H, 16) == [(0, 1), (1, 2), (2, 3)]
+    for a, b in zip(whole, run_all()):
+        torch.testing.assert_close(b, a, rtol=1e-6, atol=1e-6)

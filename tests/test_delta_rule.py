@@ -299,3 +299,26 @@ def test_fused_gpu_sizes(dk: int, dv: int, dtype: torch.dtype, tol: float) -> No
     for name, a, b in zip(NAMES, fused_grads(x, "triton", dtype, "cuda", S0),
                           fused_grads(x, "recurrent", torch.float64, "cuda", S0)):
         assert rel(a.double(), b) < tol, name
+
+
+@pytest.mark.parametrize("packed", [False, True])
+def test_fused_slices_past_the_launch_limit(packed: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rows (or packed sequences) whose launch grid passes CUDA's axis limit run in slices that fit: the same
+    outputs, final states and gradients as one launch (the limit lowered so that every row or sequence is a slice)."""
+    from kernels.common import grid
+
+    x = inputs(20, seed=12, B=1 if packed else 3, Dk=16, Dv=16)
+    opts = dict(cu_seqlens=torch.tensor([0, 5, 19, 20], device=DEVICE)) if packed else {}
+
+    def run_all() -> list[torch.Tensor]:
+        ins = {n: t.to(DEVICE, torch.float32).detach().clone().requires_grad_() for n, t in x.items()}
+        o, final = gated_delta_triton(ins["q"], ins["k"], ins["v"], ins["g"], ins["beta"], chunk_size=16,
+                                      output_final_state=True, **opts)
+        (o.square().sum() + final.S.sum()).backward()
+        return [o, final.S, *(ins[n].grad for n in ("q", "k", "v", "g", "beta"))]
+
+    whole = run_all()
+    monkeypatch.setattr(grid, "MAX_GRID_ROWS", 4)
+    assert len(grid.sequence_groups([0, 5, 19, 20], 2, 16) if packed else grid.row_groups(3, 20, 2, 16)) == 3
+    for name, a, b in zip(NAMES, whole, run_all()):
+        torch.testing.assert_close(b, a, rtol=1e-6, atol=1e-6, msg=name)

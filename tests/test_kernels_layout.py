@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from kernels import RULES, fast_weight_rule
+from kernels.common import grid
 from kernels.common.config import BACKENDS, CHUNK_SIZES, FUSED_RULES, RuleConfig
 from kernels.falcon import dispatch
 from tests.rules_util import rule_inputs
@@ -78,7 +79,7 @@ def test_the_fused_kernels_take_the_chunk_sizes_and_no_other() -> None:
     """CHUNK_SIZES is what backend="triton" takes for every fused rule and what auto picks it for; falcon-2/2a's
     blocks of 16 tokens fit whole in each, and the launch slicing counts the blocks of the longest."""
     assert CHUNK_SIZES == (16, 32, 64)
-    assert all(c % 16 == 0 for c in CHUNK_SIZES) and dispatch.SLOTS_PER_CHUNK == max(CHUNK_SIZES) // 16
+    assert all(c % 16 == 0 for c in CHUNK_SIZES) and grid.SLOTS_PER_CHUNK == max(CHUNK_SIZES) // 16
     accepted = ", ".join(map(str, CHUNK_SIZES))
     for rule in FUSED_RULES:
         x = {name: t.float() for name, t in rule_inputs(rule, T=3, Dk=16, Dv=16, seed=1).items()}

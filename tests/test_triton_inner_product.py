@@ -199,11 +199,11 @@ def test_real_sizes_on_the_gpu(rule: str, dtype: torch.dtype, shape: tuple[int, 
 def test_batch_sliced_past_the_grid_limit(rule: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """A batch whose B·H passes the launch-axis limit runs in slices: the same outputs, state and gradients as
     one launch (the limit lowered to 4, the launch rows of one chunk, so that each of the three rows is a slice)."""
-    import kernels.falcon.dispatch as dispatch
+    from kernels.common import grid
 
     x = inputs(rule, B=3, T=12, H=2, D=8, seed=5)
     whole = run(x, "triton", torch.float32, rule=rule, chunk_size=16)
-    monkeypatch.setattr(dispatch, "MAX_GRID_ROWS", 4)
+    monkeypatch.setattr(grid, "MAX_GRID_ROWS", 4)
     sliced = run(x, "triton", torch.float32, rule=rule, chunk_size=16)
     for name, a, b in zip(NAMES, whole, sliced):
         torch.testing.assert_close(b, a, rtol=1e-6, atol=1e-6, msg=name)
@@ -213,7 +213,7 @@ def test_batch_sliced_past_the_grid_limit(rule: str, monkeypatch: pytest.MonkeyP
 def test_packed_sequences_sliced_past_the_grid_limit(rule: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Packed sequences past the launch-axis limit run in groups of whole sequences: the same outputs, final
     states and gradients as one launch (the limit lowered so that the four sequences make three groups)."""
-    import kernels.falcon.dispatch as dispatch
+    from kernels.common import grid
 
     bounds = [0, 5, 21, 22, 40]
     x = inputs(rule, B=1, T=40, H=2, D=8, seed=21)
@@ -221,8 +221,8 @@ def test_packed_sequences_sliced_past_the_grid_limit(rule: str, monkeypatch: pyt
     x["wS"] = torch.randn(len(bounds) - 1, 2, 8, 8, generator=torch.Generator().manual_seed(23))
     cu = torch.tensor(bounds, device=DEVICE)
     whole = run(x, "triton", torch.float32, chunk_size=16, cu_seqlens=cu, rule=rule)
-    monkeypatch.setattr(dispatch, "MAX_GRID_ROWS", 8)
-    assert dispatch._sequence_groups(bounds, 2, 16) == [(0, 2), (2, 3), (3, 4)]  # 4 launch rows a chunk
+    monkeypatch.setattr(grid, "MAX_GRID_ROWS", 8)
+    assert grid.sequence_groups(bounds, 2, 16) == [(0, 2), (2, 3), (3, 4)]  # 4 launch rows a chunk
     sliced = run(x, "triton", torch.float32, chunk_size=16, cu_seqlens=cu, rule=rule)
     for name, a, b in zip(NAMES, whole, sliced):
         torch.testing.assert_close(b, a, rtol=1e-6, atol=1e-6, msg=name)

@@ -10,11 +10,11 @@ from __future__ import annotations
 import importlib
 from typing import Callable
 
-import torch
 from torch import Tensor
 
+from kernels.common import grid
 from kernels.common.checks import fused_refusal
-from kernels.common.config import CHUNK_SIZES, RuleConfig
+from kernels.common.config import RuleConfig
 from kernels.common.state import FastWeightState
 
 Form = Callable[..., tuple[Tensor, FastWeightState]]
@@ -50,9 +50,6 @@ FORMS: dict[tuple[str, str], str] = {
 # fused forms backend="auto" does not take yet (none: falcon-3's kernels, held back until their tests passed on a GPU,
 # passed all 22 on an H200 at commit b848a3e, records/bench/kernels-2026-12-03)
 NOT_AUTO: tuple[str, ...] = ()
-MAX_GRID_ROWS = 65_535  # CUDA's limit on launch axes 1 and 2, where the fused kernels put B·H (or N·H)
-# the most launch rows one chunk takes: falcon-2a's blocks of 16 tokens in the longest chunk
-SLOTS_PER_CHUNK = max(CHUNK_SIZES) // 16
 
 
 def form(rule: str, backend: str) -> Form:
@@ -87,21 +84,18 @@ def auto_backend(q: Tensor, v: Tensor, cfg: RuleConfig, chunk_size: int, packed:
 def _fused(fn: Form, q: Tensor, k: Tensor, v: Tensor, beta: Tensor, lam: Tensor, cfg: RuleConfig,
            state: FastWeightState, fresh: bool, chunk_size: int,
            cu_seqlens: Tensor | None) -> tuple[Tensor, FastWeightState]:
-    """A fused form within the launch limits. The grids put B·H (N·H packed) and the chunk count (times up to
-    ``SLOTS_PER_CHUNK`` row blocks a chunk) on launch axes 1 and 2, which CUDA caps at 65,535: a batch or a set
-    of packed sequences past that runs in slices that fit (rows and sequences are independent), outputs and
-    final states joined; autograd sees each slice's own graph."""
+    """A fused form within CUDA's launch limits (``kernels.common.grid``): a batch or a set of packed sequences
+    past them runs in slices, outputs and final states joined."""
     B, T, H = q.shape[0], q.shape[1], q.shape[2]
     if cu_seqlens is None:
-        per_row = max(H, SLOTS_PER_CHUNK * -(-T // chunk_size))
-        if B * per_row > MAX_GRID_ROWS:
-            rows = max(1, MAX_GRID_ROWS // per_row)
-            return _joined([fn(*(t[i:i + rows] for t in (q, k, v, beta, lam)), cfg,
-                               FastWeightState(*(s[i:i + rows] for s in state)), fresh, chunk_size=chunk_size)
-                            for i in range(0, B, rows)], dim=0)
+        groups = grid.row_groups(B, T, H, chunk_size)
+        if len(groups) > 1:
+            return grid.joined([fn(*(t[i:j] for t in (q, k, v, beta, lam)), cfg,
+                                   FastWeightState(*(s[i:j] for s in state)), fresh, chunk_size=chunk_size)
+                                for i, j in groups], dim=0)
     else:
         bounds = [int(b) for b in cu_seqlens.tolist()]
-        groups = _sequence_groups(bounds, H, chunk_size)
+        groups = grid.sequence_groups(bounds, H, chunk_size)
         if len(groups) > 1:
             parts = []
             for i, j in groups:
@@ -109,25 +103,5 @@ def _fused(fn: Form, q: Tensor, k: Tensor, v: Tensor, beta: Tensor, lam: Tensor,
                 parts.append(fn(*(t[:, b:e] for t in (q, k, v, beta, lam)), cfg,
                                 FastWeightState(*(s[i:j] for s in state)), fresh, chunk_size=chunk_size,
                                 cu_seqlens=cu_seqlens[i:j + 1] - cu_seqlens[i]))
-            return _joined(parts, dim=1)
+            return grid.joined(parts, dim=1)
     return fn(q, k, v, beta, lam, cfg, state, fresh, chunk_size=chunk_size, cu_seqlens=cu_seqlens)
-
-
-def _sequence_groups(bounds: list[int], heads: int, chunk_size: int) -> list[tuple[int, int]]:
-    """Runs [i, j) of consecutive packed sequences, each within the launch-axis limits: (j − i)·H sequences
-    and its chunks' launch rows at most MAX_GRID_ROWS."""
-    groups, start, slots = [], 0, 0
-    for n, (b, e) in enumerate(zip(bounds, bounds[1:])):
-        need = SLOTS_PER_CHUNK * -(-(e - b) // chunk_size)
-        if n > start and ((n + 1 - start) * heads > MAX_GRID_ROWS or slots + need > MAX_GRID_ROWS):
-            groups.append((start, n))
-            start, slots = n, 0
-        slots += need
-    groups.append((start, len(bounds) - 1))
-    return groups
-
-
-def _joined(parts: list[tuple[Tensor, FastWeightState]], dim: int) -> tuple[Tensor, FastWeightState]:
-    """Outputs joined along ``dim`` (0: batch rows, 1: packed time), final states along their rows."""
-    outs, finals = zip(*parts)
-    return torch.cat(outs, dim), FastWeightState(*(torch.cat(f, 0) for f in zip(*finals)))

@@ -28,6 +28,7 @@ import torch.nn.functional as F
 import triton
 from torch import Tensor
 
+from kernels.common import grid
 from kernels.common import triton_helpers as helpers
 from kernels.common.config import RuleConfig
 from kernels.common.state import FastWeightState
@@ -264,6 +265,17 @@ def decayed_attention(q: Tensor, k: Tensor, v: Tensor, eta: Tensor, log_gamma: T
     if eta.shape != (B, T, H) or log_gamma.shape != (B, T, H):
         raise ValueError(f"eta and log_gamma must be [B, T, H] = {[B, T, H]}, got {list(eta.shape)} and "
                          f"{list(log_gamma.shape)}")
+    # within CUDA's launch limits: rows or packed sequences in slices that fit (kernels.common.grid)
+    bounds = None if cu_seqlens is None else [int(b) for b in cu_seqlens.tolist()]
+    groups = (grid.row_groups(B, T, H, chunk_size) if bounds is None
+              else grid.sequence_groups(bounds, H, chunk_size))
+    if len(groups) > 1:
+        if bounds is None:
+            return grid.joined([decayed_attention(*(t[i:j] for t in (q, k, v, eta, log_gamma, S0)), raw, chunk_size)
+                                for i, j in groups], dim=0)
+        return grid.joined([decayed_attention(*(t[:, bounds[i]:bounds[j]] for t in (q, k, v, eta, log_gamma)),
+                                              S0[i:j], raw, chunk_size, cu_seqlens[i:j + 1] - cu_seqlens[i])
+                            for i, j in groups], dim=1)
     if cu_seqlens is None:
         N, NT = B, triton.cdiv(T, chunk_size)
         NTT, chunk_indices, chunk_offsets = N * NT, None, None

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from torch import Tensor
 
+from kernels.common import grid
 from kernels.common.checks import (check_cu_seqlens, check_floating_on_one_device, check_qkv, check_real,
                                    check_sequence_options, check_shape, fused_refusal, start_state)
 from kernels.common.config import RuleConfig
@@ -49,6 +50,17 @@ def gated_delta_triton(q: Tensor, k: Tensor, v: Tensor, g: Tensor | None, beta: 
     bounds = None if cu_seqlens is None else check_cu_seqlens(cu_seqlens, q)
     state, fresh = start_state(q, v, initial_state, compute_dtype(q.dtype),
                                batch=None if bounds is None else len(bounds) - 1)
-    o, final = triton_regression(q * scale if scale != 1.0 else q, k, v, beta, g, cfg, state, fresh, chunk_size,
-                                 cu_seqlens)
+    q = q * scale if scale != 1.0 else q
+    # within CUDA's launch limits: rows or packed sequences in slices that fit (kernels.common.grid)
+    if bounds is None:
+        parts = [triton_regression(*(t[i:j] for t in (q, k, v, beta, g)), cfg,
+                                   FastWeightState(*(s[i:j] for s in state)), fresh, chunk_size)
+                 for i, j in grid.row_groups(B, T, H, chunk_size)]
+        o, final = grid.joined(parts, dim=0)
+    else:
+        parts = [triton_regression(*(t[:, bounds[i]:bounds[j]] for t in (q, k, v, beta, g)), cfg,
+                                   FastWeightState(*(s[i:j] for s in state)), fresh, chunk_size,
+                                   cu_seqlens[i:j + 1] - cu_seqlens[i])
+                 for i, j in grid.sequence_groups(bounds, H, chunk_size)]
+        o, final = grid.joined(parts, dim=1)
     return o, (final if output_final_state else None)
