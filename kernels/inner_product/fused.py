@@ -67,6 +67,18 @@ class _Plan(NamedTuple):
     prec: str
 
 
+def _tables(q: Tensor, cu_seqlens: Tensor | None, chunk_size: int) -> tuple:
+    """(cu_seqlens as int32, chunk_indices, chunk_offsets, N sequences, NT chunks a sequence, NTT chunks in all):
+    the rows of the batch, or the packed sequences of its one row."""
+    B, T = q.shape[:2]
+    if cu_seqlens is None:
+        NT = triton.cdiv(T, chunk_size)
+        return None, None, None, B, NT, B * NT
+    cu_seqlens = cu_seqlens.to(device=q.device, dtype=torch.int32).contiguous()
+    chunk_indices, chunk_offsets = chunk_table(cu_seqlens, chunk_size)
+    return cu_seqlens, chunk_indices, chunk_offsets, cu_seqlens.numel() - 1, 0, chunk_indices.shape[0]
+
+
 def _flags(p: _Plan) -> dict:
     return dict(SHIFTED=p.shifted, FRESH=p.fresh, PER_CHANNEL=p.per_channel, IS_VARLEN=p.cu_seqlens is not None)
 
@@ -183,13 +195,7 @@ def triton_inner_product(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, lam: Ten
     """
     B, T, H, Dk = q.shape
     Dv = v.shape[-1]
-    if cu_seqlens is None:
-        N, NT = B, triton.cdiv(T, chunk_size)
-        NTT, chunk_indices, chunk_offsets = N * NT, None, None
-    else:
-        cu_seqlens = cu_seqlens.to(device=q.device, dtype=torch.int32).contiguous()
-        chunk_indices, chunk_offsets = chunk_table(cu_seqlens, chunk_size)
-        N, NT, NTT = cu_seqlens.numel() - 1, 0, chunk_indices.shape[0]
+    cu_seqlens, chunk_indices, chunk_offsets, N, NT, NTT = _tables(q, cu_seqlens, chunk_size)
     plan = _Plan(per_channel=cfg.per_channel, shifted=cfg.shifted, fresh=fresh, raw=cfg.timing == "raw",
                  normalize=cfg.normalize, scale_ridge=cfg.scale_coupled_ridge, eps=float(cfg.eps),
                  floor=float(cfg.decay_floor), BT=chunk_size, BR=SUB if cfg.per_channel else chunk_size,
@@ -276,13 +282,7 @@ def decayed_attention(q: Tensor, k: Tensor, v: Tensor, eta: Tensor, log_gamma: T
         return grid.joined([decayed_attention(*(t[:, bounds[i]:bounds[j]] for t in (q, k, v, eta, log_gamma)),
                                               S0[i:j], raw, chunk_size, cu_seqlens[i:j + 1] - cu_seqlens[i])
                             for i, j in groups], dim=1)
-    if cu_seqlens is None:
-        N, NT = B, triton.cdiv(T, chunk_size)
-        NTT, chunk_indices, chunk_offsets = N * NT, None, None
-    else:
-        cu_seqlens = cu_seqlens.to(device=q.device, dtype=torch.int32).contiguous()
-        chunk_indices, chunk_offsets = chunk_table(cu_seqlens, chunk_size)
-        N, NT, NTT = cu_seqlens.numel() - 1, 0, chunk_indices.shape[0]
+    cu_seqlens, chunk_indices, chunk_offsets, N, NT, NTT = _tables(q, cu_seqlens, chunk_size)
     if S0.shape != (N, H, Dk, Dv):
         raise ValueError(f"S0 must be [N, H, Dk, Dv] = {[N, H, Dk, Dv]} (N the sequences), got {list(S0.shape)}")
     plan = _Plan(per_channel=False, shifted=False, fresh=False, raw=raw, normalize=False, scale_ridge=False,
