@@ -91,3 +91,16 @@ def test_the_fused_kernels_take_the_chunk_sizes_and_no_other() -> None:
                  for chunk in (8, *CHUNK_SIZES, 128)}
         fused = "chunk" if rule in dispatch.NOT_AUTO else "triton"
         assert picks == {8: "chunk", 16: fused, 32: fused, 64: fused, 128: "chunk"}, (rule, picks)
+
+
+def test_packed_sequences_go_to_rows_in_groups_of_like_lengths() -> None:
+    """Fresh packed sequences, outputs alone, laid one to a row in up to four groups sorted by length: every
+    sequence once, each group no longer than the next."""
+    from kernels.falcon.api import _length_groups
+
+    bounds = [0, 5, 21, 22, 40, 41, 90, 93, 100, 130]
+    groups = _length_groups(bounds)
+    assert sorted(n for g in groups for n in g) == list(range(len(bounds) - 1)) and len(groups) == 4
+    lengths = [[bounds[n + 1] - bounds[n] for n in g] for g in groups]
+    assert all(max(a) <= min(b) for a, b in zip(lengths, lengths[1:]))
+    assert _length_groups([0, 3, 9]) == [[0], [1]]
