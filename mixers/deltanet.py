@@ -26,6 +26,7 @@ from torch import Tensor, nn
 from kernels import fast_weight_rule, gated_delta_rule
 from kernels.delta import DELTA_BACKENDS
 from kernels.regression.gated_delta import gated_delta_triton
+from kernels.regression.gated_delta import refusal as gated_delta_refusal
 from mixers.layers import (Mixer, RMSNorm, SampleRows, ShortConv, chunk_for, dt_bias_init, full_precision,
                            l2_norm, residual_out, sample_bounds, short_conv_step)
 from mixers.options import check_bool, check_int, check_kernel_choices, check_range, head_dim_of
@@ -144,6 +145,8 @@ class DeltaNet(Mixer):
     def _rule(self, q, k, v, g, beta, backend: str, state=None, samples: Tensor | None = None):
         scale = 1.0 / math.sqrt(self.dk)
         fused = backend == "triton" or (backend == "auto" and q.is_cuda and q.dtype != torch.float64)
+        if g is not None and backend == "auto" and fused:  # auto takes the kernels where they take the inputs
+            fused = gated_delta_refusal(q, v, beta, self.opts.chunk_size) is None
         if fused and g is not None:  # the gated rule on falcon-1's kernels, the inputs in their own dtype
             opts = dict(scale=scale, alignment=self.opts.alignment, timing=self.opts.timing,
                         chunk_size=self.opts.chunk_size)

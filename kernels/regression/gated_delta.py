@@ -24,6 +24,17 @@ from kernels.common.state import FastWeightState
 from kernels.regression.fused import triton_regression
 
 
+def config(alignment: str, timing: str) -> RuleConfig:
+    """The kernels' configuration of the gated delta rule."""
+    return RuleConfig(rule="falcon-1", alignment=alignment, timing=timing, normalize=False, gated_delta=True)
+
+
+def refusal(q: Tensor, v: Tensor, beta: Tensor, chunk_size: int, packed: bool = False) -> str | None:
+    """Why the kernels cannot take these inputs, or None (``kernels.common.checks.fused_refusal``): what
+    ``backend="auto"`` asks before it takes them."""
+    return fused_refusal(q, v, config("same_time", "raw"), chunk_size, packed, beta, beta)
+
+
 @autocast_off
 def gated_delta_triton(q: Tensor, k: Tensor, v: Tensor, g: Tensor | None, beta: Tensor, *, scale: float = 1.0,
                        alignment: str = "same_time", timing: str = "raw", chunk_size: int = 64,
@@ -43,10 +54,10 @@ def gated_delta_triton(q: Tensor, k: Tensor, v: Tensor, g: Tensor | None, beta: 
         g = beta.new_zeros(beta.shape)
     check_shape("g", g, (B, T, H), "[B, T, H]")
     check_floating_on_one_device(q=q, k=k, v=v, g=g, beta=beta)
-    cfg = RuleConfig(rule="falcon-1", alignment=alignment, timing=timing, normalize=False, gated_delta=True)
-    refusal = fused_refusal(q, v, cfg, chunk_size, cu_seqlens is not None, beta, g)
-    if refusal:
-        raise ValueError(refusal)
+    cfg = config(alignment, timing)
+    why = fused_refusal(q, v, cfg, chunk_size, cu_seqlens is not None, beta, g)
+    if why:
+        raise ValueError(why)
     bounds = None if cu_seqlens is None else check_cu_seqlens(cu_seqlens, q)
     state, fresh = start_state(q, v, initial_state, compute_dtype(q.dtype),
                                batch=None if bounds is None else len(bounds) - 1)
