@@ -1,7 +1,10 @@
 """Training loss by step of the same-time table's rows (the median over a row's seeds of the loss averaged over 10
 logged steps), with RetNet's run with RoPE (`retnet-rope/`; the table's RetNet row goes without it), and
 the widest width the curriculum trains at each step: the rows that fit (loss falling under 0.01 while the widths
-grow) against the ones that do not (Mamba-2 and RetNet with RoPE, whose loss climbs with the widths).
+grow) against the ones that do not (RetNet with RoPE, and Mamba-2's seed 0, whose loss climbs with the widths).
+Mamba-2's seeds part (one fits widths 1-32, one does not), so they are drawn one by one, as is every row in SPLIT:
+a median of two runs that part is a curve neither followed. A run is dashed when its best val. acc. 1-32 is
+under 99 (`progress.csv`).
 
     python records/addition/same-time/losses.py   # writes losses.png beside it
 """
@@ -25,21 +28,29 @@ STYLE = {  # row: (label, colour, line)
     "falcon-1.3": ("Falcon-1.3", "C4", "-"), "falcon-3": ("Falcon-3", "C7", "-"),
     "falcon-2": ("Falcon-2", "C8", "-"), "falcon-2a": ("Falcon-2A", "navy", "-"),
     "deltanet": ("DeltaNet", "C1", "-"), "gated-deltanet": ("Gated DeltaNet", "C5", "-"),
-    "mamba2": ("Mamba-2", "C3", "--"), "retnet-rope": ("RetNet (RoPE)", "C6", "--"),
+    "mamba2": ("Mamba-2", "C3", "-"), "retnet-rope": ("RetNet (RoPE)", "C6", "--"),
     "retnet": ("RetNet (NoPE)", "C6", "-"),
 }
 
 folders = {json.loads((f / "run.json").read_text())["id"]: f
            for src in SOURCES if src.is_dir() for f in src.iterdir() if (f / "run.json").is_file()}
-plan = pd.read_csv(HERE / "progress.csv")[["row", "seed", "run_id"]].drop_duplicates()
-chosen = [(r.row, r.run_id) for r in plan.itertuples()]
-chosen += [("retnet-rope", "df880929c1")]
+SPLIT = {"mamba2"}  # rows whose seeds part: drawn one by one
+progress = pd.read_csv(HERE / "progress.csv")
+best = progress.groupby("run_id")["val_acc"].max()
+plan = progress[["row", "seed", "run_id"]].drop_duplicates()
+chosen = [(r.row, r.seed, r.run_id) for r in plan.itertuples()]
+chosen += [("retnet-rope", 0, "df880929c1")]
 curves: dict[str, list[pd.Series]] = {}
-for row, run_id in chosen:
+singles: list[tuple[str, int, str, pd.Series]] = []
+for row, seed, run_id in chosen:
     if row not in STYLE or run_id not in folders:
         continue
     m = pd.read_csv(folders[run_id] / "metrics.csv").dropna(subset=["loss"]).drop_duplicates("step", keep="last")
-    curves.setdefault(row, []).append(m.set_index("step")["loss"].rolling(10, min_periods=1).mean())
+    loss = m.set_index("step")["loss"].rolling(10, min_periods=1).mean()
+    if row in SPLIT:
+        singles.append((row, seed, run_id, loss))
+    else:
+        curves.setdefault(row, []).append(loss)
 
 fig, ax = plt.subplots(figsize=(9, 5.2), constrained_layout=True)
 for row, (label, colour, line) in STYLE.items():
@@ -49,6 +60,11 @@ for row, (label, colour, line) in STYLE.items():
     n = len(curves[row])
     ax.plot(median.index, median.values, color=colour, ls=line, lw=1.6,
             label=f"{label}, {n} seed{'s' if n > 1 else ''}")
+for row, seed, run_id, loss in singles:
+    label, colour, _ = STYLE[row]
+    fits = best.get(run_id, 0.0) >= 99.0
+    ax.plot(loss.index, loss.values, color=colour, ls="-" if fits else "--", lw=1.6 if fits else 1.3,
+            alpha=1.0 if fits else 0.8, label=f"{label}, seed {seed} ({best.get(run_id, 0.0):.1f} on 1-32)")
 ax.set_yscale("log")
 ax.set_ylim(1e-4, 4)
 ax.set_xlabel("training step")
@@ -60,7 +76,7 @@ width.set_ylim(0, 34)
 width.set_ylabel("widest trained width (grey dashes)", color="0.45")
 width.tick_params(colors="0.45")
 ax.legend(fontsize=8, loc="lower left", ncol=2)
-fig.suptitle("same-time: training loss by step (mean of 10 logged steps); dashed: the rows that do not fit",
+fig.suptitle("same-time: training loss by step (mean of 10 logged steps); dashed: the runs that do not fit widths 1-32",
              fontsize=11)
 fig.savefig(HERE / "losses.png", dpi=120)
-print(f"{len(chosen)} runs, {sum(len(c) for c in curves.values())} drawn: {HERE / 'losses.png'}")
+print(f"{len(chosen)} runs, {sum(len(c) for c in curves.values()) + len(singles)} drawn: {HERE / 'losses.png'}")
