@@ -7,6 +7,8 @@ these (``kernels.falcon.dispatch`` for the Falcon rules; the gated delta rule an
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 from torch import Tensor
 
@@ -26,9 +28,18 @@ def row_groups(B: int, T: int, H: int, chunk_size: int) -> list[tuple[int, int]]
     return [(i, min(i + rows, B)) for i in range(0, B, rows)]
 
 
-def sequence_groups(bounds: list[int], heads: int, chunk_size: int) -> list[tuple[int, int]]:
+def sequence_groups(bounds: Sequence[int] | Tensor, heads: int, chunk_size: int) -> list[tuple[int, int]]:
     """Runs [i, j) of consecutive packed sequences, each within the limits: (j − i)·H sequences and its chunks'
-    launch rows at most MAX_GRID_ROWS."""
+    launch rows at most MAX_GRID_ROWS. ``bounds``: the N + 1 offsets, a list or ``cu_seqlens`` itself; the common
+    case, every sequence within the limits at once, is read from the tensor in one reduction (one host sync, no
+    loop over the sequences in Python)."""
+    if isinstance(bounds, Tensor):
+        n = bounds.numel() - 1
+        if n * heads <= MAX_GRID_ROWS:
+            lengths = (bounds[1:] - bounds[:-1]).long()
+            if SLOTS_PER_CHUNK * int(((lengths + chunk_size - 1) // chunk_size).sum()) <= MAX_GRID_ROWS:
+                return [(0, n)]
+        bounds = [int(b) for b in bounds.tolist()]
     groups, start, slots = [], 0, 0
     for n, (b, e) in enumerate(zip(bounds, bounds[1:])):
         need = SLOTS_PER_CHUNK * -(-(e - b) // chunk_size)

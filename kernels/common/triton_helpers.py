@@ -42,7 +42,8 @@ def chunk_table(cu_seqlens: Tensor, chunk_size: int) -> tuple[Tensor, Tensor]:
     chunk_offsets = torch.zeros(n_chunks.numel() + 1, dtype=torch.long, device=cu_seqlens.device)
     chunk_offsets[1:] = torch.cumsum(n_chunks, 0)
     total = int(chunk_offsets[-1])
-    seq = torch.repeat_interleave(torch.arange(n_chunks.numel(), device=cu_seqlens.device), n_chunks)
+    seq = torch.repeat_interleave(torch.arange(n_chunks.numel(), device=cu_seqlens.device), n_chunks,
+                                  output_size=total)  # the one host sync is `total`'s
     within = torch.arange(total, device=cu_seqlens.device) - chunk_offsets[seq]
     return torch.stack([seq, within], 1).to(torch.int32).contiguous(), chunk_offsets.to(torch.int32)
 

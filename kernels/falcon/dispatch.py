@@ -94,9 +94,9 @@ def _fused(fn: Form, q: Tensor, k: Tensor, v: Tensor, beta: Tensor, lam: Tensor,
                                    FastWeightState(*(s[i:j] for s in state)), fresh, chunk_size=chunk_size)
                                 for i, j in groups], dim=0)
     else:
-        bounds = [int(b) for b in cu_seqlens.tolist()]
-        groups = grid.sequence_groups(bounds, H, chunk_size)
+        groups = grid.sequence_groups(cu_seqlens, H, chunk_size)
         if len(groups) > 1:
+            bounds = [int(b) for b in cu_seqlens.tolist()]
             parts = []
             for i, j in groups:
                 b, e = bounds[i], bounds[j]

@@ -246,7 +246,7 @@ def _chunk_prefix(log_gamma: Tensor, plan: _Plan) -> Tensor:
     # sum in float64 (so the differences keep float32's precision), less its value before each chunk's first token
     bounds = plan.cu_seqlens.long()
     lengths = bounds[1:] - bounds[:-1]
-    starts = torch.repeat_interleave(bounds[:-1], lengths)
+    starts = torch.repeat_interleave(bounds[:-1], lengths, output_size=T)  # output_size: no host sync
     t = torch.arange(T, device=log_gamma.device)
     first = starts + (t - starts) // plan.BT * plan.BT
     run = log_gamma.double().cumsum(1)
@@ -272,13 +272,13 @@ def decayed_attention(q: Tensor, k: Tensor, v: Tensor, eta: Tensor, log_gamma: T
         raise ValueError(f"eta and log_gamma must be [B, T, H] = {[B, T, H]}, got {list(eta.shape)} and "
                          f"{list(log_gamma.shape)}")
     # within CUDA's launch limits: rows or packed sequences in slices that fit (kernels.common.grid)
-    bounds = None if cu_seqlens is None else [int(b) for b in cu_seqlens.tolist()]
-    groups = (grid.row_groups(B, T, H, chunk_size) if bounds is None
-              else grid.sequence_groups(bounds, H, chunk_size))
+    groups = (grid.row_groups(B, T, H, chunk_size) if cu_seqlens is None
+              else grid.sequence_groups(cu_seqlens, H, chunk_size))
     if len(groups) > 1:
-        if bounds is None:
+        if cu_seqlens is None:
             return grid.joined([decayed_attention(*(t[i:j] for t in (q, k, v, eta, log_gamma, S0)), raw, chunk_size)
                                 for i, j in groups], dim=0)
+        bounds = [int(b) for b in cu_seqlens.tolist()]
         return grid.joined([decayed_attention(*(t[:, bounds[i]:bounds[j]] for t in (q, k, v, eta, log_gamma)),
                                               S0[i:j], raw, chunk_size, cu_seqlens[i:j + 1] - cu_seqlens[i])
                             for i, j in groups], dim=1)

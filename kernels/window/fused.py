@@ -106,7 +106,7 @@ def triton_falcon3a_packed(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, lam: T
     T, W = q.shape[1], cfg.span
     bounds = cu_seqlens.to(q.device).long()
     lengths = bounds[1:] - bounds[:-1]
-    place = torch.arange(T, device=q.device) - torch.repeat_interleave(bounds[:-1], lengths)
+    place = torch.arange(T, device=q.device) - torch.repeat_interleave(bounds[:-1], lengths, output_size=T)
     place = place[None, :, None]  # [1, T, 1]: broadcast over heads
     k32 = k.to(f32)
     if cfg.shifted:  # x_t = k_{t−1} within a sequence; its first token writes no pair
