@@ -85,15 +85,23 @@ def decayed_over_samples(q: Tensor, k: Tensor, v: Tensor, g: Tensor, samples: Te
     of B·L tokens (``cu_seqlens``: no padding); on the other forms they are laid one to a row, padded at their
     ends. Returns o ``[B, L, H, Dv]`` in q's dtype."""
     if takes_kernels(q, v, backend, chunk_size):
-        bounds = sample_bounds(samples)
-        chunk = chunk_for(int((bounds[1:] - bounds[:-1]).max()), chunk_size)  # as the padded rows took
-        flat = (t.flatten(0, 1)[None] for t in (q, k, v, g))
-        return _fused(*flat, scale, alignment, timing, chunk, bounds)[0].unflatten(0, samples.shape)
+        return _fused_over_samples(q, k, v, g, samples, scale, alignment, timing, chunk_size)
     rows = SampleRows(samples)
     o, _ = decayed_linear_attention(*(rows.apart(t) for t in (q, k, v, g)), scale=scale, alignment=alignment,
                                     timing=timing, backend="chunk" if backend in ("auto", "triton") else backend,
                                     chunk_size=rows.chunk(chunk_size))
     return rows.back(o)
+
+
+@torch.compiler.disable
+def _fused_over_samples(q: Tensor, k: Tensor, v: Tensor, g: Tensor, samples: Tensor, scale: float, alignment: str,
+                        timing: str, chunk_size: int) -> Tensor:
+    """The samples of packed rows as the packed sequences of one row of B·L tokens on the kernels, chunked as their
+    padded rows would be; its host syncs (the samples' bounds, the longest) stay outside torch.compile's graph."""
+    bounds = sample_bounds(samples)
+    chunk = chunk_for(int((bounds[1:] - bounds[:-1]).max()), chunk_size)  # as the padded rows took
+    flat = (t.flatten(0, 1)[None] for t in (q, k, v, g))
+    return _fused(*flat, scale, alignment, timing, chunk, bounds)[0].unflatten(0, samples.shape)
 
 
 @torch.compiler.disable

@@ -128,17 +128,39 @@ def sample_bounds(samples: Tensor) -> Tensor:
     return torch.cat([starts, starts.new_full((1,), samples.numel())])
 
 
+def sample_places(samples: Tensor) -> Tensor:
+    """``[B·L]``: each token's place in its sample (0 at its first token), from static-shape operations only (no
+    host sync, nothing for torch.compile to break on)."""
+    first = sample_starts(samples)
+    index = torch.arange(first.numel(), device=samples.device)
+    return index - torch.where(first, index, torch.zeros_like(index)).cummax(0).values
+
+
+def padded_length(longest: int) -> int:
+    """The length the samples' rows are padded to: the chunked forms' own padding at chunks of up to 64
+    (``chunk_for``: 16, 32 or 64 tokens, or whole chunks of 64 past that), so that a compiled model sees a few
+    row lengths over a curriculum rather than one for every longest sample."""
+    return max(16, 1 << (longest - 1).bit_length()) if longest <= 64 else -(-longest // 64) * 64
+
+
+@torch.compiler.disable
+def _extent(which: Tensor, at: Tensor) -> tuple[int, int]:
+    """(samples, padded row length): the one host sync of ``SampleRows``, outside torch.compile's graph, its row
+    length bucketed (``padded_length``) so that the graph after it recompiles for a few lengths only."""
+    return int(which[-1]) + 1, padded_length(int(at.max()) + 1)
+
+
 class SampleRows:
     """The samples of packed rows (``samples [B, L]``) laid one to a row, padded at their ends: ``apart(t)`` takes
     ``t [B, L, ...]`` to ``[N, longest, ...]`` (zeros after each sample's last token, which a causal map's outputs
-    cannot see) and ``back(t)`` takes such rows back to ``[B, L, ...]``."""
+    cannot see; ``longest`` the longest sample's length padded as the chunked forms pad it, ``padded_length``) and
+    ``back(t)`` takes such rows back to ``[B, L, ...]``."""
 
     def __init__(self, samples: Tensor) -> None:
-        first = sample_starts(samples)
-        self.which = first.cumsum(0) - 1  # the sample of every token, counted over the whole batch
-        starts = first.nonzero().flatten()
-        self.at = torch.arange(first.numel(), device=samples.device) - starts[self.which]  # its place in it
-        self.count, self.longest, self.shape = starts.numel(), int(self.at.max()) + 1, samples.shape
+        self.which = sample_starts(samples).cumsum(0) - 1  # the sample of every token, counted over the whole batch
+        self.at = sample_places(samples)  # its place in it
+        self.shape = samples.shape
+        self.count, self.longest = _extent(self.which, self.at)
 
     def apart(self, t: Tensor) -> Tensor:
         rows = t.new_zeros(self.count, self.longest, *t.shape[2:])
@@ -153,7 +175,7 @@ class SampleRows:
         return self.at.view(self.shape)
 
     def chunk(self, size: int) -> int:
-        """A chunk size for a chunked form over these rows (``chunk_for`` the longest sample)."""
+        """A chunk size for a chunked form over these rows (``chunk_for`` their padded length)."""
         return chunk_for(self.longest, size)
 
 

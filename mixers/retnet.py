@@ -21,7 +21,7 @@ from torch import Tensor, nn
 
 from mixers.decayed import BACKENDS as DECAYED_BACKENDS
 from mixers.decayed import decayed_linear_attention, decayed_over_samples
-from mixers.layers import Mixer, SampleRows, full_precision, residual_out, rms_norm, rotary
+from mixers.layers import Mixer, full_precision, residual_out, rms_norm, rotary, sample_places
 from mixers.options import check_bool, check_int, check_kernel_choices, check_range, head_dim_of
 
 
@@ -103,7 +103,7 @@ class Retention(Mixer):
             q, k, v, g = self._qkv(x, torch.arange(x.shape[1], device=x.device))
             o, _ = self._retain(q, k, v, g, self.opts.backend)
             return self._output(o, x)
-        q, k, v, g = self._qkv(x, SampleRows(samples).places())
+        q, k, v, g = self._qkv(x, sample_places(samples).view(samples.shape))
         with full_precision(q):
             o = decayed_over_samples(q, k, v, g, samples, scale=1.0 / math.sqrt(self.dk),
                                      alignment=self.opts.alignment, timing=self.opts.timing,

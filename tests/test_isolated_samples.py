@@ -250,19 +250,50 @@ def test_a_recurrent_mixer_over_packed_samples_gives_the_loss_of_its_samples_apa
 
 
 def test_sample_rows_lay_each_sample_on_a_row_and_fit_the_chunk_to_the_longest() -> None:
-    from mixers.layers import SampleRows, sample_bounds
+    from mixers.layers import SampleRows, padded_length, sample_bounds
 
     samples = torch.tensor([[0, 0, 0, 1, 1], [0, 1, 1, 1, 1]])
     rows = SampleRows(samples)
     x = torch.arange(10.0).view(2, 5, 1)
     apart = rows.apart(x)
-    assert apart[..., 0].tolist() == [[0, 1, 2, 0], [3, 4, 0, 0], [5, 0, 0, 0], [6, 7, 8, 9]]
+    assert apart.shape == (4, 16, 1)  # 4 tokens at most, padded as the chunked forms pad them
+    assert apart[:, :4, 0].tolist() == [[0, 1, 2, 0], [3, 4, 0, 0], [5, 0, 0, 0], [6, 7, 8, 9]]
+    assert not apart[:, 4:].any()
     assert torch.equal(rows.back(apart), x)
     assert rows.places().tolist() == [[0, 1, 2, 0, 1], [0, 0, 1, 2, 3]]
     assert sample_bounds(samples).tolist() == [0, 3, 5, 6, 10]
-    assert (rows.chunk(64), rows.chunk(8)) == (16, 8)  # 4 tokens at most: the smallest chunk from 16
+    assert (rows.chunk(64), rows.chunk(8)) == (16, 8)  # the smallest chunk from 16
     long = SampleRows(torch.zeros(1, 100, dtype=torch.long))
-    assert (long.chunk(64), long.chunk(256)) == (64, 128)
+    assert long.longest == 128 and (long.chunk(64), long.chunk(256)) == (64, 128)
+    assert [padded_length(n) for n in (1, 16, 17, 33, 64, 65, 129, 192, 193)] == [16, 16, 32, 64, 64, 128, 192, 192,
+                                                                                   256]
+
+
+def test_a_compiled_mixer_over_samples_apart_recompiles_for_a_few_row_lengths_only() -> None:
+    """Under torch.compile the samples' row length is a guarded constant: padded as the chunked forms pad it
+    (``padded_length``), a curriculum whose longest sample grows token by token compiles once per bucket, where
+    the longest itself would recompile at every step until Dynamo's limit (8) left the forms eager."""
+    import torch._dynamo
+
+    from mixers.registry import build_mixer
+
+    torch.manual_seed(0)
+    mixer = build_mixer("mamba2", 32, 2, d_state=16)  # on a CPU: the chunk form over the samples' rows
+    graphs = []
+
+    def count(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    torch._dynamo.reset()
+    compiled = torch.compile(mixer, backend=count)
+    for longest in range(17, 31, 2):  # seven longest samples, one bucket (32 tokens)
+        ids = [0] * longest + [1 + i // 8 for i in range(48 - longest)]  # then samples of 8 tokens at most
+        compiled(torch.randn(2, 48, 32), samples=torch.tensor([ids, ids])).sum().backward()
+        if longest == 17:
+            first = len(graphs)
+    torch._dynamo.reset()
+    assert len(graphs) <= first + 1  # one recompile, where the number of samples changes and turns dynamic
 
 
 @pytest.mark.parametrize("mixer, options", [("retnet", {}), ("mamba2", {"d_state": 16})])
