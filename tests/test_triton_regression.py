@@ -153,12 +153,12 @@ def test_regimes(rule, regime):
         draw_opts, opts = dict(beta=(0.05, 0.6), lam=(0.0, 4.0)), dict(normalize=False)
     else:
         opts = dict(eps=0.0)
-    check(rule, T=21, seed=11, draw_opts=draw_opts, **opts)
+    check(rule, T=21, B=1, seed=11, draw_opts=draw_opts, **opts)  # batch rows: test_matches_oracle_continuing
 
 
 def test_clamp_regime_binds():
     """The clamp case above does reach η λ > 1 − ε_γ."""
-    _, k, _, beta, lam = draw("falcon-1", 2, 21, 2, 11, beta=(1.0, 1.9), lam=(5.0, 60.0))
+    _, k, _, beta, lam = draw("falcon-1", 1, 21, 2, 11, beta=(1.0, 1.9), lam=(5.0, 60.0))
     energy = (k[:, :-1] ** 2).sum(-1)
     eta = beta[:, 1:] / (energy + lam[:, 1:] + 1e-6)
     assert ((eta * lam[:, 1:]) > 1 - 1e-3).any()
