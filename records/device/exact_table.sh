@@ -76,6 +76,9 @@ for pid in $BPIDS; do wait $pid; done
 echo "campaign stopped at $(( $(date +%s) - t0 )) s"
 kill $snapper 2>/dev/null; wait $snapper 2>/dev/null
 pack
+# a compiled run past Dynamo's recompile limit runs part of its step eagerly (records/addition/same-time, calls 13-15)
+hit=$(find results/runs -name train.log -newer $W/gpu.txt -exec grep -l "recompile_limit" {} + 2>/dev/null | tr '\n' ' ')
+[ -n "$hit" ] && echo "recompile limit hit in: $hit"
 for f in $W/console_$stamp.log $W/beside_*_$stamp.log; do
   [ -f $f ] && { echo "== $(basename $f)"; grep -v "^step\|Warning\|warn" $f | tail -n 12; }
 done
