@@ -134,8 +134,22 @@ def test_the_heat_maps_read_a_compacted_positions_csv(records: Path, tmp_path: P
     (run / "positions.csv.gz").write_bytes(gzip.compress((run / "positions.csv").read_bytes()))
     (run / "positions.csv").unlink()
     results = tmp_path / "results"
-    code, out = invoke("report", "all", "--records", str(records), "--results", str(results))
+    code, out = invoke("report", "all", "--records", str(records), "--results", str(results), "--section", "widths")
     assert code == 0, out
     text = (results / "REPORT.md").read_text(encoding="utf-8")
     assert "report/addition/tiny/positions/positions.png" in text
     assert (results / "report/addition/tiny/positions/positions.png").is_file()
+
+
+def test_sections_named_are_the_sections_written_in_their_order(records: Path, tmp_path: Path) -> None:
+    results = tmp_path / "results"
+    code, out = invoke("report", "all", "--records", str(records), "--results", str(results),
+                       "--section", "kernels", "--section", "addition")
+    assert code == 0, out
+    text = (results / "REPORT.md").read_text(encoding="utf-8")
+    headings = re.findall(r"^## (\d)\.", text, flags=re.M)
+    assert headings == ["1", "5"], headings
+    assert "Sections drawn: addition, kernels (of addition, ablation, widths, sweeps, kernels)." in text
+    assert sorted(p.relative_to(results).as_posix() for p in results.rglob("*.png")) == ["report/kernels.png"]
+    code, out = invoke("report", "all", "--records", str(records), "--results", str(results), "--section", "tables")
+    assert code == 2 and "unknown report section(s) tables; the sections are addition, ablation, widths" in out

@@ -17,7 +17,7 @@ SHOWN = ("id", "task", "mixer", "preset", "status", "steps", "final_loss", "fina
 @app.callback(invoke_without_command=True)
 def _default(ctx: typer.Context) -> None:
     if ctx.invoked_subcommand is None:
-        report_all(records=None, results=None, positions=True)
+        report_all(records=None, results=None, positions=True, section=None)
 
 
 @app.command("all")
@@ -29,17 +29,20 @@ def report_all(
         callback=writable_out)] = None,
     positions: Annotated[bool, typer.Option(
         help="Draw the per-position heat map of every run that kept a positions.csv (the longest part).")] = True,
+    section: Annotated[list[str] | None, typer.Option(
+        help="Only this section (repeatable): addition, ablation, widths, sweeps, kernels; default every one.")] = None,
 ) -> None:
     """REPORT.md from the records, in one command: Table 3 beside the paper and the other addition regimes,
     the alignment ablation, accuracy by width (curves and per-position heat maps), the sweeps' findings and
     the kernels beside fla; each section with the command, commit, GPU and date that made it. The figures
     are drawn from the records' CSV files into report/ beside REPORT.md; nothing is written into records/."""
     from lab.paths import records_root, results_root
-    from lab.report.build import write_report
+    from lab.report.build import SECTIONS, write_report
 
     try:
         out = write_report(records if records is not None else records_root(),
-                           results if results is not None else results_root(), positions=positions)
+                           results if results is not None else results_root(), positions=positions,
+                           sections=tuple(section) if section else SECTIONS)
     except ValueError as err:
         typer.echo(f"lab report: {err}", err=True)
         raise typer.Exit(code=2) from None

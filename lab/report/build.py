@@ -19,6 +19,7 @@ from lab.report import provenance as prov
 from lab.report.tables import ablation_table, addition_table, best_of, kernels_table, markdown_table
 
 FIGURES = "report"
+SECTIONS = ("addition", "ablation", "widths", "sweeps", "kernels")  # REPORT.md's sections, in order
 
 
 @dataclass
@@ -265,11 +266,16 @@ def section_kernels(b: Builder) -> list[str]:
 
 
 def write_report(records: Path, results: Path, positions: bool = True, commit: str | None = None,
-                 date: str | None = None) -> Report:
-    """Write `<results>/REPORT.md` and its figures from `records`; return what was written."""
+                 date: str | None = None, sections: tuple[str, ...] = SECTIONS) -> Report:
+    """Write `<results>/REPORT.md` and its figures from `records`, the `sections` named (`SECTIONS`, kept in
+    their order); return what was written."""
     from lab.paths import inside_records
     from lab.runs import atomic_write_text, git_state, now
 
+    unknown = sorted(set(sections) - set(SECTIONS))
+    if unknown or not sections:
+        raise ValueError(f"unknown report section(s) {', '.join(unknown) or '(none given)'}; "
+                         f"the sections are {', '.join(SECTIONS)}")
     if inside_records(results) or _inside(results, records):
         raise ValueError(f"{results} lies in the records ({records}); the report is written under the results "
                          f"folder, never into the records")
@@ -282,15 +288,20 @@ def write_report(records: Path, results: Path, positions: bool = True, commit: s
              f"{commit or state['commit'] or prov.NOT_RECORDED}. Each section names the command, commit, GPU and date "
              "of the records it reads, as they state them (\"not recorded\" where they do not). The numbers are the "
              "records' own; the figures are drawn from the records' CSV files into `report/` beside this file.", "",
-             markdown_table(["Section", "Reads"], [
+             markdown_table(["Section", "Reads"], [row for name, row in zip(SECTIONS, [
                  ["1. Addition: Table 3 beside the paper", f"`{b.shown(records / 'addition')}`"],
                  ["2. Alignment ablation", f"`{b.shown(records / 'ablation')}`"],
                  ["3. Accuracy by width", f"`{b.shown(records / 'addition')}`"],
                  ["4. Sweeps", f"`{b.shown(records / 'sweeps')}`"],
-                 ["5. Kernels beside fla", f"`{b.shown(records / 'bench')}`"]]), ""]
-    for section in (section_addition(b), section_ablation(b), section_widths(b, positions), section_sweeps(b),
-                    section_kernels(b)):
-        lines += section
+                 ["5. Kernels beside fla", f"`{b.shown(records / 'bench')}`"]]) if name in sections]), ""]
+    if set(sections) != set(SECTIONS):
+        lines += [f"Sections drawn: {', '.join(n for n in SECTIONS if n in sections)} (of {', '.join(SECTIONS)}).", ""]
+    build = {"addition": lambda: section_addition(b), "ablation": lambda: section_ablation(b),
+             "widths": lambda: section_widths(b, positions), "sweeps": lambda: section_sweeps(b),
+             "kernels": lambda: section_kernels(b)}
+    for name in SECTIONS:
+        if name in sections:
+            lines += build[name]()
     if b.report.skipped:
         lines += ["## Not drawn", "", *(f"- `{name}`: {why}" for name, why in b.report.skipped.items()), ""]
     atomic_write_text(b.report.path, "\n".join(lines).rstrip() + "\n")
