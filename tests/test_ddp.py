@@ -15,6 +15,7 @@ from lightning.pytorch.callbacks import Callback
 from lab.config import dump_yaml, load_config
 from lab.train import run_training
 from lab.train.callbacks import read_metrics
+from tests.xdist_util import built_once
 
 ROOT = Path(__file__).resolve().parents[1]
 STEPS = 4
@@ -83,22 +84,24 @@ Probe = namespace["Probe"]
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict:
     """The same configuration (global batch 8) trained by 2 ranks of 4 rows and by 1 process of 8."""
-    root = tmp_path_factory.mktemp("ddp")
     cfg = load_config("tiny", overrides=[f"train.max_steps={STEPS}", "train.batch_size=8", "train.log_every=1",
                                          f"train.ckpt_every={STEPS}", f"train.val_every={STEPS}",
                                          "optim.warmup_steps=1", "data.widths=1,8"])
-    config, script = root / "config.yaml", root / "ddp_run.py"
-    config.write_text(dump_yaml(cfg))
-    script.write_text(textwrap.dedent(DDP_RUN).format(probe=textwrap.dedent(PROBE)))
-    (root / "ddp").mkdir()
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     for key in ("MASTER_PORT", "MASTER_ADDR", "WORLD_SIZE", "LOCAL_RANK", "NODE_RANK", "RANK"):
         env.pop(key, None)
-    proc = subprocess.run([sys.executable, str(script), str(config), str(root / "ddp" / "run"), str(root / "ddp")],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    single = Probe(str(root))
-    run_training(cfg, out=root / "single" / "run", results=root / "single", progress=False, callbacks=[single])
+    with built_once(tmp_path_factory, "ddp") as (root, build):  # once for the session's workers
+        if build:
+            config, script = root / "config.yaml", root / "ddp_run.py"
+            config.write_text(dump_yaml(cfg))
+            script.write_text(textwrap.dedent(DDP_RUN).format(probe=textwrap.dedent(PROBE)))
+            (root / "ddp").mkdir()
+            proc = subprocess.run([sys.executable, str(script), str(config), str(root / "ddp" / "run"),
+                                   str(root / "ddp")], cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
+            assert proc.returncode == 0, proc.stderr[-3000:]
+            single = Probe(str(root))
+            run_training(cfg, out=root / "single" / "run", results=root / "single", progress=False,
+                         callbacks=[single])
     return {
         "root": root,
         "cfg": cfg,

@@ -3,6 +3,7 @@ in their own run folders, workers sharing one study (journal file, and PostgreSQ
 LAB_TEST_POSTGRES_URL is set), a killed worker's trial failed and the budget completed by a rerun, and
 the report with a best configuration that `lab train --config` reads."""
 
+import json
 import math
 import os
 import signal
@@ -11,6 +12,7 @@ import sys
 import time
 import uuid
 from pathlib import Path
+from types import SimpleNamespace
 
 import optuna
 import pytest
@@ -19,6 +21,7 @@ from typer.testing import CliRunner
 from lab.cli import app
 from lab.config import load_config
 from lab.sweep.storage import open_storage, worker_alive
+from tests.xdist_util import built_once
 
 POSTGRES = os.environ.get("LAB_TEST_POSTGRES_URL")
 REPO = Path(__file__).resolve().parents[1]
@@ -64,10 +67,14 @@ def one_thread_per_worker():
 
 @pytest.fixture(scope="module")
 def three_trials(tmp_path_factory: pytest.TempPathFactory):
-    folder = tmp_path_factory.mktemp("sweep")
-    space = tiny_space(folder)
-    done = sweep("run", str(space), "--trials", "3", "--results", str(folder / "results"), "--seed", "3")
-    return folder, done
+    """A three-trial sweep and what `lab sweep run` said, made once for the session's workers."""
+    with built_once(tmp_path_factory, "sweep") as (folder, build):
+        if build:
+            space = tiny_space(folder)
+            done = sweep("run", str(space), "--trials", "3", "--results", str(folder / "results"), "--seed", "3")
+            (folder / "done.json").write_text(json.dumps(
+                {"exit_code": done.exit_code, "output": done.output, "stdout": done.stdout}))
+    return folder, SimpleNamespace(**json.loads((folder / "done.json").read_text()))
 
 
 def test_a_three_trial_sweep_trains_each_trial_in_its_own_run_folder(three_trials) -> None:
