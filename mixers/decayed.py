@@ -22,6 +22,7 @@ import torch
 from torch import Tensor
 
 from kernels import linear_attention
+from kernels.common import packed
 from kernels.common.checks import interpreting
 from kernels.common.config import CHUNK_SIZES, FUSED_MAX_HEAD_DIM
 from kernels.common.state import FastWeightState
@@ -99,7 +100,7 @@ def _fused_over_samples(q: Tensor, k: Tensor, v: Tensor, g: Tensor, samples: Ten
     """The samples of packed rows as the packed sequences of one row of B·L tokens on the kernels, chunked as their
     padded rows would be; its host syncs (the samples' bounds, the longest) stay outside torch.compile's graph."""
     bounds = sample_bounds(samples)
-    chunk = chunk_for(int((bounds[1:] - bounds[:-1]).max()), chunk_size)  # as the padded rows took
+    chunk = chunk_for(packed.longest(bounds), chunk_size)  # as the padded rows took
     flat = (t.flatten(0, 1)[None] for t in (q, k, v, g))
     return _fused(*flat, scale, alignment, timing, chunk, bounds)[0].unflatten(0, samples.shape)
 

@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from kernels import fast_weight_rule, gated_delta_rule
+from kernels.common import packed
 from kernels.delta import DELTA_BACKENDS
 from kernels.regression.gated_delta import gated_delta_triton
 from kernels.regression.gated_delta import refusal as gated_delta_refusal
@@ -153,7 +154,7 @@ class DeltaNet(Mixer):
             with full_precision(q):
                 if samples is not None:  # every sample of every row one packed sequence of a batch of one
                     bounds = sample_bounds(samples)
-                    opts["chunk_size"] = chunk_for(int((bounds[1:] - bounds[:-1]).max()), self.opts.chunk_size)
+                    opts["chunk_size"] = chunk_for(packed.longest(bounds), self.opts.chunk_size)
                     q, k, v, g, beta = (t.flatten(0, 1)[None] for t in (q, k, v, g, beta))
                     o, _ = gated_delta_triton(q, k, v, g, beta, cu_seqlens=bounds, **opts)
                     return o[0].unflatten(0, samples.shape), None

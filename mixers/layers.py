@@ -11,6 +11,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from kernels.common import packed
+
 
 def _wide(x: Tensor) -> Tensor:
     """Half-precision inputs are normalised in float32; float32/float64 keep their own precision."""
@@ -124,6 +126,10 @@ def chunk_for(longest: int, size: int) -> int:
 def sample_bounds(samples: Tensor) -> Tensor:
     """``cu_seqlens`` of the packed rows' samples read as one row of ``B·L`` tokens: every sample of every row a
     packed sequence of a batch of one (flatten ``[B, L, ...]`` inputs to ``[1, B·L, ...]`` to match)."""
+    return packed.memo(samples, "bounds", lambda: _bounds(samples))  # one tensor a step for every layer
+
+
+def _bounds(samples: Tensor) -> Tensor:
     starts = sample_starts(samples).nonzero().flatten()
     return torch.cat([starts, starts.new_full((1,), samples.numel())])
 

@@ -9,6 +9,7 @@ import os
 import torch
 from torch import Tensor
 
+from kernels.common import packed
 from kernels.common.config import (ALIGNMENTS, CHUNK_SIZES, FUSED_MAX_HEAD_DIM, FUSED_MAX_WINDOW,
                                    FUSED_MIN_DECAY_FLOOR_PER_CHANNEL, FUSED_RULES, TIMINGS, RuleConfig)
 from kernels.common.state import FastWeightState, fresh_state
@@ -103,10 +104,10 @@ def check_cu_seqlens(cu_seqlens: Tensor, q: Tensor) -> list[int]:
         raise ValueError("cu_seqlens must be a 1-D integer tensor of N + 1 offsets [0, ..., T]")
     if q.shape[0] != 1:
         raise ValueError(f"cu_seqlens packs sequences along T of a batch of one; q has batch {q.shape[0]}")
-    bounds = [int(b) for b in cu_seqlens.tolist()]
-    if bounds[0] != 0 or bounds[-1] != q.shape[1] or any(b >= e for b, e in zip(bounds, bounds[1:])):
-        raise ValueError(f"cu_seqlens must rise strictly from 0 to T = {q.shape[1]}, got {bounds}")
-    return bounds
+    host = packed.on_host(cu_seqlens)  # read from the device once per tensor: every layer checks the same one
+    if host[0] != 0 or host[-1] != q.shape[1] or not (host[1:] > host[:-1]).all():
+        raise ValueError(f"cu_seqlens must rise strictly from 0 to T = {q.shape[1]}, got {host.tolist()}")
+    return packed.offsets(cu_seqlens)
 
 
 def check_shape(name: str, t: object, expected: tuple[int, ...], what: str) -> None:

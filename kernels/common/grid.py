@@ -12,6 +12,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
+from kernels.common import packed
 from kernels.common.config import CHUNK_SIZES
 
 MAX_GRID_ROWS = 65_535  # CUDA's limit on launch axes 1 and 2
@@ -30,16 +31,13 @@ def row_groups(B: int, T: int, H: int, chunk_size: int) -> list[tuple[int, int]]
 
 def sequence_groups(bounds: Sequence[int] | Tensor, heads: int, chunk_size: int) -> list[tuple[int, int]]:
     """Runs [i, j) of consecutive packed sequences, each within the limits: (j − i)·H sequences and its chunks'
-    launch rows at most MAX_GRID_ROWS. ``bounds``: the N + 1 offsets, a list or ``cu_seqlens`` itself; the common
-    case, every sequence within the limits at once, is read from the tensor in one reduction (one host sync, no
-    loop over the sequences in Python)."""
+    launch rows at most MAX_GRID_ROWS. ``bounds``: the N + 1 offsets, a list or ``cu_seqlens`` itself, whose groups are
+    made once per tensor from its host copy (``kernels.common.packed``); the common case, every sequence within
+    the limits at once, is one reduction there, no loop over the sequences in Python."""
     if isinstance(bounds, Tensor):
-        n = bounds.numel() - 1
-        if n * heads <= MAX_GRID_ROWS:
-            lengths = (bounds[1:] - bounds[:-1]).long()
-            if SLOTS_PER_CHUNK * int(((lengths + chunk_size - 1) // chunk_size).sum()) <= MAX_GRID_ROWS:
-                return [(0, n)]
-        bounds = [int(b) for b in bounds.tolist()]
+        cu_seqlens = bounds
+        return packed.memo(cu_seqlens, ("groups", heads, chunk_size),
+                           lambda: _groups_of(cu_seqlens, heads, chunk_size))
     groups, start, slots = [], 0, 0
     for n, (b, e) in enumerate(zip(bounds, bounds[1:])):
         need = SLOTS_PER_CHUNK * -(-(e - b) // chunk_size)
@@ -49,6 +47,13 @@ def sequence_groups(bounds: Sequence[int] | Tensor, heads: int, chunk_size: int)
         slots += need
     groups.append((start, len(bounds) - 1))
     return groups
+
+
+def _groups_of(cu_seqlens: Tensor, heads: int, chunk_size: int) -> list[tuple[int, int]]:
+    n = cu_seqlens.numel() - 1
+    if n * heads <= MAX_GRID_ROWS and SLOTS_PER_CHUNK * packed.chunk_count(cu_seqlens, chunk_size) <= MAX_GRID_ROWS:
+        return [(0, n)]
+    return sequence_groups(packed.offsets(cu_seqlens), heads, chunk_size)
 
 
 def joined(parts: list[tuple[Tensor, object]], dim: int) -> tuple[Tensor, object]:

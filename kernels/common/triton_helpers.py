@@ -18,6 +18,8 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
+from kernels.common import packed
+
 
 def next_power_of_2(n: int) -> int:
     """The smallest power of two >= n (and >= 16, the least size ``tl.dot`` accepts)."""
@@ -37,13 +39,17 @@ def chunk_table(cu_seqlens: Tensor, chunk_size: int) -> tuple[Tensor, Tensor]:
     sequence in order, and ``chunk_offsets`` ``[N + 1]`` int32: the first chunk of sequence n is row
     ``chunk_offsets[n]``. A sequence of length L has ``ceil(L / chunk_size)`` chunks, the last one short.
     """
+    return packed.memo(cu_seqlens, ("chunk_table", chunk_size), lambda: _chunk_table(cu_seqlens, chunk_size))
+
+
+def _chunk_table(cu_seqlens: Tensor, chunk_size: int) -> tuple[Tensor, Tensor]:
     lengths = (cu_seqlens[1:] - cu_seqlens[:-1]).long()
     n_chunks = (lengths + chunk_size - 1) // chunk_size
     chunk_offsets = torch.zeros(n_chunks.numel() + 1, dtype=torch.long, device=cu_seqlens.device)
     chunk_offsets[1:] = torch.cumsum(n_chunks, 0)
-    total = int(chunk_offsets[-1])
+    total = packed.chunk_count(cu_seqlens, chunk_size)  # read on the host once per cu_seqlens (kernels.common.packed)
     seq = torch.repeat_interleave(torch.arange(n_chunks.numel(), device=cu_seqlens.device), n_chunks,
-                                  output_size=total)  # the one host sync is `total`'s
+                                  output_size=total)
     within = torch.arange(total, device=cu_seqlens.device) - chunk_offsets[seq]
     return torch.stack([seq, within], 1).to(torch.int32).contiguous(), chunk_offsets.to(torch.int32)
 

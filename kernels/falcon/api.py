@@ -6,9 +6,13 @@ Options and tensors are checked here, once (``kernels.common.checks``); the form
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
+import numpy as np
 import torch
 from torch import Tensor
 
+from kernels.common import packed
 from kernels.common.checks import (check_choice, check_cu_seqlens, check_inputs, check_rule_options,
                                    check_sequence_options, fused_refusal, start_state)
 from kernels.common.config import BACKENDS, RULES, RuleConfig
@@ -98,19 +102,51 @@ def _run(q: Tensor, k: Tensor, v: Tensor, gain: Tensor, lam: Tensor, cfg: RuleCo
     if backend == "triton" and cfg.windowed and bounds is not None:
         # falcon-3/3a's kernels carry one window tail per row, not per packed sequence: the sequences go one to a
         # row (``_packed``), padded at their ends, through the same kernels
-        return _packed(q, k, v, gain, lam, cfg, backend, chunk_size, initial_state, output_final_state, bounds)
+        return _packed(q, k, v, gain, lam, cfg, backend, chunk_size, initial_state, output_final_state, bounds,
+                       cu_seqlens)
     if backend == "triton":
         state, fresh = start_state(q, v, initial_state, dtype, span=cfg.span,
                                    batch=None if bounds is None else len(bounds) - 1)
         o, final = dispatch.run(backend, q, k, v, gain, lam, cfg, state, fresh, chunk_size, cu_seqlens)
         return o, (final if output_final_state else None)
     if bounds is not None:
-        return _packed(q, k, v, gain, lam, cfg, backend, chunk_size, initial_state, output_final_state, bounds)
+        return _packed(q, k, v, gain, lam, cfg, backend, chunk_size, initial_state, output_final_state, bounds,
+                       cu_seqlens)
     state, fresh = start_state(q, v, initial_state, dtype, span=cfg.span)
     out_dtype = q.dtype
     q, k, v, gain, lam = (t.to(dtype) for t in (q, k, v, gain, lam))
     o, final = dispatch.run(backend, q, k, v, gain, lam, cfg, state, fresh, chunk_size)
     return o.to(out_dtype), (final if output_final_state else None)
+
+
+class _Rows(NamedTuple):
+    """A run of packed sequences laid one to a row: ``rows`` rows of ``longest`` tokens; ``at``: the places of their
+    tokens in the packed row, ``slots``: the same tokens' places in the flattened ``[rows · longest]`` rows."""
+
+    rows: int
+    longest: int
+    at: Tensor
+    slots: Tensor
+
+
+def _rows_by_length(cu_seqlens: Tensor, device: torch.device) -> list[_Rows]:
+    """``_length_groups`` of the packed sequences as integer indices, made on the host once per ``cu_seqlens``
+    (``kernels.common.packed``) and copied to ``device``: every layer lays its inputs out with them, with no
+    boolean mask (each a host wait on a GPU)."""
+    def make() -> list[_Rows]:
+        bounds = packed.offsets(cu_seqlens)
+        runs = []
+        for group in _length_groups(bounds):
+            starts = np.array([bounds[n] for n in group], dtype=np.int64)
+            sizes = np.array([bounds[n + 1] - bounds[n] for n in group], dtype=np.int64)
+            longest = int(sizes.max())
+            within = np.arange(int(sizes.sum())) - np.repeat(np.cumsum(sizes) - sizes, sizes)
+            at = np.repeat(starts, sizes) + within
+            slots = np.repeat(np.arange(len(group)) * longest, sizes) + within
+            runs.append(_Rows(len(group), longest, torch.from_numpy(at).to(device), torch.from_numpy(slots).to(device)))
+        return runs
+
+    return packed.memo(cu_seqlens, ("rows by length", str(device)), make)
 
 
 def _length_groups(bounds: list[int], groups: int = 4) -> list[list[int]]:
@@ -124,28 +160,21 @@ def _length_groups(bounds: list[int], groups: int = 4) -> list[list[int]]:
 
 def _packed(q: Tensor, k: Tensor, v: Tensor, gain: Tensor, lam: Tensor, cfg: RuleConfig, backend: str,
             chunk_size: int, initial_state: FastWeightState | Tensor | None, output_final_state: bool,
-            bounds: list[int]) -> tuple[Tensor, FastWeightState | None]:
+            bounds: list[int], cu_seqlens: Tensor | None = None) -> tuple[Tensor, FastWeightState | None]:
     """Packed sequences for the reference backends and the window rules' kernels: one call per sequence (exact,
     not fast); for outputs alone from fresh states, a few calls over the sequences laid one to a row, grouped by
     length and padded at their ends (padding after a sequence cannot reach its outputs)."""
-    if initial_state is None and not output_final_state and len(bounds) > 2:
+    if initial_state is None and not output_final_state and len(bounds) > 2 and cu_seqlens is not None:
         o = q.new_empty(*q.shape[:-1], v.shape[-1])
-        for group in _length_groups(bounds):  # sequences of like lengths, one to a row: little padding
-            starts = torch.tensor([bounds[n] for n in group], device=q.device)
-            sizes = torch.tensor([bounds[n + 1] - bounds[n] for n in group], device=q.device)
-            longest = max(bounds[n + 1] - bounds[n] for n in group)
-            col = torch.arange(longest, device=q.device)
-            held = col[None, :] < sizes[:, None]  # [rows, longest]: the real tokens
-            at = (starts[:, None] + col[None, :])[held]  # their places in the packed row, row by row
+        for run in _rows_by_length(cu_seqlens, q.device):  # sequences of like lengths, one to a row: little padding
 
-            def rows(t: Tensor) -> Tensor:
-                out = t.new_zeros(len(group), longest, *t.shape[2:])
-                out[held] = t[0, at]
-                return out
+            def rows(t: Tensor, run: _Rows = run) -> Tensor:
+                out = t.new_zeros(run.rows * run.longest, *t.shape[2:])
+                return out.index_copy(0, run.slots, t[0, run.at]).unflatten(0, (run.rows, run.longest))
 
             part, _ = _run(*(rows(t) for t in (q, k, v, gain, lam)), cfg, backend, chunk_size, None, False, None,
                            None)
-            o = o.index_put((torch.zeros_like(at), at), part[held])
+            o = o.index_put((torch.zeros_like(run.at), run.at), part.flatten(0, 1)[run.slots])
         return o, None
     outs, finals = [], []
     for n, (b, e) in enumerate(zip(bounds, bounds[1:])):

@@ -12,7 +12,7 @@ from typing import Callable
 
 from torch import Tensor
 
-from kernels.common import grid
+from kernels.common import grid, packed
 from kernels.common.checks import fused_refusal
 from kernels.common.config import RuleConfig
 from kernels.common.state import FastWeightState
@@ -96,7 +96,7 @@ def _fused(fn: Form, q: Tensor, k: Tensor, v: Tensor, beta: Tensor, lam: Tensor,
     else:
         groups = grid.sequence_groups(cu_seqlens, H, chunk_size)
         if len(groups) > 1:
-            bounds = [int(b) for b in cu_seqlens.tolist()]
+            bounds = packed.offsets(cu_seqlens)
             parts = []
             for i, j in groups:
                 b, e = bounds[i], bounds[j]

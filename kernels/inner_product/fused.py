@@ -28,7 +28,7 @@ import torch.nn.functional as F
 import triton
 from torch import Tensor
 
-from kernels.common import grid
+from kernels.common import grid, packed
 from kernels.common import triton_helpers as helpers
 from kernels.common.config import RuleConfig
 from kernels.common.state import FastWeightState
@@ -74,7 +74,7 @@ def _tables(q: Tensor, cu_seqlens: Tensor | None, chunk_size: int) -> tuple:
     if cu_seqlens is None:
         NT = triton.cdiv(T, chunk_size)
         return None, None, None, B, NT, B * NT
-    cu_seqlens = cu_seqlens.to(device=q.device, dtype=torch.int32).contiguous()
+    cu_seqlens = packed.as_int32(cu_seqlens, q.device)
     chunk_indices, chunk_offsets = chunk_table(cu_seqlens, chunk_size)
     return cu_seqlens, chunk_indices, chunk_offsets, cu_seqlens.numel() - 1, 0, chunk_indices.shape[0]
 
@@ -278,7 +278,7 @@ def decayed_attention(q: Tensor, k: Tensor, v: Tensor, eta: Tensor, log_gamma: T
         if cu_seqlens is None:
             return grid.joined([decayed_attention(*(t[i:j] for t in (q, k, v, eta, log_gamma, S0)), raw, chunk_size)
                                 for i, j in groups], dim=0)
-        bounds = [int(b) for b in cu_seqlens.tolist()]
+        bounds = packed.offsets(cu_seqlens)
         return grid.joined([decayed_attention(*(t[:, bounds[i]:bounds[j]] for t in (q, k, v, eta, log_gamma)),
                                               S0[i:j], raw, chunk_size, cu_seqlens[i:j + 1] - cu_seqlens[i])
                             for i, j in groups], dim=1)

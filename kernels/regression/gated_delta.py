@@ -69,9 +69,12 @@ def gated_delta_triton(q: Tensor, k: Tensor, v: Tensor, g: Tensor | None, beta: 
                  for i, j in grid.row_groups(B, T, H, chunk_size)]
         o, final = grid.joined(parts, dim=0)
     else:
-        parts = [triton_regression(*(t[:, bounds[i]:bounds[j]] for t in (q, k, v, beta, g)), cfg,
-                                   FastWeightState(*(s[i:j] for s in state)), fresh, chunk_size,
-                                   cu_seqlens[i:j + 1] - cu_seqlens[i])
-                 for i, j in grid.sequence_groups(bounds, H, chunk_size)]
-        o, final = grid.joined(parts, dim=1)
+        groups = grid.sequence_groups(cu_seqlens, H, chunk_size)
+        if len(groups) == 1:  # cu_seqlens itself: its host facts are the ones every layer reads (kernels.common.packed)
+            o, final = triton_regression(q, k, v, beta, g, cfg, state, fresh, chunk_size, cu_seqlens)
+        else:
+            o, final = grid.joined([triton_regression(*(t[:, bounds[i]:bounds[j]] for t in (q, k, v, beta, g)), cfg,
+                                                      FastWeightState(*(s[i:j] for s in state)), fresh, chunk_size,
+                                                      cu_seqlens[i:j + 1] - cu_seqlens[i])
+                                    for i, j in groups], dim=1)
     return o, (final if output_final_state else None)

@@ -6,6 +6,7 @@ import torch
 import triton
 from torch import Tensor
 
+from kernels.common import packed
 from kernels.common import triton_helpers as helpers
 from kernels.common.checks import interpreting
 from kernels.common.config import RuleConfig
@@ -64,7 +65,7 @@ class Layout:
             self.cidx, self.coff = chunk_table(cu_seqlens, C)
             self.N, self.NT = cu_seqlens.numel() - 1, 0
             self.n_chunks = self.cidx.shape[0]
-            self.cu = cu_seqlens.to(torch.int32).contiguous()
+            self.cu = packed.as_int32(cu_seqlens, cu_seqlens.device)
 
 
 def precision(dtype: torch.dtype) -> str:

@@ -1,0 +1,82 @@
+"""The host's facts of packed sequences (`kernels.common.packed`): read from the device once per `cu_seqlens`
+tensor, not once per layer, and never stale."""
+
+from __future__ import annotations
+
+import os
+import traceback
+
+import pytest
+import torch
+
+import kernels.common.packed as packed
+from kernels.common import grid
+from kernels.common.triton_helpers import chunk_table
+from mixers import LanguageModel, LMConfig, PositionsConfig
+from tasks.addition.vocab import EOS, VOCAB_SIZE, encode
+
+
+def test_a_fact_is_made_once_per_tensor_and_again_after_an_in_place_change() -> None:
+    made = []
+    cu = torch.tensor([0, 3, 7, 12])
+    make = lambda: made.append(1) or len(made)  # noqa: E731
+    assert packed.memo(cu, "x", make) == 1 and packed.memo(cu, "x", make) == 1
+    assert packed.memo(cu, "y", make) == 2  # another fact of the same tensor
+    assert packed.memo(cu.clone(), "x", make) == 3  # equal values, another tensor
+    cu[1] = 4  # in place: the version moves, the facts are made again
+    assert packed.memo(cu, "x", make) == 4
+    with torch.inference_mode():
+        frozen = torch.tensor([0, 2])
+    assert packed.memo(frozen, "x", make) == 5 and packed.memo(frozen, "x", make) == 6  # no version: not kept
+
+
+def test_the_facts_of_cu_seqlens() -> None:
+    cu = torch.tensor([0, 3, 7, 12, 100], dtype=torch.int32)
+    assert packed.offsets(cu) == [0, 3, 7, 12, 100]
+    assert packed.longest(cu) == 88
+    assert packed.chunk_count(cu, 16) == 1 + 1 + 1 + 6
+    indices, offsets = chunk_table(cu, 16)
+    assert offsets.tolist() == [0, 1, 2, 3, 9] and indices.shape == (9, 2)
+    assert indices[3:].tolist() == [[3, c] for c in range(6)]
+    assert grid.sequence_groups(cu, 2, 16) == [(0, 4)] == grid.sequence_groups(packed.offsets(cu), 2, 16)
+
+
+@pytest.mark.parametrize("mixer", ["falcon-1a", "falcon-3", "falcon-3a", "deltanet", "gated-deltanet", "retnet"])
+def test_a_model_over_packed_samples_reads_the_device_on_the_host_once_a_step_whatever_its_depth(
+        mixer: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a GPU each host read of a device tensor waits for the device: the samples' bounds are found once (one
+    `nonzero`) and copied to the host once a forward and backward pass, for one layer as for two (each mixer's
+    way onto the kernels: falcon-1's, falcon-1a's, falcon-3's rows by length, falcon-3a's packed form, the gated
+    delta rule's, decayed attention's)."""
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.skip("the kernels' path on a CPU needs Triton's interpreter")
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    waits: list[str] = []
+
+    def wait(what: str) -> None:  # Triton's interpreter reads its launches' tensors on the host: not a GPU's wait
+        if not any(f"{os.sep}triton{os.sep}" in frame.filename for frame in traceback.extract_stack()):
+            waits.append(what)
+
+    read = packed.to_host
+    monkeypatch.setattr(packed, "to_host", lambda t: wait("to_host") or read(t))
+    tolist = torch.Tensor.tolist
+    monkeypatch.setattr(torch.Tensor, "tolist", lambda t: wait("tolist") or tolist(t))
+
+    class Waits(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func.overloadpacket.__name__ in ("_local_scalar_dense", "nonzero", "masked_select", "unique"):
+                wait(func.overloadpacket.__name__)
+            return func(*args, **(kwargs or {}))
+
+    tokens = torch.tensor([encode("12+34=640") + [EOS] + encode("5+6=11") + [EOS]])  # one row of two samples
+    counts = {}
+    for layers in (1, 2):
+        torch.manual_seed(0)
+        model = LanguageModel(LMConfig(vocab_size=VOCAB_SIZE, d_model=32, n_layers=layers, n_heads=2, mixer=mixer,
+                                       mixer_options={"backend": "triton"}, positions=PositionsConfig(sample_end=EOS)))
+        waits.clear()
+        with Waits():
+            model(tokens).float().sum().backward()
+        counts[layers] = sorted(waits)
+    assert counts[1] == counts[2] == ["nonzero", "to_host"], counts
