@@ -150,10 +150,11 @@ def padded_length(longest: int) -> int:
 
 
 @torch.compiler.disable
-def _extent(which: Tensor, at: Tensor) -> tuple[int, int]:
-    """(samples, padded row length): the one host sync of ``SampleRows``, outside torch.compile's graph, its row
-    length bucketed (``padded_length``) so that the graph after it recompiles for a few lengths only."""
-    return int(which[-1]) + 1, padded_length(int(at.max()) + 1)
+def _extent(samples: Tensor, which: Tensor, at: Tensor) -> tuple[int, int]:
+    """(samples, padded row length): the one host sync of ``SampleRows``, outside torch.compile's graph, made once
+    per ``samples`` for every layer (``kernels.common.packed.memo``), its row length bucketed (``padded_length``)
+    so that the graph after it recompiles for a few lengths only."""
+    return packed.memo(samples, "extent", lambda: (int(which[-1]) + 1, padded_length(int(at.max()) + 1)))
 
 
 class SampleRows:
@@ -166,7 +167,7 @@ class SampleRows:
         self.which = sample_starts(samples).cumsum(0) - 1  # the sample of every token, counted over the whole batch
         self.at = sample_places(samples)  # its place in it
         self.shape = samples.shape
-        self.count, self.longest = _extent(self.which, self.at)
+        self.count, self.longest = _extent(samples, self.which, self.at)
 
     def apart(self, t: Tensor) -> Tensor:
         rows = t.new_zeros(self.count, self.longest, *t.shape[2:])

@@ -41,13 +41,20 @@ def test_the_facts_of_cu_seqlens() -> None:
     assert grid.sequence_groups(cu, 2, 16) == [(0, 4)] == grid.sequence_groups(packed.offsets(cu), 2, 16)
 
 
-@pytest.mark.parametrize("mixer", ["falcon-1a", "falcon-3", "falcon-3a", "deltanet", "gated-deltanet", "retnet"])
+KERNELS = ["nonzero", "to_host"]  # the samples' bounds found, then copied to the host
+ROWS = ["_local_scalar_dense"] * 2  # the samples laid one to a row (SampleRows): their count and longest
+
+
+@pytest.mark.parametrize(("mixer", "backend", "expected"), [
+    *((mixer, "triton", KERNELS) for mixer in ("falcon-1a", "falcon-3", "falcon-3a", "deltanet", "gated-deltanet",
+                                                "retnet")),
+    ("mamba2", "chunk", ROWS)])
 def test_a_model_over_packed_samples_reads_the_device_on_the_host_once_a_step_whatever_its_depth(
-        mixer: str, monkeypatch: pytest.MonkeyPatch) -> None:
+        mixer: str, backend: str, expected: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
     """On a GPU each host read of a device tensor waits for the device: the samples' bounds are found once (one
     `nonzero`) and copied to the host once a forward and backward pass, for one layer as for two (each mixer's
     way onto the kernels: falcon-1's, falcon-1a's, falcon-3's rows by length, falcon-3a's packed form, the gated
-    delta rule's, decayed attention's)."""
+    delta rule's, decayed attention's; and the samples laid one to a row for the chunked forms)."""
     if os.environ.get("TRITON_INTERPRET") != "1":
         pytest.skip("the kernels' path on a CPU needs Triton's interpreter")
     from torch.utils._python_dispatch import TorchDispatchMode
@@ -74,9 +81,9 @@ def test_a_model_over_packed_samples_reads_the_device_on_the_host_once_a_step_wh
     for layers in (1, 2):
         torch.manual_seed(0)
         model = LanguageModel(LMConfig(vocab_size=VOCAB_SIZE, d_model=32, n_layers=layers, n_heads=2, mixer=mixer,
-                                       mixer_options={"backend": "triton"}, positions=PositionsConfig(sample_end=EOS)))
+                                       mixer_options={"backend": backend}, positions=PositionsConfig(sample_end=EOS)))
         waits.clear()
         with Waits():
             model(tokens).float().sum().backward()
         counts[layers] = sorted(waits)
-    assert counts[1] == counts[2] == ["nonzero", "to_host"], counts
+    assert counts[1] == counts[2] == expected, counts
