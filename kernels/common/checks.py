@@ -97,7 +97,7 @@ def fused_refusal(q: Tensor, v: Tensor, cfg: RuleConfig, chunk_size: int, packed
     return None
 
 
-def check_cu_seqlens(cu_seqlens: Tensor, q: Tensor) -> list[int]:
+def check_cu_seqlens(cu_seqlens: Tensor, q: Tensor) -> tuple[int, ...]:
     """Offsets of packed sequences: 1-D integers, 0 first, T last, strictly increasing; batch of one."""
     if not isinstance(cu_seqlens, Tensor) or cu_seqlens.dim() != 1 or cu_seqlens.is_floating_point() \
             or cu_seqlens.numel() < 2:

@@ -65,9 +65,9 @@ def to_host(t: Tensor) -> np.ndarray:
     return t.detach().to("cpu", torch.int64).numpy().copy()
 
 
-def offsets(cu_seqlens: Tensor) -> list[int]:
-    """The N + 1 offsets as Python ints."""
-    return memo(cu_seqlens, "offsets", lambda: on_host(cu_seqlens).tolist())
+def offsets(cu_seqlens: Tensor) -> tuple[int, ...]:
+    """The N + 1 offsets as Python ints (a tuple: the layers share it)."""
+    return memo(cu_seqlens, "offsets", lambda: tuple(on_host(cu_seqlens).tolist()))
 
 
 def lengths(cu_seqlens: Tensor) -> np.ndarray:

@@ -89,7 +89,7 @@ def fast_weight_rule(
 
 def _run(q: Tensor, k: Tensor, v: Tensor, gain: Tensor, lam: Tensor, cfg: RuleConfig, backend: str,
          chunk_size: int, initial_state: FastWeightState | Tensor | None, output_final_state: bool,
-         bounds: list[int] | None, cu_seqlens: Tensor | None) -> tuple[Tensor, FastWeightState | None]:
+         bounds: tuple[int, ...] | None, cu_seqlens: Tensor | None) -> tuple[Tensor, FastWeightState | None]:
     """Checked inputs to the form of (rule, backend): the fused forms take them in their own dtype (and packed
     sequences whole, but for the window rules'), the others in the compute dtype (and packed sequences apart)."""
     dtype = compute_dtype(q.dtype)
@@ -149,7 +149,7 @@ def _rows_by_length(cu_seqlens: Tensor, device: torch.device) -> list[_Rows]:
     return packed.memo(cu_seqlens, ("rows by length", str(device)), make)
 
 
-def _length_groups(bounds: list[int], groups: int = 4) -> list[list[int]]:
+def _length_groups(bounds: tuple[int, ...], groups: int = 4) -> list[list[int]]:
     """The packed sequences sorted by length and cut into up to ``groups`` runs of about as many each: laid one to a
     row, each run is padded to its own longest (about 1.25 times the tokens for uniform lengths, against twice for
     one run padded to the longest of all)."""
@@ -160,7 +160,7 @@ def _length_groups(bounds: list[int], groups: int = 4) -> list[list[int]]:
 
 def _packed(q: Tensor, k: Tensor, v: Tensor, gain: Tensor, lam: Tensor, cfg: RuleConfig, backend: str,
             chunk_size: int, initial_state: FastWeightState | Tensor | None, output_final_state: bool,
-            bounds: list[int], cu_seqlens: Tensor | None = None) -> tuple[Tensor, FastWeightState | None]:
+            bounds: tuple[int, ...], cu_seqlens: Tensor | None = None) -> tuple[Tensor, FastWeightState | None]:
     """Packed sequences for the reference backends and the window rules' kernels: one call per sequence (exact,
     not fast); for outputs alone from fresh states, a few calls over the sequences laid one to a row, grouped by
     length and padded at their ends (padding after a sequence cannot reach its outputs)."""

@@ -88,7 +88,9 @@ def main() -> None:
     patch()
     for row in parse_rows(",".join(args.rows)):
         (job,) = plan("same-time", [row], seeds=1)
-        options = {**job.cfg.model.mixer_options, "backend": args.backend}
+        options = dict(job.cfg.model.mixer_options)
+        if job.cfg.mixer != "transformer":  # attention has no backend to choose
+            options["backend"] = args.backend
         cfg = dataclasses.replace(job.cfg, model=dataclasses.replace(
             job.cfg.model, d_model=64, n_layers=args.layers, n_heads=2, mixer_options=options))
         module = LabModule(cfg)
