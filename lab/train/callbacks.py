@@ -99,7 +99,9 @@ class MetricsLogger(Callback):
                 "grad_norm": float(pl_module.last_grad_norm), "tokens_per_s": rate, "tokens": self.tokens,
                 "elapsed_s": self._elapsed0 + now - self._t0, "eval_s": self._eval0 + evaluating,
             })
-            pl_module.log("tok/s", rate, prog_bar=True, logger=False, rank_zero_only=True)
+            # for the progress bar or line, as host values: what goes through pl_module.log Lightning reads back
+            # from the device at the end of every step after
+            shown(pl_module).update({"loss": self.rows[-1]["loss"], "tok/s": rate})
             self.to_loggers(trainer, self.rows[-1])
         if step % self.flush_every == 0 or time.perf_counter() - self._t_flush > self.flush_seconds:
             self.flush(trainer)
@@ -231,6 +233,13 @@ class StopOnInterrupt(Callback):
             trainer.should_stop = True
 
 
+def shown(pl_module: pl.LightningModule) -> dict[str, float]:
+    """The training figures the progress bar and line show (``LabModule.shown``; a module without one gets one)."""
+    if not isinstance(getattr(pl_module, "shown", None), dict):
+        pl_module.shown = {}
+    return pl_module.shown
+
+
 class StepProgressBar(RichProgressBar):
     """Rich progress over optimiser steps (not epochs) showing loss, tokens/s and validation.
 
@@ -255,7 +264,7 @@ class StepProgressBar(RichProgressBar):
         return "train"
 
     def get_metrics(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> dict[str, Any]:
-        metrics = super().get_metrics(trainer, pl_module)
+        metrics = {**shown(pl_module), **super().get_metrics(trainer, pl_module)}
         metrics.pop("v_num", None)
         return metrics
 
@@ -275,19 +284,19 @@ class LinePrinter(Callback):
         validates = trainer.limit_val_batches != 0 and (step % trainer.val_check_batch == 0
                                                         or step == trainer.max_steps)
         if step == trainer.max_steps:
-            self.latest.update(trainer.progress_bar_metrics)
+            self.latest.update({**shown(pl_module), **trainer.progress_bar_metrics})
         if (step % self.every == 0 or step == trainer.max_steps) and not validates:
-            self.print(trainer)
+            self.print(trainer, pl_module)
 
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self.print(trainer)
+        self.print(trainer, pl_module)
 
-    def print(self, trainer: pl.Trainer) -> None:
-        """One line: the step and the progress-bar metrics (rank zero only)."""
+    def print(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        """One line: the step, the last logged loss and tokens/s, and the progress-bar metrics (rank zero only)."""
         if not trainer.is_global_zero:
             return
         # trainer.validate() after fit shows only validation metrics: keep the last training ones.
-        self.latest.update(trainer.progress_bar_metrics)
+        self.latest.update({**shown(pl_module), **trainer.progress_bar_metrics})
         parts = [f"step {trainer.global_step}/{trainer.max_steps}"]
         parts += [f"{k} {v:.4g}" for k, v in self.latest.items() if isinstance(v, float) and math.isfinite(v)]
         say("  ".join(parts))

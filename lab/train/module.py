@@ -84,6 +84,7 @@ class LabModule(pl.LightningModule):
         self.last_grad_norm: torch.Tensor | None = None
         self.last_lr = 0.0
         self.val_metrics: dict[str, float] = {}
+        self.shown: dict[str, float] = {}  # the progress line's training figures, host values of the last logged step
         self._graphed_shape: tuple[int, ...] | None = None
         self._first_bad: torch.Tensor | None = None
         self._bad_now: torch.Tensor | None = None
@@ -148,8 +149,8 @@ class LabModule(pl.LightningModule):
         # non-finite gradients by itself, so under 16-mixed only the loss is checked, here.
         if self.trainer.precision == "16-mixed" and not torch.isfinite(mean):
             raise NonFiniteError("loss", self.global_step + 1, mean.item())
-        self.last_loss = mean
-        self.log("loss", mean, prog_bar=True, logger=False)
+        self.last_loss = mean  # read on the host only at the logged steps (callbacks.MetricsLogger); not through
+        # self.log, whose progress-bar metrics Lightning reads back at the end of every later step (a wait for the GPU)
 
     def _accumulated_step(self, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
         input_ids, labels = batch
