@@ -87,3 +87,38 @@ def test_a_model_over_packed_samples_reads_the_device_on_the_host_once_a_step_wh
             model(tokens).float().sum().backward()
         counts[layers] = sorted(waits)
     assert counts[1] == counts[2] == expected, counts
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mixer", ["falcon-1a.3", "falcon-3", "falcon-3a.3", "deltanet", "gated-deltanet", "retnet",
+                                   "mamba2"])
+def test_on_a_gpu_a_step_over_packed_samples_synchronises_as_often_for_one_layer_as_for_two(mixer: str) -> None:
+    """CUDA's own count (`torch.cuda.set_sync_debug_mode`: every operation that makes the host wait for the device,
+    pageable copies included) of one forward and backward pass in bf16 autocast on the kernels `auto` picks, after a
+    warm-up pass (Triton's compilation): the same for one layer as for two, and a few in all."""
+    import warnings
+
+    first, second = encode("12+34=640") + [EOS], encode("5+6=11") + [EOS]
+    tokens = torch.tensor([first + second, second + first] * 4, device="cuda")
+    counts = {}
+    for layers in (1, 2):
+        torch.manual_seed(0)
+        model = LanguageModel(LMConfig(vocab_size=VOCAB_SIZE, d_model=64, n_layers=layers, n_heads=2, mixer=mixer,
+                                       positions=PositionsConfig(sample_end=EOS))).cuda()
+
+        def step() -> None:
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                logits = model(tokens)
+            logits.float().sum().backward()
+
+        step()  # compiles the kernels
+        torch.cuda.synchronize()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            torch.cuda.set_sync_debug_mode("warn")
+            try:
+                step()
+            finally:
+                torch.cuda.set_sync_debug_mode("default")
+        counts[layers] = [str(w.message).splitlines()[0] for w in caught if "synchroniz" in str(w.message)]
+    assert len(counts[1]) == len(counts[2]) <= 4, counts

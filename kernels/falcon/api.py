@@ -135,16 +135,17 @@ def _rows_by_length(cu_seqlens: Tensor, device: torch.device) -> list[_Rows]:
     boolean mask (each a host wait on a GPU)."""
     def make() -> list[_Rows]:
         bounds = packed.offsets(cu_seqlens)
-        runs = []
+        shapes, parts = [], []
         for group in _length_groups(bounds):
             starts = np.array([bounds[n] for n in group], dtype=np.int64)
             sizes = np.array([bounds[n + 1] - bounds[n] for n in group], dtype=np.int64)
             longest = int(sizes.max())
             within = np.arange(int(sizes.sum())) - np.repeat(np.cumsum(sizes) - sizes, sizes)
-            at = np.repeat(starts, sizes) + within
-            slots = np.repeat(np.arange(len(group)) * longest, sizes) + within
-            runs.append(_Rows(len(group), longest, torch.from_numpy(at).to(device), torch.from_numpy(slots).to(device)))
-        return runs
+            parts += [np.repeat(starts, sizes) + within, np.repeat(np.arange(len(group)) * longest, sizes) + within]
+            shapes.append((len(group), longest))
+        # one copy to the device for every run's indices (each copy from host memory waits for the device)
+        indices = torch.from_numpy(np.concatenate(parts)).to(device).split([len(p) for p in parts])
+        return [_Rows(rows, longest, indices[2 * i], indices[2 * i + 1]) for i, (rows, longest) in enumerate(shapes)]
 
     return packed.memo(cu_seqlens, ("rows by length", str(device)), make)
 

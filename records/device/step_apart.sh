@@ -13,10 +13,12 @@ export PYTHONUNBUFFERED=1
 ROWS=${ROWS:-retnet,gated-deltanet,falcon-3a.3,falcon-3,falcon-1a.3,mamba2}
 B="python -m lab bench step --preset same-time --steps ${STEPS:-10}"
 nvidia-smi --query-gpu=name --format=csv,noheader > $OUT/gpu.txt
-# first the new paths against float64 on the GPU: RetNet's and Mamba-2's sizes in bf16, falcon-3/3a's packed rows
-timeout ${TEST_S:-120} python -m pytest -q -p no:cacheprovider -rs tests/test_decayed.py tests/test_delta_rule.py \
-  tests/test_triton_falcon3a.py tests/test_triton_falcon3.py -k "gpu or packed or oracle or samples" \
-  > $OUT/gpu_tests.log 2>&1
+# first CUDA's own count of a packed step's host waits (one layer against two: tests/test_packed_facts.py, since
+# a2c89c7), then the new paths against float64 on the GPU: RetNet's and Mamba-2's sizes in bf16, falcon-3/3a's
+# packed rows
+timeout ${TEST_S:-120} python -m pytest -q -p no:cacheprovider -rs tests/test_packed_facts.py tests/test_decayed.py \
+  tests/test_delta_rule.py tests/test_triton_falcon3a.py tests/test_triton_falcon3.py \
+  -k "gpu or packed or oracle or samples" > $OUT/gpu_tests.log 2>&1
 tail -3 $OUT/gpu_tests.log
 timeout ${PART_S:-140} $B --mixers $ROWS --out $OUT/auto > $OUT/auto.log 2>&1
 timeout ${PART_S:-140} $B --mixers $ROWS --set model.mixer_options.backend=chunk --out $OUT/chunk > $OUT/chunk.log 2>&1
