@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as pl
+import torch
 from lightning.pytorch.callbacks import Callback, RichProgressBar
 
 from lab.console import say
@@ -22,7 +23,7 @@ from lab.runs import atomic_write_text
 from lab.train.clock import add_eval_time
 
 COLUMNS = ("step", "loss", "lr", "grad_norm", "tokens_per_s", "tokens", "elapsed_s", "eval_s", "val_loss",
-           "val_acc")
+           "val_acc", "peak_gib")
 
 
 
@@ -54,9 +55,10 @@ class MetricsLogger(Callback):
     `loss` is the step's mean over every labelled token of the global batch, `lr` the base rate the
     step used, `grad_norm` the global norm before clipping, `tokens` the positions trained on so far
     (padding included, all ranks) and `tokens_per_s` their rate since the previous row, evaluation
-    time excluded. `elapsed_s` is the wall time since the run's first step (over its resumes), `eval_s`
-    the part of it spent evaluating: Lightning's validation and whatever a callback counts with
-    `add_eval_time` (the addition evaluation); `elapsed_s - eval_s` is the time of the steps.
+    time excluded, `peak_gib` (CUDA only) the most memory the process's tensors have held on its device so
+    far. `elapsed_s` is the wall time since the run's first step (over its resumes), `eval_s` the part of it
+    spent evaluating: Lightning's validation and whatever a callback counts with `add_eval_time` (the addition
+    evaluation); `elapsed_s - eval_s` is the time of the steps.
 
     The file is rewritten whole through a temporary file and os.replace, at every checkpoint step,
     after validation, at the end, and at most every `flush_seconds` in between, so a reader or a
@@ -99,6 +101,8 @@ class MetricsLogger(Callback):
                 "grad_norm": float(pl_module.last_grad_norm), "tokens_per_s": rate, "tokens": self.tokens,
                 "elapsed_s": self._elapsed0 + now - self._t0, "eval_s": self._eval0 + evaluating,
             })
+            if pl_module.device.type == "cuda":  # the allocator's own count: no wait on the device
+                self.rows[-1]["peak_gib"] = torch.cuda.max_memory_allocated(pl_module.device) / 2**30
             # for the progress bar or line, as host values: what goes through pl_module.log Lightning reads back
             # from the device at the end of every step after
             shown(pl_module).update({"loss": self.rows[-1]["loss"], "tok/s": rate})
