@@ -183,6 +183,7 @@ def test_a_short_run_writes_metrics_with_the_schedule_and_throughput(tmp_path: P
         assert r["lr"] == pytest.approx(cfg.optim.lr * lr_factor(r["step"] - 1, 2, 6, cfg.optim.min_lr_ratio))
         assert r["tokens_per_s"] > 0 and math.isfinite(r["loss"]) and r["grad_norm"] > 0
         assert r["tokens"] == r["step"] * cfg.train.batch_size * seq_len(cfg)
+        assert "peak_gib" not in r  # a CUDA device's figure alone
     assert {"val_loss", "val_acc"} <= set(rows[2]) and {"val_loss", "val_acc"} <= set(rows[5])
     assert "val_loss" not in rows[0]
     assert rows[-1]["loss"] < rows[0]["loss"]
@@ -383,6 +384,9 @@ def test_a_run_on_cuda_graphs_follows_the_eager_loss_curve(mixer: str, compiled:
     # bf16-mixed on both sides; the graphed forward runs the same kernels in the same order (compiled:
     # the fused kernels of torch.compile, the same arithmetic up to rounding)
     assert [r["loss"] for r in b] == pytest.approx([r["loss"] for r in a], rel=2e-2)
+    # every logged row says how much memory the process's tensors have held, never less than at the row before
+    peaks = [r.get("peak_gib") for r in a if "loss" in r]
+    assert peaks and None not in peaks and 0 < peaks[0] and peaks == sorted(peaks)
 
 
 @pytest.mark.gpu
