@@ -45,7 +45,7 @@ LATER_KEYS = {"data.path": None, "data.val_windows": 16, "train.accumulate": 1, 
               "model.abacus_ahead": False, "model.abacus_embed": "learned",
               "model.abacus_shift_frac": 1.0, "model.abacus_start": 0,
               "data.test_lengths": [17, 64], "data.group": "S5", "data.tokens_per_pair": 8, "eval.widths": [1, 48],
-              "eval.held_out_from": 33, "eval.best_ties": "earliest"}
+              "eval.held_out_from": 33, "eval.best_ties": "earliest", "train.ema": 0.0}
 
 
 @dataclass
@@ -113,7 +113,10 @@ class TrainConfig:
     with `compile` as well, the compiled forward is what is captured. `deterministic` asks PyTorch for its
     deterministic algorithms (warning, not failing, where an op has none: the warning names it) and a fixed
     cuBLAS workspace, so the same config and seed give the same loss curve bit for bit on a CPU, and on one
-    GPU as far as its kernels allow. `logger`: the Lightning loggers fed the
+    GPU as far as its kernels allow. `ema`: 0 (off) or the decay d of an exponential moving average of the
+    weights, A ← d_t A + (1 − d_t) W after optimiser step t = 1, 2, … with d_t = min(d, (1 + t) / (10 + t));
+    with it on, every evaluation, the best and the last weights a run keeps are the averaged ones (the training
+    goes on from the raw weights). `logger`: the Lightning loggers fed the
     rows of metrics.csv, under `<run>/logs/`: "csv" (Lightning's CSV log alone, always kept), "tensorboard"
     (and a TensorBoard log; needs the package tensorboard) or "wandb" (and Weights & Biases; needs wandb).
     """
@@ -133,6 +136,7 @@ class TrainConfig:
     compile: bool = False
     cuda_graphs: bool = False
     deterministic: bool = False
+    ema: float = 0.0
     logger: str = "csv"
 
 
@@ -328,6 +332,9 @@ def validate(cfg: RunConfig) -> None:
             raise ConfigError(f"{key} must be >= 0, got {value}")
     if not 0 <= o.min_lr_ratio <= 1:
         raise ConfigError(f"optim.min_lr_ratio must lie in [0, 1], got {o.min_lr_ratio}")
+    if not 0 <= t.ema < 1:
+        raise ConfigError(f"train.ema must lie in [0, 1) (0: off; else the weights' average decay, e.g. 0.999), "
+                          f"got {t.ema}")
     world = t.devices * t.num_nodes
     if t.batch_size % world:
         raise ConfigError(f"train.batch_size={t.batch_size} (global) is not divisible by "

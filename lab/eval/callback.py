@@ -99,6 +99,12 @@ def positions_path(run: RunDir) -> Path:
     return run.root / "positions.csv"
 
 
+def evaluated_model(pl_module: pl.LightningModule) -> torch.nn.Module:
+    """The model an evaluation reads: the weights' moving average with `train.ema`, else the model."""
+    pick = getattr(pl_module, "evaluated_model", None)
+    return pick() if pick is not None else pl_module.model
+
+
 def best_weights_path(run: RunDir) -> Path:
     """Where a run's best weights are written: {"step", "state_dict" (the LanguageModel's), "metrics"}."""
     return run.checkpoints / "best.pt"
@@ -265,7 +271,7 @@ class AdditionEvaluation(Callback):
         write_evals(evals_path(self.run), self.evals, self.widths, self.ood_widths)
 
     def _evaluate(self, trainer: pl.Trainer, pl_module: pl.LightningModule, step: int) -> None:
-        model = pl_module.model
+        model = evaluated_model(pl_module)
         with trainer.precision_plugin.val_step_context():
             report = evaluate_addition(model, n_per_length=self.n_per_length, seed=self.seed,
                                        val_widths=self.val_widths, ood_widths=self.ood_widths,
@@ -290,7 +296,7 @@ class AdditionEvaluation(Callback):
     def _free_running(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         """Free-running accuracy of the last weights and, when it is another step, the best weights."""
         last, best = self.evals[-1], self.best()
-        self._measure_free(trainer, pl_module.model, last, pl_module.device)
+        self._measure_free(trainer, evaluated_model(pl_module), last, pl_module.device)
         model = self._best_model(pl_module)
         if model is not None and best is not None:
             self._measure_free(trainer, model, best, pl_module.device)
@@ -305,7 +311,8 @@ class AdditionEvaluation(Callback):
         last, best = self.evals[-1], self.best() or self.evals[-1]
         model = self._best_model(pl_module)
         rows = []
-        for which, row, weights in (("best", best, model or pl_module.model), ("last", last, pl_module.model)):
+        for which, row, weights in (("best", best, model or evaluated_model(pl_module)),
+                                     ("last", last, evaluated_model(pl_module))):
             with trainer.precision_plugin.val_step_context():
                 accuracy = position_accuracy(weights, widths=self.widths, n_per_length=self.n_per_length,
                                              seed=self.seed, device=pl_module.device,

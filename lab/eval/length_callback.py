@@ -17,7 +17,7 @@ from typing import Any
 import lightning.pytorch as pl
 
 from lab.config import RunConfig
-from lab.eval.callback import SUMMARY, AdditionEvaluation, evals_path, write_evals
+from lab.eval.callback import SUMMARY, AdditionEvaluation, evals_path, evaluated_model, write_evals
 from lab.eval.lengths import evaluate_lengths
 from lab.runs import RunDir
 from lab.train.data import sequence_task
@@ -40,7 +40,7 @@ class LengthEvaluation(AdditionEvaluation):
                    cfg.data.test_lengths, cfg.eval.seed)
 
     def _evaluate(self, trainer: pl.Trainer, pl_module: pl.LightningModule, step: int) -> None:
-        model = pl_module.model
+        model = evaluated_model(pl_module)
         with trainer.precision_plugin.val_step_context():
             report = evaluate_lengths(model, self.task, train_lengths=self.train_lengths,
                                       test_lengths=self.test_lengths, n_per_length=self.n_per_length,

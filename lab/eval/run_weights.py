@@ -31,7 +31,7 @@ class RunModel:
 def load_run_model(run_dir: str | Path, which: str = "best", device: torch.device | str = "cpu",
                    abacus_offset: int | None = None, fall_back: bool = False) -> RunModel:
     """The model of the run in `run_dir` with its best weights (checkpoints/best.pt, written by the
-    addition evaluation), its last ones (checkpoints/last.ckpt) or, for a run that failed on a non-finite loss
+    addition evaluation), its last ones (checkpoints/last.ckpt; their moving average with `train.ema`) or, for a run that failed on a non-finite loss
     or gradient, those it had then (checkpoints/failed.pt). ValueError saying what is missing.
     `fall_back`: a run without best weights gives its last ones (the result's `which` says so).
     `abacus_offset`: evaluate the digit positions at this offset instead of the run's `eval.abacus_offset`
@@ -55,7 +55,9 @@ def load_run_model(run_dir: str | Path, which: str = "best", device: torch.devic
     if which in ("best", "failed"):
         state, step = saved["state_dict"], int(saved["step"])
     else:
-        state = {k.removeprefix("model."): v for k, v in saved["state_dict"].items() if k.startswith("model.")}
+        # with train.ema the average is what the run evaluated, so it is the run's last model
+        state = saved.get("ema_state_dict") or {k.removeprefix("model."): v for k, v in saved["state_dict"].items()
+                                                if k.startswith("model.")}
         step = int(saved["global_step"])
     model = LanguageModel(lm_config(cfg))
     model.load_state_dict(state)

@@ -9,10 +9,18 @@ takes the rank's whole batch, counts its labelled tokens across ranks first, the
 forward/backward passes, each loss divided by that global count, with DDP's gradient all-reduce held
 back until the last one. The summed gradient is the N = 1 gradient up to float rounding; clipping,
 the non-finite checks, the optimiser and the schedule then step once, as the automatic path does.
+
+With `train.ema` d > 0 the module keeps an exponential moving average of the model's weights, a copy of the
+LanguageModel updated after every optimiser step (A ← d_t A + (1 − d_t) W after step t = 1, 2, …,
+d_t = min(d, (1 + t) / (10 + t)),
+one fused lerp on the device, nothing read back), saved in the checkpoints beside the weights (`ema_state_dict`)
+so a resumed run goes on with the same average. `evaluated_model()` is what every evaluation reads: the average
+when it is on, the trained weights otherwise.
 """
 
 from __future__ import annotations
 
+import copy
 from contextlib import nullcontext
 from typing import Any
 
@@ -96,12 +104,63 @@ class LabModule(pl.LightningModule):
             return graphed(input_ids)
         if self.training and self.cfg.train.compile:
             return self._compiled()(input_ids)
-        return self.model(input_ids)
+        return self.model(input_ids) if self.training else self.evaluated_model()(input_ids)
+
+    def evaluated_model(self) -> LanguageModel:
+        """The model evaluations read: the weights' moving average with `train.ema`, else the model itself."""
+        ema = self.__dict__.get("_ema_model")
+        return self.model if ema is None else ema
+
+    def _ema(self) -> LanguageModel | None:
+        """The moving average's model (made from the current weights at its first use), None with it off.
+        Kept out of the module tree, so the optimiser, DDP and the state dict's keys see only the model."""
+        if not self.cfg.train.ema:
+            return None
+        ema = self.__dict__.get("_ema_model")
+        if ema is None:
+            ema = copy.deepcopy(self.model).requires_grad_(False)
+            self.__dict__["_ema_model"] = ema
+        return ema
+
+    def _update_ema(self, t: int) -> None:
+        """Fold the weights after optimiser step t (1, 2, …) into the average."""
+        ema = self._ema()
+        if ema is None:
+            return
+        decay = min(self.cfg.train.ema, (1 + t) / (10 + t))
+        ours = [p for p in ema.parameters()]
+        theirs = [p.detach() for p in self.model.parameters()]
+        torch._foreach_lerp_(ours, theirs, 1.0 - decay)
+        buffers = [(a, b) for a, b in zip(ema.buffers(), self.model.buffers()) if a.is_floating_point()]
+        if buffers:
+            torch._foreach_copy_([a for a, _ in buffers], [b for _, b in buffers])
+
+    def _apply(self, fn: Any, recurse: bool = True) -> Any:
+        # .to(), .cpu(), .cuda() and the like move the average with the model
+        super()._apply(fn, recurse)
+        ema = self.__dict__.get("_ema_model")
+        if ema is not None:
+            ema._apply(fn, recurse)
+        return self
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        ema = self.__dict__.get("_ema_model")
+        if ema is not None:
+            checkpoint["ema_state_dict"] = {k: v.detach().clone() for k, v in ema.state_dict().items()}
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        state = checkpoint.get("ema_state_dict")
+        if state is not None and self.cfg.train.ema:
+            self._ema().load_state_dict(state)
 
     def on_train_start(self) -> None:
-        """With train.cuda_graphs, capture the training forward and backward for the run's batch shape
+        """Start the weights' moving average (with train.ema) unless a checkpoint brought it back. With
+        train.cuda_graphs, capture the training forward and backward for the run's batch shape
         (lab/train/graphs.py); a model that cannot be captured trains without them (eagerly, or compiled
         with train.compile), and the run says why."""
+        ema = self._ema()
+        if ema is not None:
+            ema.to(self.device)
         if not self.cfg.train.cuda_graphs:
             return
         rows = self.cfg.train.batch_size // self.trainer.world_size // self.cfg.train.accumulate
@@ -173,6 +232,7 @@ class LabModule(pl.LightningModule):
         self._record(self._reduce(total, "mean"))
         optimizer.step()
         self.lr_schedulers().step()
+        self._update_ema(self.global_step)  # counted by the manual optimiser's step
         return total
 
     def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
@@ -217,6 +277,12 @@ class LabModule(pl.LightningModule):
         at, what, value = self._first_bad.tolist()
         if at:
             raise NonFiniteError("loss" if what == 0 else "gradient norm", int(at), value)
+
+    def optimizer_step(self, *args: Any, **kwargs: Any) -> None:
+        super().optimizer_step(*args, **kwargs)
+        # Lightning counts the step after this hook; the average is updated before any callback of the
+        # step evaluates or saves it
+        self._update_ema(self.global_step + 1)
 
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
         t = self.cfg.train
