@@ -100,9 +100,11 @@ def test_evaluations_and_the_kept_weights_read_the_average(averaged) -> None:
                   ood_widths=ood_widths)
     logged = evals[-1]["val_loss"]
     assert evaluate_addition(last.model, **kwargs).val_loss == pytest.approx(logged, rel=1e-5)
-    raw = load_run_model(run, "last").model
-    raw.load_state_dict({**raw.state_dict(), **weights.seen[-1]})
-    assert evaluate_addition(raw, **kwargs).val_loss != pytest.approx(logged, rel=1e-3)
+    raw = load_run_model(run, "raw")
+    assert raw.which == "raw" and raw.step == STEPS
+    trained = raw.model.state_dict()
+    assert all(torch.equal(trained[k], v) for k, v in weights.seen[-1].items())
+    assert evaluate_addition(raw.model, **kwargs).val_loss != pytest.approx(logged, rel=1e-3)
     best = torch.load(run / "checkpoints" / "best.pt", weights_only=True)
     if best["step"] == STEPS:
         assert all(torch.equal(v, ema[k]) for k, v in best["state_dict"].items())

@@ -48,7 +48,8 @@ def columns(val: range, held_out: range) -> tuple[tuple[str, str], ...]:
 def addition(
     run: Annotated[Path, typer.Option("--run", help="Run folder to evaluate.")],
     which: Annotated[str | None, typer.Option(
-        help="best (the best step's weights), last (the last checkpoint) or failed (the weights of a run that "
+        help="best (the best step's weights), last (the last checkpoint's; with train.ema their moving average), "
+             "raw (the last checkpoint's trained weights, not averaged) or failed (the weights of a run that "
              "failed on a non-finite loss, at the failure); default best, or the last weights, with a note, for a "
              "run that has no best ones.")] = None,
     per_n: Annotated[int, typer.Option(

@@ -14,7 +14,7 @@ from lab.runs import RunDir
 from lab.train.module import lm_config
 from mixers import LanguageModel
 
-WHICH = ("best", "last", "failed")
+WHICH = ("best", "last", "raw", "failed")
 
 
 @dataclass
@@ -31,8 +31,9 @@ class RunModel:
 def load_run_model(run_dir: str | Path, which: str = "best", device: torch.device | str = "cpu",
                    abacus_offset: int | None = None, fall_back: bool = False) -> RunModel:
     """The model of the run in `run_dir` with its best weights (checkpoints/best.pt, written by the
-    addition evaluation), its last ones (checkpoints/last.ckpt; their moving average with `train.ema`) or, for a run that failed on a non-finite loss
-    or gradient, those it had then (checkpoints/failed.pt). ValueError saying what is missing.
+    addition evaluation), its last ones (checkpoints/last.ckpt: with `train.ema` their moving average, what the
+    run evaluated; `which="raw"` the trained weights themselves, the same as "last" without it) or, for a run
+    that failed on a non-finite loss or gradient, those it had then (checkpoints/failed.pt). ValueError saying what is missing.
     `fall_back`: a run without best weights gives its last ones (the result's `which` says so).
     `abacus_offset`: evaluate the digit positions at this offset instead of the run's `eval.abacus_offset`
     (ConfigError unless the run has digit positions and the offset lies in 0..model.abacus)."""
@@ -45,7 +46,8 @@ def load_run_model(run_dir: str | Path, which: str = "best", device: torch.devic
     if abacus_offset is not None:
         cfg = replace(cfg, eval=replace(cfg.eval, abacus_offset=abacus_offset))
         validate(cfg)
-    source = {"best": best_weights_path(run), "last": run.last_checkpoint, "failed": run.failed_weights}[which]
+    source = {"best": best_weights_path(run), "last": run.last_checkpoint, "raw": run.last_checkpoint,
+              "failed": run.failed_weights}[which]
     if which == "best" and fall_back and not source.exists() and run.last_checkpoint.exists():
         which, source = "last", run.last_checkpoint
     if not source.exists():
@@ -56,8 +58,8 @@ def load_run_model(run_dir: str | Path, which: str = "best", device: torch.devic
         state, step = saved["state_dict"], int(saved["step"])
     else:
         # with train.ema the average is what the run evaluated, so it is the run's last model
-        state = saved.get("ema_state_dict") or {k.removeprefix("model."): v for k, v in saved["state_dict"].items()
-                                                if k.startswith("model.")}
+        trained = {k.removeprefix("model."): v for k, v in saved["state_dict"].items() if k.startswith("model.")}
+        state = trained if which == "raw" else saved.get("ema_state_dict") or trained
         step = int(saved["global_step"])
     model = LanguageModel(lm_config(cfg))
     model.load_state_dict(state)
