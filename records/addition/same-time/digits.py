@@ -24,7 +24,7 @@ HERE = Path(__file__).resolve().parent
 SOURCES = [HERE / "runs", HERE.parent / "falcon-same-time" / "runs", HERE.parent / "isolated-offsets" / "runs"]
 WIDTHS = range(33, 49)
 ORDER = ["transformer", "retnet", "mamba2", "deltanet", "gated-deltanet", "falcon-1.3", "falcon-1a.1",
-         "falcon-1a.2", "falcon-1a.3", "falcon-3", "falcon-3a.3"]
+         "falcon-1a.2", "falcon-1a.3", "falcon-3", "falcon-3a.3", "falcon-2", "falcon-2a"]
 
 
 def folders_by_id() -> dict[str, Path]:
