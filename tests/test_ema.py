@@ -105,6 +105,10 @@ def test_evaluations_and_the_kept_weights_read_the_average(averaged) -> None:
     trained = raw.model.state_dict()
     assert all(torch.equal(trained[k], v) for k, v in weights.seen[-1].items())
     assert evaluate_addition(raw.model, **kwargs).val_loss != pytest.approx(logged, rel=1e-3)
+    # the trained weights are scored beside the average at every evaluation
+    beside = read_evals(run / "evals_raw.csv")
+    assert [e["step"] for e in beside] == [4, 8, 12]
+    assert beside[-1]["val_loss"] == pytest.approx(evaluate_addition(raw.model, **kwargs).val_loss, rel=1e-5)
     best = torch.load(run / "checkpoints" / "best.pt", weights_only=True)
     if best["step"] == STEPS:
         assert all(torch.equal(v, ema[k]) for k, v in best["state_dict"].items())
@@ -120,15 +124,17 @@ def test_a_stopped_run_resumes_onto_the_same_average(averaged, tmp_path: Path) -
     a, b = last_checkpoint(tmp_path / "run")["ema_state_dict"], last_checkpoint(reference)["ema_state_dict"]
     for name, value in b.items():
         torch.testing.assert_close(a[name], value, rtol=0, atol=1e-6, msg=name)
-    ra, rb = read_evals(tmp_path / "run" / "evals.csv"), read_evals(reference / "evals.csv")
-    assert [r["step"] for r in ra] == [r["step"] for r in rb]
-    for x, y in zip(ra, rb):
-        assert x["val_loss"] == pytest.approx(y["val_loss"], rel=1e-5)
+    for name in ("evals.csv", "evals_raw.csv"):
+        ra, rb = read_evals(tmp_path / "run" / name), read_evals(reference / name)
+        assert [r["step"] for r in ra] == [r["step"] for r in rb] == [4, 8, 12]
+        for x, y in zip(ra, rb):
+            assert x["val_loss"] == pytest.approx(y["val_loss"], rel=1e-5)
 
 
 def test_without_it_nothing_is_averaged(tmp_path: Path) -> None:
     train(config("train.max_steps=4"), out=tmp_path / "run", results=tmp_path)
     assert "ema_state_dict" not in last_checkpoint(tmp_path / "run")
+    assert not (tmp_path / "run" / "evals_raw.csv").exists()
 
 
 @pytest.mark.parametrize("bad", ["1.0", "-0.1", "1.5", "nan"])

@@ -10,7 +10,8 @@ with `eval.best_ties=val_loss`, the one of lowest teacher-forced loss on those w
 greedy accuracy is measured for the best and the last weights (`eval.free_per_length` samples per
 width), and so is the accuracy of every answer position of every width (`positions.csv`, both
 weights). The run's final metrics gain the best evaluation's columns (`best_*`) and the last one's
-(`last_*`).
+(`last_*`). With `train.ema` every evaluation reads the weights' moving average, and the trained weights
+themselves are scored beside it at each evaluation in `evals_raw.csv` (the same columns; nothing is chosen by it).
 """
 
 from __future__ import annotations
@@ -105,6 +106,11 @@ def evaluated_model(pl_module: pl.LightningModule) -> torch.nn.Module:
     return pick() if pick is not None else pl_module.model
 
 
+def raw_evals_path(run: RunDir) -> Path:
+    """With `train.ema`: the trained weights' own evaluations, beside evals.csv's of their average."""
+    return run.root / "evals_raw.csv"
+
+
 def best_weights_path(run: RunDir) -> Path:
     """Where a run's best weights are written: {"step", "state_dict" (the LanguageModel's), "metrics"}."""
     return run.checkpoints / "best.pt"
@@ -179,13 +185,15 @@ class AdditionEvaluation(Callback):
         self.summary_keys = summary_keys(self.ood_widths)
         self.n_per_length, self.free_per_length = n_per_length, free_per_length
         self.evals: list[dict[str, Any]] = []
+        self.raw_evals: list[dict[str, Any]] = []  # with train.ema: the trained weights' own, evals_raw.csv
         self.best_weights: dict[str, torch.Tensor] | None = None
 
     def state_dict(self) -> dict[str, Any]:
-        return {"evals": self.evals, "best_weights": self.best_weights}
+        return {"evals": self.evals, "raw_evals": self.raw_evals, "best_weights": self.best_weights}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.evals = list(state_dict.get("evals", []))
+        self.raw_evals = list(state_dict.get("raw_evals", []))
         self.best_weights = state_dict.get("best_weights")
 
     def best(self) -> Mapping[str, Any] | None:
@@ -209,8 +217,9 @@ class AdditionEvaluation(Callback):
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         start = trainer.global_step
         if start == 0:
-            self.evals, self.best_weights = [], None
+            self.evals, self.raw_evals, self.best_weights = [], [], None
         self.evals = [e for e in self.evals if e["step"] <= start]
+        self.raw_evals = [e for e in self.raw_evals if e["step"] <= start]
         if not trainer.is_global_zero:
             return
         if start:
@@ -269,17 +278,24 @@ class AdditionEvaluation(Callback):
 
     def _write(self) -> None:
         write_evals(evals_path(self.run), self.evals, self.widths, self.ood_widths)
+        if self.raw_evals:
+            write_evals(raw_evals_path(self.run), self.raw_evals, self.widths, self.ood_widths)
+
+    def _score(self, trainer: pl.Trainer, model: torch.nn.Module, step: int, device: torch.device) -> dict[str, Any]:
+        with trainer.precision_plugin.val_step_context():
+            report = evaluate_addition(model, n_per_length=self.n_per_length, seed=self.seed,
+                                       val_widths=self.val_widths, ood_widths=self.ood_widths, device=device)
+        summary = report.summary()
+        return {"step": step, **{k: summary.get(k) for k in self.summary_keys},
+                "teacher_forced": report.teacher_forced, "per_token": report.per_token}
 
     def _evaluate(self, trainer: pl.Trainer, pl_module: pl.LightningModule, step: int) -> None:
         model = evaluated_model(pl_module)
-        with trainer.precision_plugin.val_step_context():
-            report = evaluate_addition(model, n_per_length=self.n_per_length, seed=self.seed,
-                                       val_widths=self.val_widths, ood_widths=self.ood_widths,
-                                       device=pl_module.device)
-        summary = report.summary()
-        row = {"step": step, **{k: summary.get(k) for k in self.summary_keys},
-               "teacher_forced": report.teacher_forced, "per_token": report.per_token}
+        row = self._score(trainer, model, step, pl_module.device)
         self.evals.append(row)
+        if model is not pl_module.model:  # the weights' average is evaluated: score the trained weights beside it
+            self.raw_evals = [e for e in self.raw_evals if e["step"] != step]
+            self.raw_evals.append(self._score(trainer, pl_module.model, step, pl_module.device))
         if self.best() is row:
             self.best_weights = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
             self._save_best()
