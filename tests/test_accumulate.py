@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from lightning.pytorch.callbacks import Callback
 
 from lab.config import ConfigError, config_hash, dump_yaml, load_config
 from lab.runs import RunDir
@@ -18,6 +17,7 @@ from lab.train import LabModule, RunFailed, run_training
 from lab.train.callbacks import read_metrics
 from lab.train.data import train_batch
 from tasks.addition import IGNORE_INDEX
+from tests.train_util import StopAt
 
 ROOT = Path(__file__).resolve().parents[1]
 STEPS = 8
@@ -69,15 +69,6 @@ def test_rows_carry_different_numbers_of_labelled_tokens() -> None:
 @pytest.mark.parametrize("accumulate", [2, 4])
 def test_n_micro_batches_train_as_one_batch(accumulate: int, reference: Path, tmp_path: Path) -> None:
     assert_same_run(train(accumulate, tmp_path), reference)
-
-
-class StopAt(Callback):
-    def __init__(self, step: int) -> None:
-        self.step = step
-
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        if trainer.global_step == self.step:
-            trainer.should_stop = True
 
 
 def test_a_stopped_accumulating_run_resumes_onto_the_same_curve(reference: Path, tmp_path: Path) -> None:

@@ -16,6 +16,7 @@ from lab.eval.callback import eval_widths, read_evals
 from lab.eval.run_weights import load_run_model
 from lab.eval.training import evaluation_callbacks
 from lab.train import run_training
+from tests.train_util import StopAt
 
 train = partial(run_training, evaluations=evaluation_callbacks, progress=False)
 STEPS = 12
@@ -46,15 +47,6 @@ class Weights(Callback):
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         self._keep(pl_module)
-
-
-class StopAt(Callback):
-    def __init__(self, step: int) -> None:
-        self.step = step
-
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        if trainer.global_step == self.step:
-            trainer.should_stop = True
 
 
 @pytest.fixture(scope="module")

@@ -29,6 +29,7 @@ from lab.runs import Registry, RunDir
 from lab.train import run_training
 from tasks.addition import EOS, VOCAB_SIZE, decode, encode, generate_records
 from tasks.addition.vocab import EQUALS
+from tests.train_util import StopAt
 
 # Training with the evaluations its configuration asks for, as `lab train` runs it.
 train = partial(run_training, evaluations=evaluation_callbacks)
@@ -230,15 +231,6 @@ def test_lab_eval_addition_mistakes_are_one_line(args: list[str], message: str, 
     root, _ = finished
     result = CliRunner().invoke(app, ["eval", "addition", "--run", str(root / "run"), *args])
     assert result.exit_code == 2 and result.output.count("\n") == 1 and result.output.startswith(message)
-
-
-class StopAt(Callback):
-    def __init__(self, step: int) -> None:
-        self.step = step
-
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        if trainer.global_step == self.step:
-            trainer.should_stop = True
 
 
 def test_a_resumed_run_evaluates_as_an_uninterrupted_one(finished: tuple[Path, dict], tmp_path: Path) -> None:

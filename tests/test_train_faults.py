@@ -23,6 +23,7 @@ from lab.runs import Registry, RunDir
 from lab.train import LabModule, RunFailed, run_training
 from lab.train.callbacks import read_metrics
 from lab.train.checkpoint_io import AtomicCheckpointIO
+from tests.train_util import StopAt
 
 ROOT = Path(__file__).resolve().parents[1]
 SETTINGS = ["train.max_steps=12", "train.log_every=1", "train.ckpt_every=4", "train.val_every=6",
@@ -50,15 +51,6 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("reference")
     run_training(tiny(), out=root / "run", results=root, progress=False)
     return root / "run"
-
-
-class StopAt(Callback):
-    def __init__(self, step: int) -> None:
-        self.step = step
-
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        if trainer.global_step == self.step:
-            trainer.should_stop = True
 
 
 def test_a_stopped_run_resumes_onto_the_uninterrupted_curve(reference: Path, tmp_path: Path) -> None:
