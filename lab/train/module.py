@@ -11,10 +11,9 @@ back until the last one. The summed gradient is the N = 1 gradient up to float r
 the non-finite checks, the optimiser and the schedule then step once, as the automatic path does.
 
 With `train.ema` d > 0 the module keeps an exponential moving average of the model's weights, a copy of the
-LanguageModel updated after every optimiser step (A ← d_t A + (1 − d_t) W after step t = 1, 2, …,
-d_t = min(d, (1 + t) / (10 + t)),
-one fused lerp on the device, nothing read back), saved in the checkpoints beside the weights (`ema_state_dict`)
-so a resumed run goes on with the same average. `evaluated_model()` is what every evaluation reads: the average
+LanguageModel updated after every optimiser step t = 1, 2, … as A ← d_t A + (1 − d_t) W with
+d_t = min(d, (1 + t) / (10 + t)) (one fused lerp on the device, nothing read back), saved in the checkpoints
+beside the weights (`ema_state_dict`) so a resumed run goes on with the same average. `evaluated_model()` is what every evaluation reads: the average
 when it is on, the trained weights otherwise.
 """
 
