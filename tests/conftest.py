@@ -92,3 +92,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """With LAB_TEST_FAILURES=<file>, every failure's report is appended to that file as soon as it happens: a run
+    cut by a time limit (a device call's) before pytest's summary still names what failed and why."""
+    path = os.environ.get("LAB_TEST_FAILURES")
+    if not path or not report.failed:
+        return
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(f"FAILED {report.nodeid} ({report.when}, {report.duration:.1f} s)\n{report.longreprtext}\n\n")

@@ -5,6 +5,8 @@
 # .whl/). Every log is written under $OUT as it runs. Run from the repository root with LAB_COMMIT set.
 set -u
 export PYTHONUNBUFFERED=1
+# every failed test's report, written as it fails (tests/conftest.py): a run cut by its limit still says why
+export LAB_TEST_FAILURES=$OUT/gpu_failures.log
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
   .whl/fla_core-*.whl .whl/einops-*.whl && export PYTHONPATH=/tmp/site
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > $OUT/gpu.txt
@@ -24,4 +26,5 @@ mkdir -p $OUT/kernels
 timeout --signal=INT ${BENCH_S:-240} python -m lab bench kernels --out $OUT/kernels --rep ${REP:-50} ${SHAPES:-} \
   > $OUT/kernels/console.log 2>&1; echo "bench rc=$? at $(( $(date +%s) - t0 )) s" | tee -a $OUT/times.txt
 cat $OUT/gpu.txt; grep -c PASSED $OUT/gpu_tests.log; tail -3 $OUT/gpu_tests.log; grep -E "FAILED|Error" $OUT/gpu_tests.log | head -10
+[ -s $OUT/gpu_failures.log ] && grep '^FAILED' $OUT/gpu_failures.log
 cut -c1-150 $OUT/kernels/console.log | tail -45

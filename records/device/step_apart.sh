@@ -8,6 +8,8 @@
 #   LAB_COMMIT=<sha> bash records/device/step_apart.sh   # about 540 s: TEST_S=120, then three parts of PART_S=140
 set -u
 export PYTHONUNBUFFERED=1
+# every failed test's report, written as it fails (tests/conftest.py): a run cut by its limit still says why
+export LAB_TEST_FAILURES=$OUT/gpu_failures.log
 # since 2026-12-05: Gated DeltaNet on falcon-1's kernels, and RetNet's, Gated DeltaNet's and falcon-3a's samples as
 # packed sequences rather than padded rows (records/bench/samples-packed/)
 ROWS=${ROWS:-retnet,gated-deltanet,falcon-3a.3,falcon-3,falcon-1a.3,mamba2}
@@ -20,6 +22,7 @@ timeout ${TEST_S:-120} python -m pytest -q -p no:cacheprovider -rs tests/test_pa
   tests/test_delta_rule.py tests/test_triton_falcon3a.py tests/test_triton_falcon3.py \
   -k "gpu or packed or oracle or samples" > $OUT/gpu_tests.log 2>&1
 tail -3 $OUT/gpu_tests.log
+[ -s $OUT/gpu_failures.log ] && grep '^FAILED' $OUT/gpu_failures.log
 timeout ${PART_S:-140} $B --mixers $ROWS --out $OUT/auto > $OUT/auto.log 2>&1
 timeout ${PART_S:-140} $B --mixers $ROWS --set model.mixer_options.backend=chunk --out $OUT/chunk > $OUT/chunk.log 2>&1
 timeout ${PART_S:-140} $B --mixers $ROWS,falcon-2 --set train.compile=true --out $OUT/compiled \
