@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Device call: the GPU checks issue 30 still lacks, each part under its own limit, then the packed-sequence prefix of
+# decayed_attention (7f3cd66) timed in the same-time table's compiled step. About 480 s; fla carried in .whl/.
+#   1. falcon-2's solve forms at D = 128 and in bf16 (`F2_SOLVE`: before "inverses" becomes the default;
+#      records/bench/kernels-2026-12-05/ passed D = 64 in float32 only)
+#   2. the baselines' ops against fla's own: DeltaNet against `chunk_delta_rule`, Gated DeltaNet and RetNet forms
+#      against `chunk_gated_delta_rule` and `chunk_simple_gla` forwards (tests/test_fla_parity.py)
+#   3. a batch past CUDA's 65,535 launch rows (B·H = 65,600) on falcon-1a's and falcon-1's kernels
+#   4. the count of a packed step's synchronisations (falcon-1a.3 failed unnamed in records/bench/step-apart-2026-12-05)
+#      and decayed_attention's tests after the prefix change
+#   5. `lab bench step --preset same-time` compiled, RetNet and falcon-3a.3 (65 of 138 and 145 GPU ms a step went to
+#      the old prefix's running sum on an H100) and Gated DeltaNet beside them
+# Every failed test's report is written as it fails ($OUT/gpu_failures.log), so a part cut by its limit still says
+# what failed. Run from the repository root with LAB_COMMIT set:
+#   LAB_COMMIT=<sha> bash records/device/kernels_left.sh
+set -u
+export PYTHONUNBUFFERED=1
+export LAB_TEST_FAILURES=$OUT/gpu_failures.log
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+  .whl/fla_core-*.whl .whl/einops-*.whl && export PYTHONPATH=/tmp/site
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > $OUT/gpu.txt
+t0=$(date +%s)
+part() {  # part <name> <seconds> <pytest arguments>
+  local name=$1 limit=$2; shift 2
+  timeout $limit python -m pytest -v -p no:cacheprovider -rs "$@" > $OUT/$name.log 2>&1
+  echo "$name rc=$? at $(( $(date +%s) - t0 )) s: $(grep -c PASSED $OUT/$name.log) passed, $(grep -c FAILED $OUT/$name.log) failed" \
+    | tee -a $OUT/times.txt
+}
+part f2_solve ${F2_S:-120} tests/test_triton_regression.py -k solve_forms_gpu
+part fla_parity ${FLA_S:-100} tests/test_fla_parity.py
+part launch_limit ${GRID_S:-60} tests/test_triton_inner_product.py tests/test_delta_rule.py -k "grid_limit or launch_limit"
+part packed ${PACKED_S:-90} tests/test_packed_facts.py tests/test_decayed.py -k "gpu or packed or oracle or samples"
+timeout --signal=INT ${STEP_S:-110} python -m lab bench step --preset same-time --steps 10 \
+  --mixers retnet,falcon-3a.3,gated-deltanet --set train.compile=true --out $OUT/compiled > $OUT/compiled.log 2>&1
+echo "step rc=$? at $(( $(date +%s) - t0 )) s" | tee -a $OUT/times.txt
+cat $OUT/gpu.txt; [ -s $OUT/gpu_failures.log ] && grep '^FAILED' $OUT/gpu_failures.log
+grep '^mixer' $OUT/compiled.log | cut -c1-220
