@@ -3,13 +3,7 @@
 # references at real sizes, falcon-3a's one delayed pass, decayed_attention, DeltaNet on falcon-1's kernels, a
 # batch past the launch-axis limit), then `lab bench kernels` at the three shapes beside fla (carried as a wheel in
 # .whl/). Every log is written under $OUT as it runs. Run from the repository root with LAB_COMMIT set.
-set -u
-export PYTHONUNBUFFERED=1
-# every failed test's report, written as it fails (tests/conftest.py): a run cut by its limit still says why
-export LAB_TEST_FAILURES=$OUT/gpu_failures.log
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
-  .whl/fla_core-*.whl .whl/einops-*.whl && export PYTHONPATH=/tmp/site
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > $OUT/gpu.txt
+source records/device/gpu_env.sh
 python -c "import torch, triton, fla; print('torch', torch.__version__, 'triton', triton.__version__, 'fla', fla.__version__)" \
   >> $OUT/gpu.txt 2>&1
 t0=$(date +%s)

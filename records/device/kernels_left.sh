@@ -13,12 +13,7 @@
 # Every failed test's report is written as it fails ($OUT/gpu_failures.log), so a part cut by its limit still says
 # what failed. Run from the repository root with LAB_COMMIT set:
 #   LAB_COMMIT=<sha> bash records/device/kernels_left.sh
-set -u
-export PYTHONUNBUFFERED=1
-export LAB_TEST_FAILURES=$OUT/gpu_failures.log
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
-  .whl/fla_core-*.whl .whl/einops-*.whl && export PYTHONPATH=/tmp/site
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > $OUT/gpu.txt
+source records/device/gpu_env.sh
 t0=$(date +%s)
 part() {  # part <name> <seconds> <pytest arguments>
   local name=$1 limit=$2; shift 2
