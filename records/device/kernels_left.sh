@@ -25,8 +25,11 @@ part f2_solve ${F2_S:-120} tests/test_triton_regression.py -k solve_forms_gpu
 part fla_parity ${FLA_S:-100} tests/test_fla_parity.py
 part launch_limit ${GRID_S:-60} tests/test_triton_inner_product.py tests/test_delta_rule.py -k "grid_limit or launch_limit"
 part packed ${PACKED_S:-90} tests/test_packed_facts.py tests/test_decayed.py -k "gpu or packed or oracle or samples"
-timeout --signal=INT ${STEP_S:-110} python -m lab bench step --preset same-time --steps 10 \
-  --mixers retnet,falcon-3a.3,gated-deltanet --set train.compile=true --out $OUT/compiled > $OUT/compiled.log 2>&1
-echo "step rc=$? at $(( $(date +%s) - t0 )) s" | tee -a $OUT/times.txt
+if [ "${STEP_S:-110}" != 0 ]; then  # STEP_S=0 skips the timing (a call whose GPU is shared with runs)
+  timeout --signal=INT ${STEP_S:-110} python -m lab bench step --preset same-time --steps 10 \
+    --mixers retnet,falcon-3a.3,gated-deltanet --set train.compile=true --out $OUT/compiled > $OUT/compiled.log 2>&1
+  echo "step rc=$? at $(( $(date +%s) - t0 )) s" | tee -a $OUT/times.txt
+fi
 cat $OUT/gpu.txt; [ -s $OUT/gpu_failures.log ] && grep '^FAILED' $OUT/gpu_failures.log
-grep '^mixer' $OUT/compiled.log | cut -c1-220
+[ -f $OUT/compiled.log ] && grep '^mixer' $OUT/compiled.log | cut -c1-220
+true
