@@ -120,5 +120,9 @@ def test_on_a_gpu_a_step_over_packed_samples_synchronises_as_often_for_one_layer
                 step()
             finally:
                 torch.cuda.set_sync_debug_mode("default")
-        counts[layers] = [str(w.message).splitlines()[0] for w in caught if "synchroniz" in str(w.message)]
+        # "called a synchronizing CUDA operation": the once-a-process notice that the mode is a prototype
+        # ("Synchronization debug mode is a prototype feature ...") is no synchronisation (it failed the first case
+        # on an H100, records/bench/gpu-checks-2026-12-05)
+        counts[layers] = [str(w.message).splitlines()[0] for w in caught
+                          if "called a synchronizing" in str(w.message)]
     assert len(counts[1]) == len(counts[2]) <= 4, counts

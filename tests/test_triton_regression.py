@@ -285,15 +285,17 @@ F2_SOLVE_CASES = {
 }
 
 
-# every case for the inverses; two for the outputs' pass alone (its substitution is the default's)
-F2_SOLVE_RUNS = [(case, "inverses") for case in F2_SOLVE_CASES] + [("continuing-same_time-rbw", "outputs-apart"),
-                                                                    ("packed", "outputs-apart")]
+# every case for the substitution (the default is the inverses, which every other falcon-2 test takes); two for
+# the outputs' pass alone
+F2_SOLVE_RUNS = [(case, "sequential") for case in F2_SOLVE_CASES] + [("continuing-same_time-rbw", "outputs-apart"),
+                                                                      ("packed", "outputs-apart")]
 
 
 @pytest.mark.parametrize("case,solve", F2_SOLVE_RUNS)
 def test_falcon2_solve_forms(case: str, solve: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """F2_SOLVE: falcon-2's outputs from a parallel pass after the sequential one, and its per-column inverses
-    formed by a parallel pass before it and applied by it, held to the float64 oracle like the default."""
+    """F2_SOLVE: falcon-2's 16-step substitution walked by the sequential pass, and its outputs from a parallel
+    pass after it, held to the float64 oracle like the default (the per-column inverses formed by a parallel pass
+    before the sequential one and applied by it)."""
     from kernels.regression import triton_launch as launch
 
     monkeypatch.setattr(launch, "F2_SOLVE", solve)

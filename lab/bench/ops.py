@@ -59,13 +59,14 @@ def _module_missing(module: str, what: str) -> Callable[[], str | None]:
     return missing
 
 
-# falcon-2's rows, one a form of its per-column solve (kernels.regression.triton_launch.F2_SOLVE)
-F2_FORMS = {"falcon-2": "sequential", "falcon-2 outputs apart": "outputs-apart", "falcon-2 inverses": "inverses"}
+# falcon-2's rows, one a form of its per-column solve (kernels.regression.triton_launch.F2_SOLVE): "falcon-2" is
+# the default, the per-column inverses (before 2026-12-05 the rows named "falcon-2" timed the substitution)
+F2_FORMS = {"falcon-2": "inverses", "falcon-2 outputs apart": "outputs-apart", "falcon-2 substitution": "sequential"}
 
 
-def _falcon(rule: str, lam_positive: bool, f2_solve: str = "sequential") -> tuple[Callable, Callable]:
+def _falcon(rule: str, lam_positive: bool, f2_solve: str | None = None) -> tuple[Callable, Callable]:
     """Inputs and call of one Falcon rule on ``backend="triton"`` through the public op; ``f2_solve``: the form of
-    falcon-2's per-column solve (``kernels.regression.triton_launch.F2_SOLVE``)."""
+    falcon-2's per-column solve (``kernels.regression.triton_launch.F2_SOLVE``; None: the default's)."""
     per_channel = rule in ("falcon-2", "falcon-2a")
 
     def make(shape: Shape, dtype: torch.dtype, seed: int) -> dict[str, Tensor]:
@@ -81,7 +82,8 @@ def _falcon(rule: str, lam_positive: bool, f2_solve: str = "sequential") -> tupl
         from kernels import fast_weight_rule
         from kernels.regression import triton_launch
 
-        before, triton_launch.F2_SOLVE = triton_launch.F2_SOLVE, f2_solve
+        before = triton_launch.F2_SOLVE
+        triton_launch.F2_SOLVE = f2_solve or before
         try:  # the op's backward solves as its forward did
             return fast_weight_rule(x["q"], x["k"], x["v"], x["beta"], x["lam"], rule=rule, backend=backend,
                                     chunk_size=CHUNK)[0]
@@ -100,7 +102,7 @@ def rule_ops(rules: tuple[str, ...]) -> list[Op]:
             ("falcon-1", "falcon-1 λ>0", True, "delta", regression),
             ("falcon-2", "falcon-2", True, "delta_per_channel", regression),
             ("falcon-2", "falcon-2 outputs apart", True, "delta_per_channel", regression),
-            ("falcon-2", "falcon-2 inverses", True, "delta_per_channel", regression),
+            ("falcon-2", "falcon-2 substitution", True, "delta_per_channel", regression),
             ("falcon-3", "falcon-3", True, "delta_window", window),
             ("falcon-1a", "falcon-1a", True, "linear", inner),
             ("falcon-2a", "falcon-2a", True, "linear", inner),
@@ -108,7 +110,7 @@ def rule_ops(rules: tuple[str, ...]) -> list[Op]:
     ops = []
     for rule, name, lam_positive, family, missing in rows:
         if rule in rules:
-            make, call = _falcon(rule, lam_positive, f2_solve=F2_FORMS.get(name, "sequential"))
+            make, call = _falcon(rule, lam_positive, f2_solve=F2_FORMS.get(name))
             ops.append(Op(name, family, missing, make, call))
         if name == "falcon-1 λ>0" and rule in rules:  # the baseline on falcon-1's kernels, beside fla's own
             ops.append(Op(GATED, "delta", regression, _delta_make(True), _gated_delta))

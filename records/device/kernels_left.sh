@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Device call: the GPU checks issue 30 still lacks, each part under its own limit, then the packed-sequence prefix of
 # decayed_attention (7f3cd66) timed in the same-time table's compiled step. About 480 s; fla carried in .whl/.
-#   1. falcon-2's solve forms at D = 128 and in bf16 (`F2_SOLVE`: before "inverses" becomes the default;
-#      records/bench/kernels-2026-12-05/ passed D = 64 in float32 only)
+#   1. falcon-2's solve forms at D = 128 and in bf16 (passed on an H100, records/bench/gpu-checks-2026-12-05/; since
+#      then "inverses" is the default)
 #   2. the baselines' ops against fla's own: DeltaNet against `chunk_delta_rule`, Gated DeltaNet and RetNet forms
 #      against `chunk_gated_delta_rule` and `chunk_simple_gla` forwards (tests/test_fla_parity.py)
 #   3. a batch past CUDA's 65,535 launch rows (B·H = 65,600) on falcon-1a's and falcon-1's kernels
@@ -13,10 +13,13 @@
 # Every failed test's report is written as it fails ($OUT/gpu_failures.log), so a part cut by its limit still says
 # what failed. Run from the repository root with LAB_COMMIT set:
 #   LAB_COMMIT=<sha> bash records/device/kernels_left.sh
+#   LAB_COMMIT=<sha> F2_S=0 GRID_S=120 bash records/device/kernels_left.sh   # what 2026-12-05's shared call left
+# A part's limit 0 skips it (F2_S, FLA_S, GRID_S, PACKED_S; STEP_S=0 the step's timing).
 source records/device/gpu_env.sh
 t0=$(date +%s)
 part() {  # part <name> <seconds> <pytest arguments>
   local name=$1 limit=$2; shift 2
+  [ "$limit" = 0 ] && return  # a part's limit 0 skips it
   timeout $limit python -m pytest -v -p no:cacheprovider -rs "$@" > $OUT/$name.log 2>&1
   echo "$name rc=$? at $(( $(date +%s) - t0 )) s: $(grep -c PASSED $OUT/$name.log) passed, $(grep -c FAILED $OUT/$name.log) failed" \
     | tee -a $OUT/times.txt

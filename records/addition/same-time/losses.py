@@ -1,10 +1,10 @@
 """Training loss by step of the same-time table's rows (the median over a row's seeds of the loss averaged over 10
 logged steps), with RetNet's run with RoPE (`retnet-rope/`; the table's RetNet row goes without it), and
 the widest width the curriculum trains at each step: the rows that fit (loss falling under 0.01 while the widths
-grow) against the ones that do not (RetNet with RoPE, and Mamba-2's seed 0, whose loss climbs with the widths).
-Mamba-2's seeds part (one fits widths 1-32, one does not), so they are drawn one by one, as is every row in SPLIT:
-a median of two runs that part is a curve neither followed. A run is dashed when its best val. acc. 1-32 is
-under 99 (`progress.csv`).
+grow) against the ones that do not (RetNet with RoPE, Mamba-2's seed 0, whose loss climbs with the widths, and
+Gated DeltaNet's seed 1). Mamba-2's and Gated DeltaNet's seeds part (some fit widths 1-32, some do not), so they are
+drawn one by one, as is every row in SPLIT: a median of runs that part is a curve none of them followed. A run is dashed when its best val. acc. 1-32 is
+under 99 (`progress.csv`); of a split row's seeds that fit, seed 2 is drawn dash-dotted.
 
     python records/addition/same-time/losses.py   # writes losses.png beside it
 """
@@ -34,7 +34,7 @@ STYLE = {  # row: (label, colour, line)
 
 folders = {json.loads((f / "run.json").read_text())["id"]: f
            for src in SOURCES if src.is_dir() for f in src.iterdir() if (f / "run.json").is_file()}
-SPLIT = {"mamba2"}  # rows whose seeds part: drawn one by one
+SPLIT = {"mamba2", "gated-deltanet"}  # rows whose seeds part: drawn one by one
 progress = pd.read_csv(HERE / "progress.csv")
 best = progress.groupby("run_id")["val_acc"].max()
 plan = progress[["row", "seed", "run_id"]].drop_duplicates()
@@ -63,7 +63,8 @@ for row, (label, colour, line) in STYLE.items():
 for row, seed, run_id, loss in singles:
     label, colour, _ = STYLE[row]
     fits = best.get(run_id, 0.0) >= 99.0
-    ax.plot(loss.index, loss.values, color=colour, ls="-" if fits else "--", lw=1.6 if fits else 1.3,
+    ax.plot(loss.index, loss.values, color=colour, ls=("-", "-", (0, (5, 1, 1, 1)))[seed % 3] if fits else "--",
+            lw=1.6 if fits else 1.3,
             alpha=1.0 if fits else 0.8, label=f"{label}, seed {seed} ({best.get(run_id, 0.0):.1f} on 1-32)")
 ax.set_yscale("log")
 ax.set_ylim(1e-4, 4)
