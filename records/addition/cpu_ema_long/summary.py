@@ -1,14 +1,22 @@
-"""Every evaluation of the two 4000-step runs of this folder, the weights' average (`evals.csv`) beside the trained
+"""Every evaluation of a toy DeltaNet run with `train.ema`, the weights' average (`evals.csv`) beside the trained
 weights (`evals_raw.csv`): the least whole-answer accuracy over the trained widths 1-8, whole answers at widths 9-12
 and per token there (20 teacher-forced samples a width). Run from the repository root:
 
-    python records/addition/cpu_ema_long/summary.py
+    python records/addition/cpu_ema_long/summary.py                          # this folder's two 4000-step runs
+    python records/addition/cpu_ema_long/summary.py records/addition/cpu_ema_lr   # any folder of such runs
 """
 import csv
+import sys
+from pathlib import Path
 
-for rid, seed in (("6b9a673e33", 0), ("d4e064dfb2", 3)):
+import yaml
+
+folder = Path(sys.argv[1] if len(sys.argv) > 1 else "records/addition/cpu_ema_long")
+runs = sorted(((p.parent.name, yaml.safe_load(open(p.parent / "config.yaml"))["train"]["seed"])
+               for p in folder.glob("*/evals_raw.csv")), key=lambda run: run[1])
+for rid, seed in runs:
     print(f"DeltaNet seed {seed} ({rid}): step | average: least of 1-8, whole 9-12, per token 9-12 | trained weights")
-    read = {name: {r["step"]: r for r in csv.DictReader(open(f"records/addition/cpu_ema_long/{rid}/{name}"))}
+    read = {name: {r["step"]: r for r in csv.DictReader(open(folder / rid / name))}
             for name in ("evals.csv", "evals_raw.csv")}
 
     def cells(r: dict) -> str:
