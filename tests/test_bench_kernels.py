@@ -95,9 +95,10 @@ def test_each_rule_is_set_beside_its_own_chunk_form() -> None:
 
     rules = ("falcon-1", "falcon-2", "falcon-1a", "falcon-2a", "falcon-3a")
     triton_rows = [o.name for o in rule_ops(rules)]
-    assert {"falcon-2 outputs apart", "falcon-2 substitution"} <= set(triton_rows)  # falcon-2's other solves
-    assert [n + " PyTorch chunk" for n in triton_rows if n not in ("falcon-2 outputs apart", "falcon-2 substitution")] == \
-        [o.name for o in rule_chunk_ops(rules)]
+    other_solves = ("falcon-2 outputs apart", "falcon-2 substitution")
+    assert set(other_solves) <= set(triton_rows)  # falcon-2's other solves
+    own_forms = [o.name for o in rule_chunk_ops(rules)]
+    assert [n + " PyTorch chunk" for n in triton_rows if n not in other_solves] == own_forms
     rows = [{"shape": "s", "mode": "fwd", "op": "falcon-2", "ms": 2.0},
             {"shape": "s", "mode": "fwd", "op": "falcon-2 PyTorch chunk", "ms": 50.0},
             {"shape": "s", "mode": "fwd+bwd", "op": "falcon-2", "ms": 2.0},

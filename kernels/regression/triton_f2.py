@@ -14,11 +14,11 @@ sequentially, and the solve takes one of three forms (``triton_launch.F2_SOLVE``
   no per-channel inverse is ever stored;
 - outputs-apart: the same pass stores U and the chunk entry states, and ``f2_out_kernel`` writes the outputs from
   them for every chunk at once, so the ``[16, 16, BV]`` read tile leaves the sequential loop;
-- inverses (the default): the systems depend on the pairs and gates, not on the state, so ``f2_inverse_kernel`` forms every
-  chunk's per-column inverses (I + L_j)⁻¹ at once (``[chunks, H, 16, 16, Dv]`` fp32, for the call only); the
-  sequential pass then applies them (one ``[16, 16, BV]`` product where the substitution took 15 dependent steps),
-  and the outputs come from ``f2_out_kernel``. The backward's reverse pass applies the transposed inverses the
-  same way.
+- inverses (the default): the systems depend on the pairs and gates, not on the state, so ``f2_inverse_kernel``
+  forms every chunk's per-column inverses (I + L_j)⁻¹ at once (``[chunks, H, 16, 16, Dv]`` fp32, for the call
+  only); the sequential pass then applies them (one ``[16, 16, BV]`` product where the substitution took 15
+  dependent steps), and the outputs come from ``f2_out_kernel``. The backward's reverse pass applies the
+  transposed inverses the same way.
 """
 
 from __future__ import annotations

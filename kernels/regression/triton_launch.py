@@ -37,8 +37,9 @@ KEEP_FOR_BACKWARD = True
 F2_CHUNK = 16  # falcon-2's chunk: its per-column decay tiles are [16, 16, BV]
 # How falcon-2's per-column solve runs (F2_SOLVE, read when a call's Layout is made, so its backward solves as its
 # forward did); all three are exact, and lab bench kernels times them side by side. The inverses are the default
-# since they passed the float64 check on an H100 at D = 64 and 128 in fp32 and bf16 (records/bench/gpu-checks-2026-12-05)
-# and ran fwd+bwd 1.08x and 1.37x faster than the substitution at D = 128 (records/bench/kernels-2026-12-05):
+# since they passed the float64 check on an H100 at D = 64 and 128 in fp32 and bf16
+# (records/bench/gpu-checks-2026-12-05) and ran fwd+bwd 1.08x and 1.37x faster than the substitution at D = 128
+# (records/bench/kernels-2026-12-05):
 #   "sequential"     the state pass walks each chunk's 16-step substitution and writes the outputs too;
 #   "outputs-apart"  the same substitution, the outputs from a parallel pass over the chunks after it;
 #   "inverses"       a parallel pass forms every chunk's per-column inverses [16, 16, Dv] first (fp32: 64 floats a

@@ -1,10 +1,10 @@
 """Training loss by step of the same-time table's rows (the median over a row's seeds of the loss averaged over 10
-logged steps), with RetNet's run with RoPE (`retnet-rope/`; the table's RetNet row goes without it), and
-the widest width the curriculum trains at each step: the rows that fit (loss falling under 0.01 while the widths
-grow) against the ones that do not (RetNet with RoPE, Mamba-2's seed 0, whose loss climbs with the widths, and
-Gated DeltaNet's seed 1). Mamba-2's and Gated DeltaNet's seeds part (some fit widths 1-32, some do not), so they are
-drawn one by one, as is every row in SPLIT: a median of runs that part is a curve none of them followed. A run is dashed when its best val. acc. 1-32 is
-under 99 (`progress.csv`); of a split row's seeds that fit, seed 2 is drawn dash-dotted.
+logged steps), with RetNet's run with RoPE (`retnet-rope/`; the table's RetNet row goes without it), and the widest
+width the curriculum trains at each step: the rows that fit (loss falling under 0.01 while the widths grow) against
+the ones that do not (RetNet with RoPE, Mamba-2's seed 0, whose loss climbs with the widths, and Gated DeltaNet's
+seed 1). Mamba-2's and Gated DeltaNet's seeds part (some fit widths 1-32, some do not), so they are drawn one by one,
+as is every row in SPLIT: a median of runs that part is a curve none of them followed. A run is dashed when its best
+val. acc. 1-32 is under 99 (`progress.csv`); of a split row's seeds that fit, seed 2 is drawn dash-dotted.
 
     python records/addition/same-time/losses.py   # writes losses.png beside it
 """
