@@ -248,6 +248,22 @@ def test_a_synthetic_task_refuses_what_it_cannot_run(args: list[str], message: s
 
 
 @pytest.mark.usefixtures("one_thread")
+def test_an_option_some_mixers_lack_ablates_the_ones_that_take_it(tmp_path: Path) -> None:
+    # falcon-1 with ctxβ and ℓ2 keys on parity: the baselines have no such options, so they leave the plan
+    # (and the table) rather than refuse the campaign
+    args = ["ablate", "alignment", "--task", "parity", "--mixers", "falcon-1", "--seeds", "1", "--max-steps", "2",
+            "--set", "model.mixer_options.gain=ctx_beta", "--set", "model.mixer_options.qk_norm=l2",
+            "--set", "train.val_every=2", "--results", str(tmp_path), "--out", str(tmp_path / "grid")]
+    code, text = invoke(*args)
+    assert code == 0, text
+    takers = [m for m in DEFAULT_MIXERS if m.startswith("falcon-")]
+    assert f"(4 of {4 * (len(takers) + 1)} planned runs finished)" in text
+    table = read_csv(tmp_path / "grid" / "alignment.csv")
+    assert {r["row"] for r in table} == {*takers, "falcon-1"}
+    assert [r["runs"] for r in table if r["row"] == "falcon-1"] == ["1"] * 4
+
+
+@pytest.mark.usefixtures("one_thread")
 def test_mqar_ablation_end_to_end_writes_its_tables_and_heat_maps(tmp_path: Path) -> None:
     args = ["ablate", "alignment", "--task", "mqar", "--mixers", "deltanet", "--seeds", "1", "--max-steps", "6",
             "--set", "train.val_every=3", "--results", str(tmp_path)]

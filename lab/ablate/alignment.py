@@ -20,7 +20,7 @@ from typing import Any
 
 from lab.ablate.alignment_table import write_sequence_tables, write_tables
 from lab.ablate.cells import CELLS, OPTION_KEYS, Cell, cell_of, default_cell
-from lab.config import SEQUENCE_TASKS, load_config
+from lab.config import SEQUENCE_TASKS, ConfigError, load_config
 from lab.paths import results_root
 from lab.reproduce.addition import check_preset
 from lab.reproduce.addition_rows import DEFAULT_SEEDS, ROW_SETTINGS
@@ -135,13 +135,22 @@ def ablate_alignment(preset: str | None = "paper", mixers: Sequence[str] | None 
     default_seeds = DEFAULT_SEEDS.get(preset, 1) if task == "addition" else 3
     seeds = default_seeds if seeds is None else seeds
     mixers = list(DEFAULT_MIXERS) if mixers is None else list(mixers)
-    # The table holds every default mixer with finished runs (and the ones asked for now), as
-    # `lab reproduce addition` holds every row.
-    shown = list(dict.fromkeys([*DEFAULT_MIXERS, *mixers]))
-    everything = plan(preset, shown, seeds, max_steps, overrides, task)
-    wanted = set(mixers)
-    jobs = [j for j in everything if j.cfg.mixer in wanted]
     results = Path(results).resolve() if results is not None else results_root()
+    # The table holds every default mixer (and the ones asked for now), as `lab reproduce addition` holds every
+    # row, but a default mixer that rejects an override (a --set option it has not) has no runs under it.
+    jobs = plan(preset, mixers, seeds, max_steps, overrides, task)
+    others = []
+    for other in DEFAULT_MIXERS:
+        if other in mixers:
+            continue
+        try:
+            mine = plan(preset, [other], seeds, max_steps, overrides, task)
+        except ConfigError:
+            continue
+        others += mine
+    shown = list(dict.fromkeys([*DEFAULT_MIXERS, *mixers]))
+    everything = sorted(jobs + others, key=lambda j: (j.cfg.train.seed, shown.index(j.cfg.mixer),
+                                                      CELLS.index(cell_of(j))))
     out = Path(out).resolve() if out is not None else default_out(preset, results, task)
     writer = write_tables if task == "addition" else write_sequence_tables
     return run_campaign(jobs, everything, writer, results, out, gpus, command, on_done,
