@@ -96,3 +96,21 @@ def test_tiny_table_end_to_end_then_rerun_skips(shards, tmp_path):
     assert code == 0, text
     assert text.count("finished before") == 2 and "finished in" not in text
     assert (tmp_path / "runs" / run_id / "perplexity.json").stat().st_mtime_ns == stamp
+
+
+def test_an_option_some_rows_lack_leaves_them_out_of_the_table(shards, tmp_path):
+    # RoPE off is the transformer's and RetNet's option; the rows without it are dropped from the plan rather
+    # than failing the campaign, and a row asked for that lacks it still fails by name
+    from lab.reproduce.fineweb import reproduce_fineweb
+    from lab.runs import Registry
+
+    Registry(tmp_path / "lab.db")  # an empty registry: a table of no runs yet
+    campaign = reproduce_fineweb("tiny", parse_rows("transformer"), seeds=1, data=shards, results=tmp_path,
+                                 overrides=[f"data.vocab_size={VOCAB}", "model.mixer_options.rope=false"],
+                                 table_only=True)
+    table = pd.read_csv(tmp_path / "fineweb" / "tiny" / "table.csv")
+    assert set(table["row"]) == {"transformer", "retnet"}, table["row"].tolist()
+    assert campaign is not None
+    with pytest.raises(ValueError, match="unknown option.*'rope' for mixer 'deltanet'"):
+        reproduce_fineweb("tiny", parse_rows("deltanet"), seeds=1, data=shards, results=tmp_path,
+                          overrides=[f"data.vocab_size={VOCAB}", "model.mixer_options.rope=false"], table_only=True)

@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
 
-from lab.config import load_config
+from lab.config import ConfigError, load_config
 from lab.paths import results_root
 from lab.reproduce.fineweb_rows import PRESETS, ROWS
 from lab.reproduce.fineweb_table import write_tables
@@ -88,10 +88,19 @@ def reproduce_fineweb(preset: str = "fineweb-124m", rows: Sequence[Row] | None =
     every finished run's perplexities, and write table.md and table.csv to `out` after every run."""
     rows = list(ROWS) if rows is None else list(rows)
     texts = {"wikitext-103": check_text("--wiki", wiki), "lambada": check_text("--lambada", lambada)}
-    everything = plan(preset, ROWS, seeds, max_steps, overrides, data)
-    check_data(everything[0].cfg.data.path)
+    jobs = plan(preset, rows, seeds, max_steps, overrides, data)
+    check_data(jobs[0].cfg.data.path)
     wanted = {r.name for r in rows}
-    jobs = [j for j in everything if j.cfg.mixer in wanted]
+    # The table holds every row, but one whose mixer rejects an override (a --set option it has not): it has no
+    # runs under it.
+    everything = []
+    for row in ROWS:
+        try:
+            everything += plan(preset, [row], seeds, max_steps, overrides, data)
+        except ConfigError:
+            if row.name in wanted:
+                raise
+    everything.sort(key=lambda j: j.cfg.train.seed)  # seed by seed, as the plan orders the rows
     results = Path(results).resolve() if results is not None else results_root()
     out = Path(out).resolve() if out is not None else default_out(preset, results)
     return run_campaign(jobs, everything, partial(write_tables, texts=texts), results, out, gpus, command, on_done,
