@@ -6,7 +6,8 @@
 # DeltaNet its β by beta_max. CONTROL=1 adds falcon-1a.3 (inner-product writes: no eigenvalue 1 - β along the
 # key, so the bound should not matter).
 # Two runs at a time (JOBS=N for more). TASK=permutation runs the same grid on S5 composition (permutation-tiny)
-# into RESULTS/permutation. Run from the repository root: bash records/tasks/beta/run.sh [RESULTS]
+# into RESULTS/permutation. SETS="<key=value> ..." gives every run those settings too (a larger model, more steps:
+# records/device/tasks_gpu.sh's beta-s5-large); name RESULTS apart for them, since a run's folder is its grid name. Run from the repository root: bash records/tasks/beta/run.sh [RESULTS]
 set -u
 TASK=${TASK:-parity}
 case $TASK in parity|permutation) ;; *) echo "run.sh: TASK must be parity or permutation, got $TASK" >&2; exit 2;; esac
@@ -27,6 +28,7 @@ run() {
   local sets=()
   IFS=',' read -ra pairs <<< "$opts"
   for p in "${pairs[@]}"; do sets+=(--set "model.mixer_options.$p"); done
+  for p in ${SETS:-}; do sets+=(--set "$p"); done
   python -m lab train --preset $TASK-tiny --mixer "$mixer" --seed "$seed" "${sets[@]}" \
     --out "$R/runs/$name-s$seed" --results "$R" --no-progress > "$R/logs/$name-s$seed.log" 2>&1
 }
