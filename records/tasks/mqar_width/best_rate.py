@@ -17,13 +17,8 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from study import MIXERS, best  # noqa: E402
+from study import MIXERS, best, ms, panels  # noqa: E402
 
 PRESET_RATE = "3e-3"
 
@@ -51,7 +46,7 @@ def main() -> None:
     rates = sorted({r for _, _, r in cells}, key=float)
     widths = sorted({d for _, d, _ in cells})
     table = []
-    for mixer, label, colour in MIXERS:
+    for mixer, label, _ in MIXERS:
         for d in widths:
             here = {r: cells[mixer, d, r] for r in rates if cells.get((mixer, d, r))}
             if not here:
@@ -60,14 +55,11 @@ def main() -> None:
             mean_val = {r: statistics.mean(float(b["val_acc"]) for b in v) for r, v in here.items() if len(v) == most}
             chosen = max(mean_val, key=lambda r: (mean_val[r], -float(r)))  # ties: the lower rate
             found = here[chosen]
-            table.append({"mixer": mixer, "label": label, "colour": colour, "d_model": d, "rate": chosen,
+            table.append({"mixer": mixer, "label": label, "d_model": d, "rate": chosen,
                           "seeds": len(found), "val_by_rate": mean_val,
                           "val": [float(b["val_acc"]) for b in found],
                           "held": [float(b["ood_mean"]) for b in found],
                           "held_tok": [float(b["ood_token_mean"]) for b in found]})
-
-    def ms(xs: list[float]) -> str:
-        return f"{statistics.mean(xs):.1f} ± {statistics.stdev(xs) if len(xs) > 1 else 0.0:.1f}"
 
     with open(out / "table.csv", "w", newline="") as f:
         w = csv.writer(f)
@@ -87,28 +79,8 @@ def main() -> None:
     (out / "table.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
-    fig, axes = plt.subplots(1, 2, figsize=(11.5, 3.8), sharey=True, layout="constrained")
     markers = dict(zip(rates, "os^Dv"))
-    for ax, key, title in ((axes[0], "val", "train lengths (16–32 tokens, 2–4 pairs)"),
-                           (axes[1], "held", "held out (33–64 tokens, 4–8 pairs)")):
-        for mixer, label, colour in MIXERS:
-            rows = [r for r in table if r["mixer"] == mixer]
-            if not rows:
-                continue
-            xs = [r["d_model"] for r in rows]
-            mean = [statistics.mean(r[key]) for r in rows]
-            lo = [m - min(r[key]) for m, r in zip(mean, rows)]
-            hi = [max(r[key]) - m for m, r in zip(mean, rows)]
-            ax.errorbar(xs, mean, yerr=[lo, hi], color=colour, capsize=3, label=label if ax is axes[0] else None)
-            for x, m, r in zip(xs, mean, rows):  # the marker names the rate chosen at that width
-                ax.plot(x, m, markers[r["rate"]], color=colour, markersize=6)
-        ax.set_xscale("log", base=2)
-        ax.set_xticks(widths, [str(d) for d in widths])
-        ax.set_xlabel("model width d_model")
-        ax.set_title(title, fontsize=10)
-        ax.set_ylim(-2, 102)
-        ax.grid(alpha=0.3)
-    axes[0].set_ylabel("sequences with every answer right (%)")
+    fig, axes = panels(table, widths, figsize=(11.5, 3.8), markers=markers)
     fig.legend(loc="outside right upper", fontsize=8, title="mixer", title_fontsize=8)
     handles = [axes[1].plot([], [], markers[r], color="black", linestyle="none")[0] for r in rates]
     axes[1].legend(handles, [f"lr {r}" for r in rates], fontsize=8, loc="upper left", title="rate chosen",

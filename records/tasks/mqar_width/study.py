@@ -36,6 +36,40 @@ def best(run: Path) -> dict | None:
     return max(rows, key=lambda r: (float(r["val_acc"]), -int(r["step"]))) if rows else None
 
 
+def ms(xs: list[float]) -> str:
+    """mean ± sample standard deviation (0 for one value)"""
+    return f"{statistics.mean(xs):.1f} ± {statistics.stdev(xs) if len(xs) > 1 else 0.0:.1f}"
+
+
+def panels(table: list[dict], widths: list[int], figsize: tuple[float, float], markers: dict | None = None):
+    """The two panels, train lengths and held out: per mixer the mean over seeds against d_model, bars min–max.
+    `markers` (rate -> marker) marks each point with the rate its row chose (`r["rate"]`). Lines are labelled
+    on the first panel only."""
+    fig, axes = plt.subplots(1, 2, figsize=figsize, sharey=True, layout="constrained")
+    for ax, key, title in ((axes[0], "val", "train lengths (16–32 tokens, 2–4 pairs)"),
+                           (axes[1], "held", "held out (33–64 tokens, 4–8 pairs)")):
+        for mixer, label, colour in MIXERS:
+            rows = [r for r in table if r["mixer"] == mixer]
+            if not rows:
+                continue
+            xs = [r["d_model"] for r in rows]
+            mean = [statistics.mean(r[key]) for r in rows]
+            lo = [m - min(r[key]) for m, r in zip(mean, rows)]
+            hi = [max(r[key]) - m for m, r in zip(mean, rows)]
+            ax.errorbar(xs, mean, yerr=[lo, hi], color=colour, marker=None if markers else "o", capsize=3,
+                        label=label if ax is axes[0] else None)
+            for x, m, r in zip(xs, mean, rows) if markers else ():
+                ax.plot(x, m, markers[r["rate"]], color=colour, markersize=6)
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(widths, [str(d) for d in widths])
+        ax.set_xlabel("model width d_model")
+        ax.set_title(title, fontsize=10)
+        ax.set_ylim(-2, 102)
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("sequences with every answer right (%)")
+    return fig, axes
+
+
 def main() -> None:
     results = Path(sys.argv[1]) if len(sys.argv) > 1 else HERE
     out = Path(sys.argv[2]) if len(sys.argv) > 2 else HERE
@@ -66,35 +100,14 @@ def main() -> None:
             w.writerow([r["mixer"], r["d_model"], r["seeds"], " ".join(f"{x:.1f}" for x in r["val"]),
                         " ".join(f"{x:.1f}" for x in r["held"]), " ".join(f"{x:.1f}" for x in r["held_tok"])])
 
-    def ms(xs: list[float]) -> str:
-        return f"{statistics.mean(xs):.1f} ± {statistics.stdev(xs) if len(xs) > 1 else 0.0:.1f}"
-
     lines = ["| model | d_model | seeds | val. acc. 16–32 tokens | held-out acc. 33–64 tokens | held-out per answer |",
              "|---|---|---|---|---|---|"]
     lines += [f"| {r['label']} | {r['d_model']} | {r['seeds']} | {ms(r['val'])} | {ms(r['held'])} | "
               f"{ms(r['held_tok'])} |" for r in table]
     (out / "table.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), sharey=True, layout="constrained")
-    for ax, key, title in ((axes[0], "val", "train lengths (16–32 tokens, 2–4 pairs)"),
-                           (axes[1], "held", "held out (33–64 tokens, 4–8 pairs)")):
-        for mixer, label, colour in MIXERS:
-            rows = [r for r in table if r["mixer"] == mixer]
-            if not rows:
-                continue
-            xs = [r["d_model"] for r in rows]
-            mean = [statistics.mean(r[key]) for r in rows]
-            lo = [m - min(r[key]) for m, r in zip(mean, rows)]
-            hi = [max(r[key]) - m for m, r in zip(mean, rows)]
-            ax.errorbar(xs, mean, yerr=[lo, hi], color=colour, marker="o", capsize=3, label=label)
-        ax.set_xscale("log", base=2)
-        ax.set_xticks(widths, [str(d) for d in widths])
-        ax.set_xlabel("model width d_model")
-        ax.set_title(title, fontsize=10)
-        ax.set_ylim(-2, 102)
-        ax.grid(alpha=0.3)
-    axes[0].set_ylabel("sequences with every answer right (%)")
-    axes[1].legend(fontsize=8, loc="upper left")
+    fig, axes = panels(table, widths, figsize=(10, 3.8))
+    axes[1].legend(*axes[0].get_legend_handles_labels(), fontsize=8, loc="upper left")
     fig.suptitle(f"MQAR against model width (2 layers, {'/'.join(steps)} steps, lr {rate or '3e-3'}; "
                  f"{', '.join(devices)}); mean over seeds, bars min–max", fontsize=10)
     fig.savefig(out / "width.png", dpi=110)
