@@ -18,7 +18,7 @@ from collections import defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from study import MIXERS, best, ms, panels  # noqa: E402
+from study import MIXERS, best, ms, panels, setting  # noqa: E402
 
 PRESET_RATE = "3e-3"
 
@@ -37,12 +37,12 @@ def main() -> None:
     out = Path(sys.argv[1])
     out.mkdir(parents=True, exist_ok=True)
     cells: dict[tuple[str, int, str], list[dict]] = defaultdict(list)
-    for results in map(Path, sys.argv[2:]):
-        for run in sorted((results / "runs").glob("*-d*-s*")):
-            b = best(run)
-            if b is not None:
-                mixer, d, _, rate = parse(run.name)
-                cells[mixer, d, rate].append(b)
+    runs = [run for results in map(Path, sys.argv[2:]) for run in sorted((results / "runs").glob("*-d*-s*"))]
+    for run in runs:
+        b = best(run)
+        if b is not None:
+            mixer, d, _, rate = parse(run.name)
+            cells[mixer, d, rate].append(b)
     rates = sorted({r for _, _, r in cells}, key=float)
     widths = sorted({d for _, d, _ in cells})
     table = []
@@ -79,6 +79,7 @@ def main() -> None:
     (out / "table.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
+    steps, devices = setting(runs)
     markers = dict(zip(rates, "os^Dv"))
     fig, axes = panels(table, widths, figsize=(11.5, 3.8), markers=markers)
     fig.legend(loc="outside right upper", fontsize=8, title="mixer", title_fontsize=8)
@@ -86,7 +87,8 @@ def main() -> None:
     axes[1].legend(handles, [f"lr {r}" for r in rates], fontsize=8, loc="upper left", title="rate chosen",
                    title_fontsize=8)
     fig.suptitle("MQAR against model width, each mixer at the rate that fits the train lengths best "
-                 f"(of {', '.join(rates)})\nmean over seeds, bars min–max", fontsize=10)
+                 f"(of {', '.join(rates)})\n2 layers, {steps} steps; {devices}; mean over seeds, bars min–max",
+                 fontsize=10)
     fig.savefig(out / "width.png", dpi=110)
 
 

@@ -36,6 +36,15 @@ def best(run: Path) -> dict | None:
     return max(rows, key=lambda r: (float(r["val_acc"]), -int(r["step"]))) if rows else None
 
 
+def setting(runs: list[Path]) -> tuple[str, str]:
+    """The steps and the machines the runs' config.yaml and provenance.json give, for a figure's title."""
+    steps = sorted({line.split(":")[1].strip() for r in runs if (r / "config.yaml").exists()
+                    for line in (r / "config.yaml").read_text().splitlines() if line.startswith("  max_steps:")})
+    devices = sorted({json.loads((r / "provenance.json").read_text()).get("device", "?") for r in runs
+                      if (r / "provenance.json").exists()})
+    return "/".join(steps), ", ".join(devices)
+
+
 def ms(xs: list[float]) -> str:
     """mean ± sample standard deviation (0 for one value)"""
     return f"{statistics.mean(xs):.1f} ± {statistics.stdev(xs) if len(xs) > 1 else 0.0:.1f}"
@@ -78,10 +87,7 @@ def main() -> None:
     runs = [r for r in sorted((results / "runs").glob("*-d*-s*"))
             if (r.name.endswith(f"-lr{rate}") if rate else "-lr" not in r.name)]
     widths = sorted({int(r.name.rsplit("-d", 1)[1].split("-s")[0]) for r in runs})
-    steps = sorted({line.split(":")[1].strip() for r in runs if (r / "config.yaml").exists()
-                    for line in (r / "config.yaml").read_text().splitlines() if line.startswith("  max_steps:")})
-    devices = sorted({json.loads((r / "provenance.json").read_text()).get("device", "?") for r in runs
-                      if (r / "provenance.json").exists()})
+    steps, devices = setting(runs)
     table = []
     for mixer, label, _ in MIXERS:
         for d in widths:
@@ -108,8 +114,8 @@ def main() -> None:
     print("\n".join(lines))
     fig, axes = panels(table, widths, figsize=(10, 3.8))
     axes[1].legend(*axes[0].get_legend_handles_labels(), fontsize=8, loc="upper left")
-    fig.suptitle(f"MQAR against model width (2 layers, {'/'.join(steps)} steps, lr {rate or '3e-3'}; "
-                 f"{', '.join(devices)}); mean over seeds, bars min–max", fontsize=10)
+    fig.suptitle(f"MQAR against model width (2 layers, {steps} steps, lr {rate or '3e-3'}; {devices}); "
+                 "mean over seeds, bars min–max", fontsize=10)
     fig.savefig(out / "width.png", dpi=110)
 
 
