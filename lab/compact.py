@@ -1,14 +1,17 @@
-"""Compact run records: the largest files of a finished run's folder kept gzipped in git.
+"""Compact run records: the large files of a finished run's folder kept gzipped in git.
 
-A recorded run folder (`records/<track>/.../runs/<id>/`) holds its `positions.csv`, the accuracy of every
-answer digit of every width at the best and the last step: about 100 kB a run, read only by the heat maps
-and `lab report positions`, and a tenth of that gzipped. `compact_runs` replaces each such file by
-`<name>.gz`, written deterministically (no name or time in the gzip header, so compacting the same file twice
-gives the same bytes and git sees no change) and atomically (the gzipped file is whole before the plain one
-goes). Readers ask `readable(path)` for the file to open: the plain file where it exists, else its `.gz`;
-pandas reads either.
+A recorded run folder (`records/<track>/.../runs/<id>/`) holds its `positions.csv` (the accuracy of every
+answer digit of every width at the best and the last step, about 100 kB a run), its `metrics.csv` and
+`evals.csv` (`evals_raw.csv` with `train.ema`), and Lightning's CSV log of the same rows as metrics.csv
+(`logs/csv/version_<n>/metrics.csv`); gzipped, each takes a fifth to a tenth of its size. `compact_runs`
+replaces each such file by `<name>.gz`, written deterministically (no name or time in the gzip header, so
+compacting the same file twice gives the same bytes and git sees no change) and atomically (the gzipped file is
+whole before the plain one goes). Readers ask `readable(path)` for the file to open, the plain file where it
+exists, else its `.gz` (pandas reads either), or `open_text(path)` for a text handle on whichever it is.
 
-Only finished runs are compacted: a running or resumable run still appends to its files.
+Only finished runs are compacted: a running or resumable run still appends to its files. A compacted run that is
+trained further reads its rows back through `readable` and writes its files whole and plain again, which
+readers then take over the stale `.gz`.
 """
 
 from __future__ import annotations
@@ -17,11 +20,12 @@ import gzip
 import io
 import json
 from pathlib import Path
+from typing import TextIO
 
 from tasks.files import atomic_write
 
-# The files of a run folder kept gzipped in the records.
-COMPACTED = ("positions.csv",)
+# The files of a run folder kept gzipped in the records (glob patterns, relative to the run folder).
+COMPACTED = ("positions.csv", "metrics.csv", "evals.csv", "evals_raw.csv", "logs/csv/version_*/metrics.csv")
 
 
 def readable(path: str | Path) -> Path:
@@ -30,6 +34,15 @@ def readable(path: str | Path) -> Path:
     path = Path(path)
     packed = path.with_name(path.name + ".gz")
     return packed if not path.exists() and packed.exists() else path
+
+
+def open_text(path: str | Path) -> TextIO:
+    """A text handle (UTF-8, newlines untranslated, as the csv module wants) on `readable(path)`: the plain file,
+    or its gzipped form read back as text."""
+    path = readable(path)
+    if path.suffix == ".gz":
+        return gzip.open(path, "rt", encoding="utf-8", newline="")
+    return path.open(encoding="utf-8", newline="")
 
 
 def gzip_bytes(data: bytes) -> bytes:
@@ -53,11 +66,8 @@ def compact_run(run: Path, dry_run: bool = False) -> list[Path]:
         raise ValueError(f"{run}: the run is {status or 'without a run.json'}, not finished; only finished runs "
                          f"are compacted (a run still training appends to its files)")
     written = []
-    for name in COMPACTED:
-        plain = run / name
-        if not plain.is_file():
-            continue
-        packed = run / (name + ".gz")
+    for plain in sorted(p for pattern in COMPACTED for p in run.glob(pattern) if p.is_file()):
+        packed = plain.with_name(plain.name + ".gz")
         if not dry_run:
             data = plain.read_bytes()
             atomic_write(packed, lambda f, d=data: f.write(gzip_bytes(d)))

@@ -1,5 +1,6 @@
-"""Compacted run records (`lab runs compact`): positions.csv kept as deterministic gzip, read back by every
-reader as the plain file, only for finished runs, and the checkout's records all in that form."""
+"""Compacted run records (`lab runs compact`): positions.csv, metrics.csv, evals.csv and Lightning's CSV log kept
+as deterministic gzip, read back by every reader as the plain file, only for finished runs, and the checkout's
+records all in that form."""
 
 from __future__ import annotations
 
@@ -13,7 +14,9 @@ import pytest
 from typer.testing import CliRunner
 
 from lab.cli import app
-from lab.compact import compact_run, compact_runs, readable
+from lab.compact import COMPACTED, compact_run, compact_runs, open_text, readable
+from lab.eval.callback import read_evals
+from lab.train.callbacks import read_metrics
 from lab.paths import REPO_ROOT
 from lab.plots.positions import read_positions
 
@@ -34,21 +37,36 @@ def make_run(root: Path, run_id: str, status: str) -> Path:
                    "token": "digit" if p <= n else "eos", "accuracy": 100.0 - 10 * p}
                   for which in ("best", "last") for n in range(1, 7) for p in range(n + 2)]
                  ).to_csv(run / "positions.csv", index=False)
-    (run / "metrics.csv").write_text("step,loss\n1,2.0\n")
+    (run / "metrics.csv").write_text("step,loss,val_acc\n1,2.0,\n2,1.5,40.0\n")
+    (run / "evals.csv").write_text("step,val_acc,ood_mean,tf@1,tok@1\n2,40.0,0.0,50.0,75.0\n")
+    (run / "logs" / "csv" / "version_0").mkdir(parents=True)
+    (run / "logs" / "csv" / "version_0" / "metrics.csv").write_text("loss,step\n2.0,1\n")
+    (run / "logs" / "csv" / "version_0" / "hparams.yaml").write_text("config: {}\n")
     return run
+
+
+def gzipped(run: Path) -> list[Path]:
+    return [run / name for name in ("evals.csv.gz", "logs/csv/version_0/metrics.csv.gz", "metrics.csv.gz",
+                                    "positions.csv.gz")]
 
 
 def test_finished_runs_are_gzipped_deterministically_and_read_back_unchanged(tmp_path: Path) -> None:
     done, going = make_run(tmp_path, "aaaa", "finished"), make_run(tmp_path, "bbbb", "running")
     plain = (done / "positions.csv").read_bytes()
     before = read_positions(done / "positions.csv")
-    assert compact_runs(tmp_path, dry_run=True) == [done / "positions.csv.gz"]
+    metrics, evals = read_metrics(done / "metrics.csv"), read_evals(done / "evals.csv")
+    assert compact_runs(tmp_path, dry_run=True) == gzipped(done)
     assert (done / "positions.csv").is_file() and not (done / "positions.csv.gz").exists()
 
-    assert compact_runs(tmp_path) == [done / "positions.csv.gz"]
+    assert compact_runs(tmp_path) == gzipped(done)
     assert not (done / "positions.csv").exists() and gzip.decompress((done / "positions.csv.gz").read_bytes()) == plain
     assert (going / "positions.csv").is_file() and not (going / "positions.csv.gz").exists()  # still training
-    assert (done / "metrics.csv").is_file()  # only the listed files are compacted
+    assert (done / "config.yaml").is_file() and (done / "logs/csv/version_0/hparams.yaml").is_file()  # only those
+    # every reader takes the gzipped form under the plain name
+    assert read_metrics(done / "metrics.csv") == metrics and metrics[-1] == {"step": 2, "loss": 1.5, "val_acc": 40.0}
+    assert read_evals(done / "evals.csv") == evals and evals[0]["teacher_forced"] == {1: 50.0}
+    with open_text(done / "metrics.csv") as f:
+        assert f.read() == "step,loss,val_acc\n1,2.0,\n2,1.5,40.0\n"
     # readers name the plain file and get the same table
     assert readable(done / "positions.csv") == done / "positions.csv.gz"
     pd.testing.assert_frame_equal(read_positions(done / "positions.csv"), before)
@@ -78,14 +96,27 @@ def test_a_run_not_finished_is_refused_by_name_and_a_corrupt_gzip_named(tmp_path
 def test_lab_runs_compact_says_what_it_gzipped_and_lab_report_positions_reads_it(tmp_path: Path) -> None:
     done = make_run(tmp_path, "aaaa", "finished")
     code, out = invoke("runs", "compact", str(tmp_path), "--dry-run")
-    assert code == 0 and "would gzip" in out and "would compact 1 file under" in out
+    assert code == 0 and "would gzip" in out and "would compact 4 files under" in out
     code, out = invoke("runs", "compact", str(tmp_path))
-    assert code == 0 and f"gzipped {done / 'positions.csv'}" in out and "compacted 1 file under" in out
+    assert code == 0 and f"gzipped {done / 'positions.csv'}" in out and "compacted 4 files under" in out
     code, out = invoke("report", "positions", str(done / "positions.csv"))
     assert code == 0, out
 
 
-def test_the_checkouts_records_keep_every_positions_csv_compacted() -> None:
-    plain = sorted(str(p.relative_to(REPO_ROOT)) for p in (REPO_ROOT / "records").rglob("positions.csv")
-                   if (p.parent / "run.json").is_file())
-    assert not plain, f"run records with a plain positions.csv (run `lab runs compact records`): {plain[:5]}"
+def test_a_compacted_run_trained_further_writes_its_files_plain_and_readers_take_them(tmp_path: Path) -> None:
+    done = make_run(tmp_path, "aaaa", "finished")
+    compact_run(done)
+    rows = read_metrics(done / "metrics.csv")  # MetricsLogger on resume: the rows so far, from the .gz
+    (done / "metrics.csv").write_text("step,loss,val_acc\n1,2.0,\n2,1.5,40.0\n3,1.0,\n")  # rewritten whole
+    assert readable(done / "metrics.csv") == done / "metrics.csv"
+    assert read_metrics(done / "metrics.csv") == [*rows, {"step": 3, "loss": 1.0}]
+    compact_run(done)  # compacted again: the .gz now holds every row
+    assert [r["step"] for r in read_metrics(done / "metrics.csv")] == [1, 2, 3]
+
+
+def test_the_checkouts_records_keep_every_compacted_file_compacted() -> None:
+    runs = [p.parent for p in (REPO_ROOT / "records").rglob("run.json")]
+    plain = sorted(str(p.relative_to(REPO_ROOT)) for run in runs
+                   if '"finished"' in (run / "run.json").read_text(encoding="utf-8")
+                   for pattern in COMPACTED for p in run.glob(pattern))
+    assert not plain, f"finished run records with plain {COMPACTED} files (run `lab runs compact records`): {plain[:5]}"

@@ -19,15 +19,16 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from lab.compact import open_text, readable
 from lab.runs import atomic_write_text, device_name, git_state, now
 
 COLUMNS = ["mixer", "status", "params", "steps", "tokens_per_s", "loss", "val_loss", "wall_s", "message"]
 
 
 def _read_rows(path: Path) -> list[dict[str, str]]:
-    if not path.exists():
+    if not readable(path).exists():
         return []
-    with path.open(newline="") as fh:
+    with open_text(path) as fh:  # the plain file or its compacted .gz
         return list(csv.DictReader(fh))
 
 

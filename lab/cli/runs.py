@@ -48,10 +48,10 @@ def compact(
         help="A run folder, or a folder above run folders (a track's records, a results folder's runs/).")],
     dry_run: Annotated[bool, typer.Option(help="Say what would be gzipped and write nothing.")] = False,
 ) -> None:
-    """Gzip the largest file of each finished run under FOLDER (positions.csv -> positions.csv.gz), as the
-    records keep them in git: deterministic bytes, the plain file removed only once its copy reads back.
-    Every reader (`lab report`, `lab plot positions`, the heat maps) reads either form. Runs not finished
-    are left as they are."""
+    """Gzip the large files of each finished run under FOLDER (positions.csv, metrics.csv, evals.csv and
+    Lightning's CSV log -> <name>.gz), as the records keep them in git: deterministic bytes, the plain file removed
+    only once its copy reads back. Every reader (the tables, `lab report`, `lab plot`, the records' scripts) reads
+    either form. Runs not finished are left as they are."""
     from lab.compact import compact_runs
 
     try:

@@ -29,7 +29,7 @@ import lightning.pytorch as pl
 import torch
 from lightning.pytorch.callbacks import Callback
 
-from lab.compact import readable
+from lab.compact import open_text, readable
 from lab.config import BEST_TIES, RunConfig
 from lab.eval.addition import evaluate_addition, position_accuracy, position_rows, split_widths, summarise_widths
 from lab.eval.free_running import free_running_accuracy
@@ -126,11 +126,11 @@ def read_evals(path: str | Path) -> list[dict[str, Any]]:
     """Rows of an evals.csv: summary columns as floats and `teacher_forced`/`per_token`/`free_running`
     dicts of width (or sequence length) -> accuracy, for whatever widths the file holds; empty cells are
     absent."""
-    path = Path(path)
+    path = readable(path)  # a finished run's record may keep it gzipped (lab.compact)
     if not path.exists():
         return []
     rows = []
-    with path.open(newline="", encoding="utf-8") as f:
+    with open_text(path) as f:
         for raw in csv.DictReader(f):
             row: dict[str, Any] = {"step": int(raw["step"])}
             for key, value in raw.items():

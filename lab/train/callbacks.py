@@ -18,6 +18,7 @@ import lightning.pytorch as pl
 import torch
 from lightning.pytorch.callbacks import Callback, RichProgressBar
 
+from lab.compact import open_text, readable
 from lab.console import say
 from lab.runs import atomic_write_text
 from lab.train.clock import add_eval_time
@@ -35,12 +36,13 @@ def check_finite(pl_module: pl.LightningModule) -> None:
 
 
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:
-    """Rows of a metrics.csv as dicts of floats (step as int); empty cells are absent."""
-    path = Path(path)
+    """Rows of a metrics.csv (or its compacted metrics.csv.gz) as dicts of floats (step as int); empty cells are
+    absent."""
+    path = readable(path)  # a finished run's record may keep it gzipped (lab.compact)
     if not path.exists():
         return []
     rows = []
-    with path.open(newline="", encoding="utf-8") as f:
+    with open_text(path) as f:
         for raw in csv.DictReader(f):
             row: dict[str, Any] = {k: float(v) for k, v in raw.items() if k in COLUMNS and v not in ("", None)}
             row["step"] = int(row["step"])

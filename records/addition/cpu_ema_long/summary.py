@@ -11,12 +11,14 @@ from pathlib import Path
 
 import yaml
 
+from lab.compact import open_text
+
 folder = Path(sys.argv[1] if len(sys.argv) > 1 else "records/addition/cpu_ema_long")
 runs = sorted(((p.parent.name, yaml.safe_load(open(p.parent / "config.yaml"))["train"]["seed"])
-               for p in folder.glob("*/evals_raw.csv")), key=lambda run: run[1])
+               for p in [*folder.glob("*/evals_raw.csv"), *folder.glob("*/evals_raw.csv.gz")]), key=lambda run: run[1])
 for rid, seed in runs:
     print(f"DeltaNet seed {seed} ({rid}): step | average: least of 1-8, whole 9-12, per token 9-12 | trained weights")
-    read = {name: {r["step"]: r for r in csv.DictReader(open(folder / rid / name))}
+    read = {name: {r["step"]: r for r in csv.DictReader(open_text(folder / rid / name))}
             for name in ("evals.csv", "evals_raw.csv")}
 
     def cells(r: dict) -> str:

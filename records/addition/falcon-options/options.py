@@ -25,6 +25,7 @@ import yaml
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[2]))
 from mixers.falcon import VARIANTS, FalconOptions  # noqa: E402
+from lab.compact import readable  # noqa: E402
 
 WIDTHS = range(1, 49)
 REFERENCES = ["dn-iso-ab64-s0", "dn-iso-ab64-s1", "dn-iso-ab64-s2", "f13-iso-ab32-s0"]
@@ -48,7 +49,7 @@ def options(cfg: dict) -> dict:
 
 def load(folder: Path) -> tuple[dict, pd.DataFrame]:
     cfg = yaml.safe_load((folder / "config.yaml").read_text())
-    ev = pd.read_csv(folder / "evals.csv")
+    ev = pd.read_csv(readable(folder / "evals.csv"))
     best, last = ev.loc[ev["val_acc"].idxmax()], ev.iloc[-1]
     row = dict(run=folder.name, reference=folder.parent.parent.name != HERE.name, mixer=cfg["mixer"],
                abacus=cfg["model"]["abacus"], seed=cfg["train"]["seed"], **options(cfg),

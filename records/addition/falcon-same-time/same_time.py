@@ -23,6 +23,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import pandas as pd
 import yaml
+from lab.compact import readable
 
 HERE = Path(__file__).resolve().parent
 ADDITION = HERE.parent
@@ -37,7 +38,7 @@ REFERENCES = [ADDITION / "isolated-offsets" / "runs" / f"dn-iso-ab64-s{s}" for s
 
 def load(folder: Path) -> tuple[dict, pd.DataFrame]:
     cfg = yaml.safe_load((folder / "config.yaml").read_text())
-    ev = pd.read_csv(folder / "evals.csv")
+    ev = pd.read_csv(readable(folder / "evals.csv"))
     best, last = ev.loc[ev["val_acc"].idxmax()], ev.iloc[-1]
     opts = falcon_options.options(cfg)
     config = folder.name.rsplit("-s", 1)[0]

@@ -16,6 +16,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import pandas as pd
+from lab.compact import readable
 
 HERE = Path(__file__).resolve().parent
 WIDTHS = range(1, 49)
@@ -26,7 +27,7 @@ DASHES = {0: "-", 1: (0, (6, 2)), 2: ":"}
 rows = []
 curves = {}
 for folder in sorted((HERE / "runs").iterdir()):
-    ev = pd.read_csv(folder / "evals.csv")
+    ev = pd.read_csv(readable(folder / "evals.csv"))
     name = folder.name
     mixer = {"dn": "deltanet", "f13": "falcon-1.3", "f1a1": "falcon-1a.1"}[name.split("-")[0]]
     abacus = int(name.split("-ab")[1].split("-")[0])

@@ -13,6 +13,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import pandas as pd
 import yaml
+from lab.compact import readable
 
 HERE = Path(__file__).resolve().parent
 ORDER = ("falcon-1.3", "falcon-1a.3", "falcon-1a.2", "falcon-3a.3", "mamba2", "falcon-1a.1", "deltanet", "retnet",
@@ -22,7 +23,7 @@ DASHES = {0: "-", 1: "--", 2: ":"}
 runs: dict[str, list[tuple[int, pd.DataFrame]]] = {}
 for folder in sorted((HERE / "runs").iterdir()):
     cfg = yaml.safe_load((folder / "config.yaml").read_text())
-    metrics = pd.read_csv(folder / "metrics.csv").dropna(subset=["loss"])
+    metrics = pd.read_csv(readable(folder / "metrics.csv")).dropna(subset=["loss"])
     runs.setdefault(cfg["mixer"], []).append((cfg["train"]["seed"], metrics))
     ramp, steps = cfg["data"]["ramp_steps"], cfg["train"]["max_steps"]
 rows = [r for r in ORDER if r in runs]

@@ -13,6 +13,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import pandas as pd
+from lab.compact import readable
 
 HERE = Path(__file__).resolve().parent
 RUNS = (("long/f1a3-long", "falcon-1a.3", "tab:blue", "-"),
@@ -29,7 +30,7 @@ def fits(chunk: int) -> int:
 
 fig, (left, right) = plt.subplots(1, 2, figsize=(14, 5.4), layout="constrained")
 for run, label, colour, style in RUNS:
-    evals = pd.read_csv(HERE / run / "evals.csv")
+    evals = pd.read_csv(readable(HERE / run / "evals.csv"))
     left.plot(evals["step"], evals["val_acc"], color=colour, ls=style, marker="o", ms=2.5, label=label)
     last = evals.iloc[-1]
     widths = list(range(1, 33))

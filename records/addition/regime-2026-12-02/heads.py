@@ -13,6 +13,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import pandas as pd
+from lab.compact import readable
 
 HERE = Path(__file__).resolve().parent
 PACKED = HERE.parent / "packed" / "runs"
@@ -31,7 +32,7 @@ def answered(row: pd.Series) -> int:
 
 
 def evals(folder: Path) -> pd.DataFrame:
-    return pd.read_csv(folder / "evals.csv")
+    return pd.read_csv(readable(folder / "evals.csv"))
 
 
 grey = [evals(PACKED / run) for run in SMALL]

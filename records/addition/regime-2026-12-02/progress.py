@@ -11,6 +11,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import pandas as pd
 
+from lab.compact import readable
+
 HERE = Path(__file__).resolve().parent
 CALLS = (("screen", "Call 1: isolated samples, digit positions (65k tokens a step)"),
          ("tokens", "Call 2: 262k tokens a step, lr 3e-3"),
@@ -23,7 +25,7 @@ LABELS = {"f13-ab-3e3": "falcon-1.3, digit positions, lr 3e-3", "f13-iso-ab-1e3"
 fig, axes = plt.subplots(1, 3, figsize=(15, 4.2), sharey=True, constrained_layout=True)
 for ax, (folder, title) in zip(axes, CALLS):
     for run, label in LABELS.items():
-        path = HERE / folder / run / "evals.csv"
+        path = readable(HERE / folder / run / "evals.csv")
         if path.exists():
             evals = pd.read_csv(path)
             ax.plot(evals["step"], evals["val_acc"], marker="o", ms=3, label=label)

@@ -13,6 +13,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import pandas as pd
+from lab.compact import readable
 
 HERE = Path(__file__).resolve().parent
 PACKED = HERE.parent / "packed" / "runs"
@@ -36,15 +37,15 @@ def train_width(step: int, ramp: int = 1500) -> float:
 
 
 BIG = HERE / "size-2000"
-runs = [("12 × 768 (92M), seed 0, call 14", pd.read_csv(BIG / "f13-768x12" / "evals.csv"), "C3", "-"),
-        ("12 × 768 (92M), seed 1, call 15", pd.read_csv(BIG / "f13-768x12-s1" / "evals.csv"), "C1", "-"),
-        ("12 × 768 (92M), seed 2, call 16: loss NaN at step 1029", pd.read_csv(BIG / "f13-768x12-s2" / "evals.csv"),
+runs = [("12 × 768 (92M), seed 0, call 14", pd.read_csv(readable(BIG / "f13-768x12" / "evals.csv")), "C3", "-"),
+        ("12 × 768 (92M), seed 1, call 15", pd.read_csv(readable(BIG / "f13-768x12-s1" / "evals.csv")), "C1", "-"),
+        ("12 × 768 (92M), seed 2, call 16: loss NaN at step 1029", pd.read_csv(readable(BIG / "f13-768x12-s2" / "evals.csv")),
          "C4", "-"),
-        ("12 × 768 (92M), seed 0, ramp over 1000, call 17", pd.read_csv(BIG / "f13-768x12-ramp1000" / "evals.csv"),
+        ("12 × 768 (92M), seed 0, ramp over 1000, call 17", pd.read_csv(readable(BIG / "f13-768x12-ramp1000" / "evals.csv")),
          "C2", "-"),
-        ("12 × 768 (92M), seed 0, call 12 (stopped at 1300)", pd.read_csv(HERE / "size" / "f13-768x12" / "evals.csv"),
+        ("12 × 768 (92M), seed 0, call 12 (stopped at 1300)", pd.read_csv(readable(HERE / "size" / "f13-768x12" / "evals.csv")),
          "C3", ":")]
-small = [(f"6 × 384 (11.6M), seed {s}", pd.read_csv(PACKED / run / "evals.csv")) for run, s in SMALL.items()]
+small = [(f"6 × 384 (11.6M), seed {s}", pd.read_csv(readable(PACKED / run / "evals.csv"))) for run, s in SMALL.items()]
 
 fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.8), constrained_layout=True)
 for i, (label, evals) in enumerate(small):

@@ -14,6 +14,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import pandas as pd
+from lab.compact import readable
 
 HERE = Path(__file__).resolve().parent
 FEEDS = {"bf16": ("tab:orange", "fused kernels, bf16 inputs"), "fp32": ("tab:blue", "fused kernels, fp32 inputs"),
@@ -25,7 +26,7 @@ RUNS = [("chunk/f13-c32", "graph", 0)] + [
 
 fig, (left, right) = plt.subplots(1, 2, figsize=(14, 5.6), layout="constrained")
 for run, feed, seed in RUNS:
-    evals = pd.read_csv(HERE / run / "evals.csv")
+    evals = pd.read_csv(readable(HERE / run / "evals.csv"))
     colour, what = FEEDS[feed]
     label = f"{what}, seed {seed}"
     left.plot(evals["step"], evals["val_acc"], color=colour, ls=STYLES[seed], marker="o", ms=2.5, label=label)

@@ -14,6 +14,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import pandas as pd
+from lab.compact import readable
 
 HERE = Path(__file__).resolve().parent
 PACKED = HERE.parent / "packed" / "runs"
@@ -29,13 +30,13 @@ WIDTHS = range(1, 41)
 
 fig, (left, right) = plt.subplots(1, 2, figsize=(13, 5), constrained_layout=True)
 for i, run in enumerate(NONE):
-    ev = pd.read_csv(PACKED / run / "evals.csv")
+    ev = pd.read_csv(readable(PACKED / run / "evals.csv"))
     best = ev.loc[ev["val_acc"].idxmax()]
     style = dict(color="0.6", lw=1.2, label="falcon-1.3, no digit positions, seeds 0-2" if i == 0 else None)
     left.plot(ev["step"], ev["val_acc"], marker="o", ms=2, **style)
     right.plot(WIDTHS, [best[f"tf@{w}"] for w in WIDTHS], **style)
 for label, folder, colour, dash in RUNS:
-    ev = pd.read_csv(HERE / folder / "evals.csv")
+    ev = pd.read_csv(readable(HERE / folder / "evals.csv"))
     best = ev.loc[ev["val_acc"].idxmax()]
     left.plot(ev["step"], ev["val_acc"], color=colour, ls=dash, lw=2, marker="o", ms=3, label=label)
     right.plot(WIDTHS, [best[f"tf@{w}"] for w in WIDTHS], color=colour, ls=dash, lw=2)

@@ -17,6 +17,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import pandas as pd
+from lab.compact import readable
 
 HERE = Path(__file__).resolve().parent
 SOURCES = (HERE / "runs", HERE / "retnet-rope", HERE.parent / "falcon-same-time" / "runs",
@@ -45,7 +46,7 @@ singles: list[tuple[str, int, str, pd.Series]] = []
 for row, seed, run_id in chosen:
     if row not in STYLE or run_id not in folders:
         continue
-    m = pd.read_csv(folders[run_id] / "metrics.csv").dropna(subset=["loss"]).drop_duplicates("step", keep="last")
+    m = pd.read_csv(readable(folders[run_id] / "metrics.csv")).dropna(subset=["loss"]).drop_duplicates("step", keep="last")
     loss = m.set_index("step")["loss"].rolling(10, min_periods=1).mean()
     if row in SPLIT:
         singles.append((row, seed, run_id, loss))

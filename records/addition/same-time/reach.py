@@ -13,6 +13,7 @@ evals.csv and its table's progress.csv (the widest training width).
 from pathlib import Path
 
 import pandas as pd
+from lab.compact import readable
 
 HERE = Path(__file__).resolve().parent
 TRANSFORMER = HERE.parent / "packed-abacus-isolated"
@@ -34,7 +35,7 @@ def transformer_rows() -> pd.DataFrame:
     front = pd.read_csv(TRANSFORMER / "progress.csv")[["run_id", "step", "train_width"]]
     runs = []
     for folder in sorted((TRANSFORMER / "runs").iterdir()):
-        evals = pd.read_csv(folder / "evals.csv")
+        evals = pd.read_csv(readable(folder / "evals.csv"))
         runs.append(pd.DataFrame({"row": "transformer (NoPE, 4000 steps)", "run_id": folder.name,
                                   "step": evals["step"], "reach": evals.apply(reach, axis=1)}))
     frame = pd.concat(runs).merge(front, on=["run_id", "step"], how="left")

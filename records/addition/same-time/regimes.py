@@ -12,13 +12,15 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
+from lab.compact import readable
+
 ADDITION = Path(__file__).resolve().parents[1]
 
 
 def regimes(mixer: str) -> list[dict]:
     rows = []
     for cfg_path in sorted(ADDITION.rglob("config.yaml")):
-        folder, evals = cfg_path.parent, cfg_path.parent / "evals.csv"
+        folder, evals = cfg_path.parent, readable(cfg_path.parent / "evals.csv")
         cfg = yaml.safe_load(cfg_path.read_text())
         if cfg.get("mixer") != mixer or not evals.is_file():
             continue

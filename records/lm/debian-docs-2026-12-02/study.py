@@ -29,6 +29,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import yaml
+from lab.compact import open_text
 
 HERE = Path(__file__).resolve().parent
 MIXERS = (("transformer", "Transformer", "tab:grey"), ("mamba2", "Mamba-2", "tab:olive"),
@@ -40,7 +41,7 @@ STEADY_FROM = 20  # the first logged rows include torch.compile's first compilat
 
 def metrics(run: Path) -> list[dict[str, float]]:
     rows = []
-    for row in csv.DictReader(open(run / "metrics.csv")):
+    for row in csv.DictReader(open_text(run / "metrics.csv")):
         rows.append({k: float(v) for k, v in row.items() if v not in ("", None)})
     return rows
 

@@ -37,6 +37,7 @@ from lab.runs import RunDir  # noqa: E402
 from mixers.deltanet import DeltaNet  # noqa: E402
 from mixers.falcon import FalconMixer  # noqa: E402
 from tasks.synthetic import eval_samples, make_task, pad_batch  # noqa: E402
+from lab.compact import open_text  # noqa: E402
 
 ROWS = (("f13-eta", "falcon-1.3 (ctxη, regression)"), ("f11-beta", "falcon-1 .1 settings (ctxβ, regression)"),
         ("dn-beta", "DeltaNet"), ("f1a3-eta", "falcon-1a.3 (ctxη, inner product: control)"))
@@ -124,7 +125,7 @@ def main() -> None:
             runs = sorted((results / "runs").glob(f"{prefix}{bound}-s*"))
             best, lengths, eig_neg, eig_min = [], [], [], []
             for run in runs:
-                evals = list(csv.DictReader(open(run / "evals.csv")))
+                evals = list(csv.DictReader(open_text(run / "evals.csv")))
                 if not evals:
                     continue
                 b = max(evals, key=lambda r: (float(r["val_acc"]), -int(r["step"])))

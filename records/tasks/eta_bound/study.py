@@ -17,6 +17,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 import yaml
+from lab.compact import readable
 
 HERE = Path(__file__).resolve().parent
 _spec = importlib.util.spec_from_file_location("beta_study", HERE.parent / "beta" / "study.py")
@@ -33,7 +34,7 @@ def main(results: Path, out: Path) -> None:
             continue
         bound, seed = run.name.split("-")[1], int(run.name.split("-s")[-1])
         m = info["metrics"]
-        metrics = pd.read_csv(run / "metrics.csv")
+        metrics = pd.read_csv(readable(run / "metrics.csv"))
         task = yaml.safe_load((run / "config.yaml").read_text())["task"]
         census = (run / "checkpoints" / "best.pt").exists() and task != "addition"
         eig = eigenvalues(run) if census else torch.tensor([float("nan")])  # the census reads synthetic tasks

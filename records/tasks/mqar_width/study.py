@@ -23,6 +23,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
+from lab.compact import open_text, readable
+
 HERE = Path(__file__).resolve().parent
 MIXERS = (("transformer", "Transformer", "tab:grey"), ("retnet", "RetNet", "tab:brown"),
           ("mamba2", "Mamba-2", "tab:olive"), ("deltanet", "DeltaNet", "tab:green"),
@@ -31,8 +33,11 @@ MIXERS = (("transformer", "Transformer", "tab:grey"), ("retnet", "RetNet", "tab:
 
 
 def best(run: Path) -> dict | None:
-    path = run / "evals.csv"
-    rows = list(csv.DictReader(open(path))) if path.exists() else []
+    path = readable(run / "evals.csv")  # or its compacted evals.csv.gz
+    if not path.exists():
+        return None
+    with open_text(path) as f:
+        rows = list(csv.DictReader(f))
     return max(rows, key=lambda r: (float(r["val_acc"]), -int(r["step"]))) if rows else None
 
 

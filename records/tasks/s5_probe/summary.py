@@ -9,6 +9,8 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
+from lab.compact import open_text, readable
+
 HERE = Path(__file__).resolve().parent
 NAMES = {"tf": "Transformer", "f13": "Falcon-1.3", "dn1": "DeltaNet (β < 1)", "dn2": "DeltaNet (β < 2)",
          "dn1-12k": "DeltaNet (β < 1), 12000 steps", "dn2-12k": "DeltaNet (β < 2), 12000 steps"}
@@ -18,10 +20,10 @@ def main() -> None:
     lines = ["| run | step | whole words right, lengths 1–8 | per token, lengths 1–8 | held out 9–32 |",
              "|---|---|---|---|---|"]
     for name, label in NAMES.items():
-        path = HERE / "runs" / name / "evals.csv"
+        path = readable(HERE / "runs" / name / "evals.csv")  # or its compacted evals.csv.gz
         if not path.is_file():
             continue
-        with path.open(newline="", encoding="utf-8") as f:
+        with open_text(path) as f:
             rows = list(csv.DictReader(f))
         for r in rows:
             whole = " / ".join(f"{float(r[f'tf@{n}']):.0f}" for n in range(1, 9))

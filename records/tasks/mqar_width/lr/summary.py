@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import yaml
+from lab.compact import open_text, readable
 
 HERE = Path(__file__).resolve().parent
 
@@ -19,9 +20,9 @@ def main() -> None:
     runs = Path(sys.argv[1]) if len(sys.argv) > 1 else HERE / "runs"
     print("| run | mixer | lr | batch | steps | best step | val. acc. 16–32 | held-out 33–64 | held-out per answer |")
     print("|---|---|---|---|---|---|---|---|---|")
-    for run in sorted(p for p in runs.iterdir() if (p / "evals.csv").exists()):
+    for run in sorted(p for p in runs.iterdir() if readable(p / "evals.csv").exists()):
         cfg = yaml.safe_load((run / "config.yaml").read_text())
-        rows = list(csv.DictReader(open(run / "evals.csv")))
+        rows = list(csv.DictReader(open_text(run / "evals.csv")))
         best = max(rows, key=lambda r: (float(r["val_acc"]), -int(r["step"])))
         print(f"| `{run.name}` | {cfg['mixer']} | {cfg['optim']['lr']:g} | {cfg['train']['batch_size']} | "
               f"{cfg['train']['max_steps']} | {best['step']} | {float(best['val_acc']):.1f} | "
