@@ -196,3 +196,30 @@ def test_chunk_size_is_checked_at_the_op() -> None:
     for chunk_size in (0, -4, 2.5, True):
         with pytest.raises(ValueError, match="chunk_size must be an integer >= 1"):
             run("chunk", q, k, v, beta, lam, S0, chunk_size=chunk_size)
+
+
+@pytest.mark.parametrize("rule", ["falcon-3", "falcon-3a"])
+@pytest.mark.parametrize("alignment", ALIGNMENTS)
+def test_prepare_takes_keys_in_their_own_dtype_and_zeroes_every_slot_without_a_pair(rule: str, alignment: str) -> None:
+    """The fused forms hand `prepare` bf16 keys and values: the pairs come out float32 with the values a float32 copy
+    of the keys would give, and every slot that holds no pair is exactly 0 (an invalid tail slot of a continuing
+    state even where the state holds something there; a fresh sequence's boundary pair)."""
+    cfg = RuleConfig(rule=rule, window=4, alignment=alignment)
+    gen = torch.Generator().manual_seed(11)
+    k, v = (torch.randn(2, 9, 2, 4, generator=gen).bfloat16() for _ in range(2))
+    beta, lam = torch.rand(2, 9, 2, generator=gen) + 0.5, torch.rand(2, 9, 2, generator=gen)
+    for fresh in (True, False):
+        state = fresh_state(2, 2, 4, 4, cfg.span, torch.float32, "cpu")
+        if not fresh:  # a continuing state whose first tail slot holds no pair but is not zero
+            state.x_tail.normal_(generator=gen)
+            state.v_tail.normal_(generator=gen)
+            state.last_key.normal_(generator=gen)
+            state.tail_mask[:] = torch.tensor([False, True, True])
+        low = prepare(k, v, beta, lam, cfg, state, fresh, top_eigenvalue)
+        high = prepare(k.float(), v.float(), beta, lam, cfg, state, fresh, top_eigenvalue)
+        assert low.x_ext.dtype == low.y_ext.dtype == torch.float32
+        for name in ("x_ext", "y_ext", "energy", "eta", "gamma", "n_pairs"):
+            torch.testing.assert_close(getattr(low, name), getattr(high, name), rtol=0, atol=0, msg=name)
+        held = low.valid_ext[..., None, None].expand_as(low.x_ext)
+        assert (low.x_ext[~held] == 0).all(), "a slot without a pair holds a nonzero x"
+        assert low.valid_ext[:, : cfg.span - 1].tolist() == ([[False] * 3] * 2 if fresh else [[False, True, True]] * 2)

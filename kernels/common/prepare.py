@@ -58,11 +58,14 @@ def prepare(k: Tensor, v: Tensor, beta: Tensor, lam: Tensor, cfg: RuleConfig, st
     ``top_eigenvalue``, λ_max of a batch of small symmetric matrices (``kernels/window/eigen.py``)."""
     x, valid = write_pairs(k, state, cfg, fresh)
     W = cfg.span
-    x_ext = torch.cat([state.x_tail.transpose(1, 2), x], dim=1)  # [B, T+W−1, H, Dk]
-    y_ext = torch.cat([state.v_tail.transpose(1, 2), v], dim=1)
     valid_ext = torch.cat([state.tail_mask, valid], dim=1)  # [B, T+W−1]
-    x_ext = x_ext * valid_ext[:, :, None, None].to(x.dtype)  # the boundary x_1 is exactly 0
-    mask_w = windows(valid_ext, W).to(x.dtype)  # [B, T, W]
+    # x_ext [B, T+W−1, H, Dk], every slot that holds no pair exactly 0: the tail's masked here (W − 1 slots), and the
+    # only invalid x_t, the boundary x_1 of a fresh sequence, is the fresh state's zero last key (write_pairs). The
+    # concatenation promotes k's dtype to the state's (float32 in the kernels' forms) in one copy.
+    tail = state.x_tail.transpose(1, 2)
+    x_ext = torch.cat([tail * state.tail_mask[:, :, None, None].to(tail.dtype), x], dim=1)
+    y_ext = torch.cat([state.v_tail.transpose(1, 2), v], dim=1)
+    mask_w = windows(valid_ext, W).to(x_ext.dtype)  # [B, T, W]
     n_pairs = mask_w.sum(-1)  # B_t
     n = n_pairs.clamp(min=1.0)[..., None]
     if cfg.rule == "falcon-3":
@@ -72,7 +75,8 @@ def prepare(k: Tensor, v: Tensor, beta: Tensor, lam: Tensor, cfg: RuleConfig, st
         gram = xw @ xw.transpose(-1, -2)  # the small W×W Gram shares its top eigenvalue with XᵀX
         energy = top_eigenvalue(gram) / n  # μ_t
     elif cfg.rule == "falcon-3a":
-        sq = (x_ext * x_ext).sum(-1)  # [B, T+W−1, H]
+        # ‖x‖² [B, T+W−1, H] through the norm: neither pass writes an array of x's size but the gradient itself
+        sq = torch.linalg.vector_norm(x_ext, dim=-1).square()
         energy = windows(sq, W).sum(2) / n  # Ē_t (invalid slots hold x = 0)
     else:
         energy = (x * x).sum(-1) * valid[..., None].to(x.dtype)

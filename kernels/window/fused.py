@@ -72,7 +72,9 @@ def triton_falcon3a(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, lam: Tensor, 
     if cu_seqlens is not None:
         raise ValueError("triton_falcon3a takes no cu_seqlens; fast_weight_rule lays packed sequences one to a row")
     f32 = torch.float32
-    prep = prepare(k.to(f32), v.to(f32), beta.to(f32), lam.to(f32), cfg, state, fresh)
+    # k and v as given: prepare's concatenations with the float32 state make the pairs float32 in one copy
+    prep = prepare(k, v, beta.to(f32), lam.to(f32), cfg, state, fresh)
+    last_key = k[:, -1:].to(f32)  # all final_state reads of k
     T, W = q.shape[1], cfg.span
     a = prep.eta / prep.n_pairs.clamp(min=1.0)[..., None]  # a_t = η_t / B_t, [B, T, H]
     log_gamma = torch.log(prep.gamma)
@@ -81,15 +83,15 @@ def triton_falcon3a(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, lam: Tensor, 
     o, S = decayed_attention(q, prep.x_ext[:, :T].to(q.dtype), prep.y_ext[:, :T].to(q.dtype), coef[W - 1],
                              log_gamma, state.S, raw=cfg.timing == "raw", chunk_size=chunk_size)
     if W == 1:
-        return o, final_state(S, k.to(f32), prep, cfg)
+        return o, final_state(S, last_key, prep, cfg)
     lag = 0 if cfg.timing == "raw" else 1  # RBW reads S_{t−1}: the band of token t − 1
     # token t reads pair t − lag − d, position t − lag − d + W − 1 of the extended arrays, with c_d(t − lag)
     band = torch.stack([_late(coef[d], lag) for d in range(W - 1)], dim=-1)  # [B, T, H, W − 1]
-    o = o.to(f32) + band_read(q, prep.x_ext, prep.y_ext, band, lag)
+    o = band_read(q, prep.x_ext, prep.y_ext, band, lag) + o  # float32: the band's sum promotes o
     for d in range(W - 1):  # the final state's band: pairs T − 1 − d, c_d(T − 1)
         S = S + torch.einsum("bh,bhk,bhv->bhkv", coef[d][:, -1], prep.x_ext[:, T + W - 2 - d],
                              prep.y_ext[:, T + W - 2 - d])
-    return o.to(q.dtype), final_state(S, k.to(f32), prep, cfg)
+    return o.to(q.dtype), final_state(S, last_key, prep, cfg)
 
 
 def triton_falcon3a_packed(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, lam: Tensor, cfg: RuleConfig,
@@ -136,7 +138,7 @@ def triton_falcon3a_packed(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, lam: T
     lag = 0 if cfg.timing == "raw" else 1
     band = torch.stack([_late(coef[d], lag) * (place >= d + lag) for d in range(W - 1)], dim=-1)
     pad = (0, 0, 0, 0, W - 1, 0)  # the extended arrays: W − 1 empty slots in front of the row
-    o = o.to(f32) + band_read(q, F.pad(x, pad), F.pad(v.to(f32), pad), band, lag)
+    o = band_read(q, F.pad(x, pad), F.pad(v, pad), band, lag) + o  # the band reads v in its own dtype
     return o.to(q.dtype)
 
 
@@ -152,7 +154,7 @@ def triton_falcon3(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, lam: Tensor, c
     if cu_seqlens is not None:
         raise ValueError("triton_falcon3 takes no cu_seqlens; fast_weight_rule lays packed sequences one to a row")
     f32 = torch.float32
-    prep = prepare(k.to(f32), v.to(f32), beta.to(f32), lam.to(f32), cfg, state, fresh, top_eigenvalue)
+    prep = prepare(k, v, beta.to(f32), lam.to(f32), cfg, state, fresh, top_eigenvalue)  # pairs float32 (above)
     B, T, H = q.shape[:3]
     geo = geometry(cfg.span, chunk_size)
     pad = (0, 0, 0, 0, 0, geo["WP"] - cfg.span)  # slots past the window hold x = v = 0: they write nothing
@@ -160,4 +162,4 @@ def triton_falcon3(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, lam: Tensor, c
             for t in (prep.x_ext, prep.y_ext))
     a = prep.eta / prep.n_pairs.clamp(min=1.0)[..., None]  # a_t = η_t / B_t, [B, T, H]
     o, S = Falcon3Chunks.apply(q, X, V, a, torch.log(prep.gamma), state.S.float(), cfg.timing == "rbw", geo)
-    return o, final_state(S, k.to(f32), prep, cfg)
+    return o, final_state(S, k[:, -1:].to(f32), prep, cfg)  # final_state reads the last key alone
