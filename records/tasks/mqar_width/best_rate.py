@@ -84,8 +84,8 @@ def main() -> None:
     fig, axes = panels(table, widths, figsize=(11.5, 3.8), markers=markers)
     fig.legend(loc="outside right upper", fontsize=8, title="mixer", title_fontsize=8)
     handles = [axes[1].plot([], [], markers[r], color="black", linestyle="none")[0] for r in rates]
-    axes[1].legend(handles, [f"lr {r}" for r in rates], fontsize=8, loc="upper left", title="rate chosen",
-                   title_fontsize=8)
+    fig.legend(handles, [f"lr {r}" for r in rates], loc="outside right lower", fontsize=8, title="rate chosen",
+               title_fontsize=8)
     fig.suptitle("MQAR against model width, each mixer at the rate that fits the train lengths best "
                  f"(of {', '.join(rates)})\n2 layers, {steps} steps; {devices}; mean over seeds, bars min–max",
                  fontsize=10)

@@ -117,8 +117,9 @@ def main() -> None:
               f"{ms(r['held_tok'])} |" for r in table]
     (out / "table.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
-    fig, axes = panels(table, widths, figsize=(10, 3.8))
-    axes[1].legend(*axes[0].get_legend_handles_labels(), fontsize=8, loc="upper left")
+    fig, axes = panels(table, widths, figsize=(11.5, 3.8))
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="outside right upper", fontsize=8, title="mixer",
+               title_fontsize=8)  # beside the panels, where it hides no line
     fig.suptitle(f"MQAR against model width (2 layers, {steps} steps, lr {rate or '3e-3'}; {devices}); "
                  "mean over seeds, bars min–max", fontsize=10)
     fig.savefig(out / "width.png", dpi=110)
