@@ -147,7 +147,8 @@ class DataConfig:
     `seq_len` None means the task's natural length: the widest addition sample, or
     DEFAULT_RANDOM_SEQ_LEN random tokens. `curriculum` "linear" grows the widest training width
     from `start_width` at step 0 to widths[1] at step `ramp_steps` (null: every step draws from
-    all of `widths`); validation always covers all of `widths`. `path` is the folder of FineWeb-Edu
+    all of `widths`); validation always covers all of `widths`. For a synthetic task it grows the longest
+    training length the same way, from `start_width` to lengths[1] (validation covers all of `lengths`). `path` is the folder of FineWeb-Edu
     token shards (`lab data fineweb`); fineweb validates on the first `val_windows` non-overlapping
     windows of its val shard, and `vocab_size` must cover the shards' tokenizer (50257 for GPT-2).
 
@@ -406,8 +407,10 @@ def _validate_data(cfg: RunConfig) -> None:
         if d.curriculum not in CURRICULA:
             raise ConfigError(f"data.curriculum={d.curriculum!r} is not accepted; "
                               f"accepted: null, {', '.join(CURRICULA)}")
-        if not lo <= d.start_width <= hi:
-            raise ConfigError(f"data.start_width={d.start_width} must lie in data.widths [{lo}, {hi}]")
+        key, (first, last) = ("data.lengths", d.lengths) if cfg.task in SEQUENCE_TASKS else ("data.widths", (lo, hi))
+        if not first <= d.start_width <= last:
+            raise ConfigError(f"data.start_width={d.start_width} must lie in {key} [{first}, {last}] "
+                              f"(data.curriculum ramps its upper end from there)")
         if d.ramp_steps < 1:
             raise ConfigError(f"data.ramp_steps must be >= 1, got {d.ramp_steps}")
     if d.seq_len is not None and d.seq_len < 1:
@@ -424,8 +427,9 @@ def _validate_data(cfg: RunConfig) -> None:
         _validate_sequence_task(cfg)
     if cfg.task != "addition" and d.packing:
         raise ConfigError(f"data.packing applies to task 'addition' only; accepted for {cfg.task!r}: false")
-    if cfg.task != "addition" and d.curriculum is not None:
-        raise ConfigError(f"data.curriculum applies to task 'addition' only; accepted for {cfg.task!r}: null")
+    if cfg.task not in ("addition", *SEQUENCE_TASKS) and d.curriculum is not None:
+        raise ConfigError(f"data.curriculum applies to addition and the synthetic tasks "
+                          f"({', '.join(SEQUENCE_TASKS)}) only; accepted for {cfg.task!r}: null")
     if cfg.task == "fineweb" and not d.path:
         raise ConfigError("task 'fineweb' needs data.path, the folder of token shards made by `lab data fineweb`")
     e = cfg.eval

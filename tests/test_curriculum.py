@@ -33,7 +33,7 @@ def test_linear_ramp_rejects_bad_arguments(args: tuple, message: str) -> None:
     (["data.curriculum=linear", "data.start_width=9"], "data.start_width=9 must lie in data.widths [1, 8]"),
     (["data.curriculum=linear", "data.ramp_steps=0"], "data.ramp_steps must be >= 1"),
     (["data.curriculum=cubic"], "accepted: null, linear"),
-    (["task=random", "data.curriculum=linear"], "data.curriculum applies to task 'addition' only"),
+    (["task=random", "data.curriculum=linear"], "data.curriculum applies to addition and the synthetic tasks"),
 ])
 def test_curriculum_configuration_mistakes_are_one_line(overrides: list[str], message: str) -> None:
     with pytest.raises(ConfigError, match=message.replace("[", r"\[").replace("]", r"\]")):

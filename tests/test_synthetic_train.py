@@ -86,6 +86,22 @@ def test_a_runs_batches_are_the_tasks_sliced_by_rank(task: str) -> None:
     assert ids.shape == (8, cfg.data.lengths[1]) and int(ids.max()) < vocab_size(cfg)
 
 
+@pytest.mark.parametrize("task", ["parity", "permutation"])
+def test_a_length_curriculum_ramps_the_longest_train_length_and_keeps_the_batch_shape(task: str) -> None:
+    cfg = load_config(f"{task}-tiny", overrides=["train.batch_size=8", "data.curriculum=linear",
+                                                 "data.start_width=2", "data.ramp_steps=10"])
+    lo, hi = cfg.data.lengths
+    for step, longest in ((0, 2), (5, 2 + (hi - 2) * 5 // 10), (10, hi), (50, hi)):
+        ids, labels = train_batch(cfg, step, 0, 1)
+        expected = make_batch(sequence_task(cfg), cfg.train.seed, step, 8, (lo, longest), seq_len(cfg))
+        assert torch.equal(ids, expected[0]) and torch.equal(labels, expected[1]), step
+        assert ids.shape == (8, hi)  # padded to the longest train length at every step
+    plain = load_config(f"{task}-tiny", overrides=["train.batch_size=8"])
+    assert not torch.equal(train_batch(cfg, 0, 0, 1)[0], train_batch(plain, 0, 0, 1)[0])
+    with pytest.raises(ConfigError, match=rf"data.start_width={hi + 1} must lie in data.lengths \[{lo}, {hi}\]"):
+        load_config(f"{task}-tiny", overrides=["data.curriculum=linear", f"data.start_width={hi + 1}"])
+
+
 @pytest.mark.parametrize("task", TASKS)
 def test_lab_train_runs_each_task_and_writes_accuracy_per_length(task: str, tmp_path: Path) -> None:
     code, out = invoke("train", "--task", task, "--preset", f"{task}-tiny", "--max-steps", "3", "--no-progress",

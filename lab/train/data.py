@@ -65,6 +65,15 @@ def train_widths(cfg: RunConfig, step: int) -> tuple[int, int]:
     return d.widths
 
 
+def train_lengths(cfg: RunConfig, step: int) -> tuple[int, int]:
+    """A synthetic task's length range at `step`: data.lengths, or the curriculum's range at `step` (its longest
+    length ramped from data.start_width, as addition's widest width is)."""
+    d = cfg.data
+    if d.curriculum == "linear":
+        return linear_widths(step, d.lengths, d.start_width, d.ramp_steps)
+    return d.lengths
+
+
 def train_batch(cfg: RunConfig, step: int, rank: int, world_size: int) -> Batch:
     """(input_ids, labels) of `step` for `rank`: [batch_size / world_size, seq_len] int64 each (isolated
     addition samples keep their packed rows: the model keeps them apart, `mixers.positions`)."""
@@ -76,7 +85,8 @@ def train_batch(cfg: RunConfig, step: int, rank: int, world_size: int) -> Batch:
                            rank=rank)
         return batch.input_ids, batch.labels
     if cfg.task in SEQUENCE_TASKS:
-        return sequence_batch(sequence_task(cfg), cfg.train.seed, step, local, cfg.data.lengths, seq_len(cfg), rank)
+        return sequence_batch(sequence_task(cfg), cfg.train.seed, step, local, train_lengths(cfg, step), seq_len(cfg),
+                              rank)
     if cfg.task == "fineweb":
         shards = fineweb_shards(cfg.data.path, "train", seq_len(cfg), vocab_size(cfg))
         return fineweb_batch(shards, cfg.train.batch_size, cfg.train.seed, step, rank, world_size)
