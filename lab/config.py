@@ -148,9 +148,10 @@ class DataConfig:
     DEFAULT_RANDOM_SEQ_LEN random tokens. `curriculum` "linear" grows the widest training width
     from `start_width` at step 0 to widths[1] at step `ramp_steps` (null: every step draws from
     all of `widths`); validation always covers all of `widths`. For a synthetic task it grows the longest
-    training length the same way, from `start_width` to lengths[1] (validation covers all of `lengths`). `path` is the folder of FineWeb-Edu
-    token shards (`lab data fineweb`); fineweb validates on the first `val_windows` non-overlapping
-    windows of its val shard, and `vocab_size` must cover the shards' tokenizer (50257 for GPT-2).
+    training length the same way, from `start_width` to lengths[1] (validation covers all of `lengths`).
+    `path` is the folder of FineWeb-Edu token shards (`lab data fineweb`); fineweb validates on the first
+    `val_windows` non-overlapping windows of its val shard, and `vocab_size` must cover the shards'
+    tokenizer (50257 for GPT-2).
 
     The synthetic tasks (mqar, parity, permutation; `tasks.synthetic`) train on sequences of `lengths`
     tokens (inclusive, drawn uniformly per row) and are tested on the held-out `test_lengths`, which must

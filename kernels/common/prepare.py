@@ -54,7 +54,8 @@ def windows(t: Tensor, span: int) -> Tensor:
 
 def prepare(k: Tensor, v: Tensor, beta: Tensor, lam: Tensor, cfg: RuleConfig, state: FastWeightState, fresh: bool,
             top_eigenvalue: Callable[[Tensor], Tensor] | None = None) -> Prepared:
-    """Everything the parallel forms need besides q (inputs already in the compute dtype). falcon-3's μ_t takes
+    """Everything the parallel forms need besides q (inputs in the compute dtype; the fused window forms pass k and v
+    in their own, and the concatenations with the float32 state make x_ext and y_ext float32). falcon-3's μ_t takes
     ``top_eigenvalue``, λ_max of a batch of small symmetric matrices (``kernels/window/eigen.py``)."""
     x, valid = write_pairs(k, state, cfg, fresh)
     W = cfg.span
