@@ -13,7 +13,8 @@ from lab.compact import open_text, readable
 
 HERE = Path(__file__).resolve().parent
 NAMES = {"tf": "Transformer", "f13": "Falcon-1.3", "dn1": "DeltaNet (β < 1)", "dn2": "DeltaNet (β < 2)",
-         "dn1-12k": "DeltaNet (β < 1), 12000 steps", "dn2-12k": "DeltaNet (β < 2), 12000 steps"}
+         "dn1-12k": "DeltaNet (β < 1), 12000 steps", "dn2-12k": "DeltaNet (β < 2), 12000 steps",
+         "dn1-cur": "DeltaNet (β < 1), length curriculum", "dn2-cur": "DeltaNet (β < 2), length curriculum"}
 
 
 def main() -> None:
