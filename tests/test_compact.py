@@ -7,6 +7,7 @@ from __future__ import annotations
 import gzip
 import json
 import re
+import subprocess
 from pathlib import Path
 
 import pandas as pd
@@ -120,3 +121,16 @@ def test_the_checkouts_records_keep_every_compacted_file_compacted() -> None:
                    if '"finished"' in (run / "run.json").read_text(encoding="utf-8")
                    for pattern in COMPACTED for p in run.glob(pattern))
     assert not plain, f"finished run records with plain {COMPACTED} files (run `lab runs compact records`): {plain[:5]}"
+
+
+def test_the_checkout_leaves_room_under_the_device_tools_limit() -> None:
+    """The device tool carries the working tree to the GPU and refuses one over 64 MiB (as a tar: every file's bytes
+    and about a KiB of header and padding); a call refused for size costs a session its GPU time, and the wheels a
+    call carries (`.whl/`, about 1.2 MiB) count too. So the tracked files stay under 60 MiB, counted that way."""
+    listed = subprocess.run(["git", "ls-files", "-z"], cwd=REPO_ROOT, capture_output=True, check=False)
+    if listed.returncode != 0:
+        pytest.skip("not a git checkout")
+    files = [REPO_ROOT / name for name in listed.stdout.decode().split("\0") if name]
+    size = sum(p.stat().st_size + 1024 for p in files if p.is_file()) / 2**20
+    assert size < 60, (f"the tracked files come to {size:.1f} MiB as the device tool counts them (limit 64 with the "
+                       f"wheels): compact the records (`lab runs compact records`) or keep fewer files")
