@@ -98,17 +98,19 @@ def ms(xs: list[float]) -> tuple[float, float]:
 
 
 def setting(runs: list[Path]) -> dict:
-    """What every run of the study shares: task, trained and held-out lengths, machine; ValueError if they differ."""
+    """What every run of the study shares: task, trained and held-out lengths, machine, model size and steps;
+    ValueError if they differ."""
     seen = set()
     for run in runs:
         d = yaml.safe_load((run / "config.yaml").read_text())
         prov = json.loads((run / "provenance.json").read_text())
         machine = "a CPU" if prov.get("accelerator", "cpu") == "cpu" else f"an {prov['device'].removesuffix(' x1')}"
-        seen.add((d["task"], *d["data"]["lengths"], *d["data"]["test_lengths"], machine))
+        size = f"d_model {d['model']['d_model']}, {d['model']['n_layers']} layers, {d['train']['max_steps']} steps"
+        seen.add((d["task"], *d["data"]["lengths"], *d["data"]["test_lengths"], machine, size))
     if len(seen) != 1:
-        raise ValueError(f"the runs mix tasks, lengths or machines: {sorted(seen)}")
-    task, lo, hi, test_lo, test_hi, machine = seen.pop()
-    return {"task": task, "trained": (lo, hi), "held_out": (test_lo, test_hi), "machine": machine}
+        raise ValueError(f"the runs mix tasks, lengths, machines or sizes: {sorted(seen)}")
+    task, lo, hi, test_lo, test_hi, machine, size = seen.pop()
+    return {"task": task, "trained": (lo, hi), "held_out": (test_lo, test_hi), "machine": machine, "size": size}
 
 
 def main() -> None:
@@ -211,8 +213,8 @@ def main() -> None:
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("whole sequences right (%)")
     axes[0].legend(fontsize=8, loc="upper right")
-    fig.suptitle(f"{TASKS[shared['task']]}, toy size on {shared['machine']}, trained on lengths {lo}–{hi} "
-                 "(shaded); mean over seeds, band min–max. "
+    fig.suptitle(f"{TASKS[shared['task']]} ({shared['size']}) on {shared['machine']}, trained on lengths {lo}–{hi} "
+                 "(shaded); mean over seeds, band min–max.\n"
                  "Gain bound 1: β (or η‖x‖²) < 1; bound 2: < 2, so the eigenvalue 1 − β along the key can be negative",
                  fontsize=10)
     fig.savefig(out / "lengths.png", dpi=110)
