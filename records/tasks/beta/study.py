@@ -65,9 +65,9 @@ def hook_census(model: torch.nn.Module) -> list[torch.Tensor]:
                 return rule(q, k, v, gain, lam, samples)
             m._rule = falcon_rule
         elif isinstance(m, DeltaNet):
-            def delta_rule(q, k, v, g, beta, backend, state=None, rule=m._rule):
+            def delta_rule(q, k, v, g, beta, backend, state=None, samples=None, rule=m._rule):
                 found.append((1 - beta.float()).flatten().cpu())
-                return rule(q, k, v, g, beta, backend, state)
+                return rule(q, k, v, g, beta, backend, state, samples=samples)
             m._rule = delta_rule
     return found
 
