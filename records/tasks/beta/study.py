@@ -195,8 +195,11 @@ def main() -> None:
                      f"{r['held_out']:.1f} | {r['held_out_token']:.1f} | {r['last_step']} | "
                      f"{r['last_held_out']:.1f} | {neg} | {low} | {r['run']} |")
     (out / "seeds.md").write_text("\n".join(lines) + "\n")
-    fig, axes = plt.subplots(1, len(ROWS), figsize=(16, 3.8), sharey=True, layout="constrained")
-    for ax, (prefix, label) in zip(axes, ROWS):
+    drawn = [(prefix, label) for prefix, label in ROWS if any(curves.get((prefix, b)) for b in (1, 2))]
+    fig, axes = plt.subplots(1, len(drawn), figsize=(4 * len(drawn), 3.8), sharey=True, layout="constrained",
+                             squeeze=False)
+    axes = axes[0]
+    for ax, (prefix, label) in zip(axes, drawn):  # a mixer without runs gets no panel
         for bound, colour in ((1, "tab:blue"), (2, "tab:red")):
             runs = curves.get((prefix, bound))
             if not runs:
