@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Running parity trained on lengths 1-40 and tested on 41-256 at d_model 128 (2 layers, 1500 steps): the regression
-# rules with the gain bounded at 2 (falcon-1.3, falcon-1 with the .1 settings, DeltaNet), seeds 0-2, two runs at a
-# time, one thread each. Run from the repository root: bash records/tasks/beta/parity-40/d128/run.sh [RESULTS]
+# rules with the gain bounded at 2 (falcon-1.3, falcon-1 with the .1 settings, DeltaNet), then falcon-1.3 and DeltaNet
+# bounded at 1, seeds 0-2, two runs at a time, one thread each. Run from the repository root: bash records/tasks/beta/parity-40/d128/run.sh [RESULTS]
 # then: python records/tasks/beta/study.py RESULTS RESULTS
 set -u
 export OMP_NUM_THREADS=1
@@ -12,6 +12,10 @@ for seed in 0 1 2; do
   jobs+=("falcon-1.3|eta_max=2.0|$seed|f13-eta2")
   jobs+=("falcon-1|qk_norm=l2,gain=ctx_beta,beta_max=2.0|$seed|f11-beta2")
   jobs+=("deltanet|beta_max=2.0|$seed|dn-beta2")
+done
+for seed in 0 1 2; do  # bound 1 beside them, for falcon-1.3 and DeltaNet
+  jobs+=("falcon-1.3|eta_max=1.0|$seed|f13-eta1")
+  jobs+=("deltanet|beta_max=1.0|$seed|dn-beta1")
 done
 run() {
   IFS='|' read -r mixer opts seed name <<< "$1"
