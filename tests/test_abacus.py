@@ -7,16 +7,16 @@ import pytest
 import torch
 from torch import nn
 
-from lab.config import ConfigError, config_hash, load_config
-from lab.eval.addition import greedy
-from lab.eval.free_running import greedy_correct
-from lab.train.module import lm_config
-from mixers import LanguageModel, LMConfig, PositionsConfig
-from mixers import positions as mixers_positions
-from mixers.positions import digit_significance
-from tasks.addition import generate_records
-from tasks.addition.batches import make_batch
-from tasks.addition.vocab import DIGIT_0, EOS, EQUALS, PAD, VOCAB_SIZE, encode
+from falcon_lab.config import ConfigError, config_hash, load_config
+from falcon_lab.eval.addition import greedy
+from falcon_lab.eval.free_running import greedy_correct
+from falcon_lab.train.module import lm_config
+from falcon_lab.mixers import LanguageModel, LMConfig, PositionsConfig
+from falcon_lab.mixers import positions as mixers_positions
+from falcon_lab.mixers.positions import digit_significance
+from falcon_lab.tasks.addition import generate_records
+from falcon_lab.tasks.addition.batches import make_batch
+from falcon_lab.tasks.addition.vocab import DIGIT_0, EOS, EQUALS, PAD, VOCAB_SIZE, encode
 
 DIGITS = (DIGIT_0, DIGIT_0 + 9)
 

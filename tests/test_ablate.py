@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from lab.ablate.alignment import (
+from falcon_lab.ablate.alignment import (
     CELLS,
     DEFAULT_MIXERS,
     Cell,
@@ -23,11 +23,11 @@ from lab.ablate.alignment import (
     parse_mixers,
     plan,
 )
-from lab.ablate.alignment_table import summary_rows
-from lab.cli import app
-from lab.reproduce import addition as reproduce
-from lab.reproduce.jobs import Job
-from lab.runs import Registry
+from falcon_lab.ablate.alignment_table import summary_rows
+from falcon_lab.cli import app
+from falcon_lab.reproduce import addition as reproduce
+from falcon_lab.reproduce.jobs import Job
+from falcon_lab.runs import Registry
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
@@ -220,7 +220,7 @@ def test_tiny_ablation_end_to_end_then_a_rerun_skips_what_is_finished(tmp_path: 
 
 
 def test_on_a_synthetic_task_the_default_cell_is_the_reproduce_run_itself() -> None:
-    from lab.reproduce import sequences
+    from falcon_lab.reproduce import sequences
 
     jobs = {(j.cfg.mixer, cell_of(j)): j for j in plan("mqar-tiny", ["falcon-1a.3", "deltanet"], seeds=1,
                                                        task="mqar")}

@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from lab.config import ConfigError, config_hash, dump_yaml, load_config
-from lab.runs import RunDir
-from lab.train import LabModule, RunFailed, run_training
-from lab.train.callbacks import read_metrics
-from lab.train.data import train_batch
-from tasks.addition import IGNORE_INDEX
+from falcon_lab.config import ConfigError, config_hash, dump_yaml, load_config
+from falcon_lab.runs import RunDir
+from falcon_lab.train import LabModule, RunFailed, run_training
+from falcon_lab.train.callbacks import read_metrics
+from falcon_lab.train.data import train_batch
+from falcon_lab.tasks.addition import IGNORE_INDEX
 from tests.train_util import StopAt
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -116,8 +116,8 @@ def test_accumulate_must_divide_the_rows_per_rank_and_stays_out_of_old_run_ids()
 DDP_RUN = """
 import sys
 import torch
-from lab.config import load_config
-from lab.train import run_training
+from falcon_lab.config import load_config
+from falcon_lab.train import run_training
 
 torch.set_num_threads(1)
 cfg = load_config(config_file=sys.argv[1], overrides=["train.devices=2", "train.accelerator=cpu"])

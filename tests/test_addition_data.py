@@ -6,15 +6,15 @@ import random
 import pytest
 import torch
 
-from tasks.addition import jsonl as jsonl_mod
-from tasks.addition.batches import (
+from falcon_lab.tasks.addition import jsonl as jsonl_mod
+from falcon_lab.tasks.addition.batches import (
     IGNORE_INDEX,
     AdditionStream,
     make_batch,
     positions_needed,
     sample_tokens,
 )
-from tasks.addition.generate import (
+from falcon_lab.tasks.addition.generate import (
     SPLITS,
     derive_seed,
     generate_records,
@@ -22,8 +22,8 @@ from tasks.addition.generate import (
     sample_record,
     validate_record,
 )
-from tasks.addition.jsonl import read_jsonl, write_jsonl
-from tasks.addition.vocab import BOS, EOS, PAD, VOCAB_SIZE, decode, encode, encode_bytes
+from falcon_lab.tasks.addition.jsonl import read_jsonl, write_jsonl
+from falcon_lab.tasks.addition.vocab import BOS, EOS, PAD, VOCAB_SIZE, decode, encode, encode_bytes
 
 torch.set_num_threads(1)
 

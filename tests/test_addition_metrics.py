@@ -3,9 +3,9 @@
 import pytest
 import torch
 
-from tasks.addition.batches import IGNORE_INDEX, make_batch
-from tasks.addition.generate import generate_records, make_record
-from tasks.addition.metrics import (
+from falcon_lab.tasks.addition.batches import IGNORE_INDEX, make_batch
+from falcon_lab.tasks.addition.generate import generate_records, make_record
+from falcon_lab.tasks.addition.metrics import (
     free_running_check,
     per_width_accuracy,
     prompt_ids,
@@ -14,8 +14,8 @@ from tasks.addition.metrics import (
     summarise,
     teacher_forced_batch,
 )
-from tasks.addition.vocab import BOS, EOS, PAD, VOCAB_SIZE, decode, encode
-from tasks.random_tokens import random_token_batch
+from falcon_lab.tasks.addition.vocab import BOS, EOS, PAD, VOCAB_SIZE, decode, encode
+from falcon_lab.tasks.random_tokens import random_token_batch
 
 torch.set_num_threads(1)
 

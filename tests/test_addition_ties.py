@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from lab.eval.callback import pick_best
-from lab.reproduce.addition_table import SEED_COLUMNS, metrics, tied_steps
+from falcon_lab.eval.callback import pick_best
+from falcon_lab.reproduce.addition_table import SEED_COLUMNS, metrics, tied_steps
 
 
 def test_the_ties_are_every_evaluation_at_the_best_val_acc_and_their_held_out_mean() -> None:

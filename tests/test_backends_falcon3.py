@@ -11,11 +11,11 @@ import zlib
 import pytest
 import torch
 
-from kernels.common.config import RuleConfig
-from kernels.common.prepare import prepare
-from kernels.common.state import fresh_state
-from kernels.falcon.api import fast_weight_rule
-from kernels.window.eigen import top_eigenvalue
+from falcon_lab.kernels.common.config import RuleConfig
+from falcon_lab.kernels.common.prepare import prepare
+from falcon_lab.kernels.common.state import fresh_state
+from falcon_lab.kernels.falcon.api import fast_weight_rule
+from falcon_lab.kernels.window.eigen import top_eigenvalue
 from tests.rules_util import gain
 
 F64 = torch.float64
@@ -180,8 +180,8 @@ def test_zero_keys_with_zero_eps_stay_finite(alignment: str, coupled: bool) -> N
 
 @pytest.mark.parametrize("form", ["masked", "chunk"])
 def test_forms_refuse_other_rules(form: str) -> None:
-    from kernels.window.chunk import chunk_falcon3
-    from kernels.window.masked import masked_falcon3
+    from falcon_lab.kernels.window.chunk import chunk_falcon3
+    from falcon_lab.kernels.window.masked import masked_falcon3
 
     fn = {"masked": masked_falcon3, "chunk": chunk_falcon3}[form]
     q, k, v, beta, lam, S0 = inputs(generator("refuse"), 3)

@@ -14,9 +14,9 @@ import zlib
 import pytest
 import torch
 
-from kernels.common.config import RuleConfig
-from kernels.common.prepare import prepare
-from kernels.falcon.api import fast_weight_rule
+from falcon_lab.kernels.common.config import RuleConfig
+from falcon_lab.kernels.common.prepare import prepare
+from falcon_lab.kernels.falcon.api import fast_weight_rule
 from tests.rules_util import gain
 
 F64 = torch.float64

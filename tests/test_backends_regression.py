@@ -8,7 +8,7 @@ import zlib
 import pytest
 import torch
 
-from kernels import fast_weight_rule
+from falcon_lab.kernels import fast_weight_rule
 from tests.rules_util import gain
 
 RULES = ("falcon-1", "falcon-2")

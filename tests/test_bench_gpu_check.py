@@ -8,7 +8,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from lab.cli import app
+from falcon_lab.cli import app
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 TOLERANCE = {"torch.bfloat16": 1e-2, "torch.float32": 1e-3}  # records/bench/gpu_check_regression.md

@@ -8,7 +8,7 @@ import sys
 import pytest
 import torch
 
-from lab.bench.kernels import (
+from falcon_lab.bench.kernels import (
     ANCHORS,
     BenchError,
     _ratios,
@@ -63,7 +63,7 @@ def test_ratios_are_taken_at_the_same_shape_and_mode():
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without a GPU")
 def test_without_a_gpu_it_says_so_and_writes_nothing(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "lab", "bench", "kernels", "--out", str(tmp_path)],
+    proc = subprocess.run([sys.executable, "-m", "falcon_lab", "bench", "kernels", "--out", str(tmp_path)],
                           capture_output=True, text=True)
     assert proc.returncode == 1 and "CUDA" in proc.stderr
     assert not list(tmp_path.iterdir())
@@ -71,15 +71,15 @@ def test_without_a_gpu_it_says_so_and_writes_nothing(tmp_path):
 
 def test_bad_options_are_named(tmp_path):
     for args, word in ((["--dtype", "fp8"], "dtype"), (["--rules", "falcon-4"], "falcon-4")):
-        proc = subprocess.run([sys.executable, "-m", "lab", "bench", "kernels", "--out", str(tmp_path), *args],
+        proc = subprocess.run([sys.executable, "-m", "falcon_lab", "bench", "kernels", "--out", str(tmp_path), *args],
                               capture_output=True, text=True)
         assert proc.returncode == 1 and word in proc.stderr
 
 
 def test_an_op_that_would_refuse_a_mode_is_not_run_in_that_mode() -> None:
     """fla's gated backward on Hopper with Triton 3.4-3.7.0: the row says why, and nothing is called."""
-    from lab.bench.kernels import _row
-    from lab.bench.ops import Op
+    from falcon_lab.bench.kernels import _row
+    from falcon_lab.bench.ops import Op
 
     def never(*_):
         raise AssertionError("called")
@@ -91,7 +91,7 @@ def test_an_op_that_would_refuse_a_mode_is_not_run_in_that_mode() -> None:
 
 
 def test_each_rule_is_set_beside_its_own_chunk_form() -> None:
-    from lab.bench.ops import rule_chunk_ops, rule_ops
+    from falcon_lab.bench.ops import rule_chunk_ops, rule_ops
 
     rules = ("falcon-1", "falcon-2", "falcon-1a", "falcon-2a", "falcon-3a")
     triton_rows = [o.name for o in rule_ops(rules)]
@@ -110,8 +110,8 @@ def test_each_rule_is_set_beside_its_own_chunk_form() -> None:
 
 
 def test_the_chunk_forms_run_at_t_4096_with_chunk_forms_and_the_anchor_only_at_the_first_shape() -> None:
-    from lab.bench.kernels import _skipped
-    from lab.bench.ops import rule_chunk_ops, torch_chunk_op
+    from falcon_lab.bench.kernels import _skipped
+    from falcon_lab.bench.ops import rule_chunk_ops, torch_chunk_op
 
     own = {o.name: o for o in rule_chunk_ops(("falcon-1", "falcon-1a"))}
     for name in ("falcon-1a PyTorch chunk", "falcon-1 λ=0 PyTorch chunk"):
@@ -126,7 +126,7 @@ def test_the_chunk_forms_run_at_t_4096_with_chunk_forms_and_the_anchor_only_at_t
 def test_rules_are_timed_at_every_shape_before_the_anchors(tmp_path, monkeypatch) -> None:
     """fla autotunes for tens of seconds an op: a run cut short keeps every rule's rows. The files still list
     the rows shape by shape, each shape's ops in their order."""
-    import lab.bench.kernels as bench
+    import falcon_lab.bench.kernels as bench
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(bench, "_provenance", lambda command, dtype: {
@@ -147,8 +147,8 @@ def test_rules_are_timed_at_every_shape_before_the_anchors(tmp_path, monkeypatch
 def test_chunk_forms_keep_every_rule_row():
     """--chunk-forms: every Triton row stays, each followed by its own PyTorch chunk form (falcon-2's solve forms
     share falcon-2's), the gated delta rule's included."""
-    from lab.bench.kernels import paired_with_chunk_forms
-    from lab.bench.ops import rule_chunk_ops, rule_ops
+    from falcon_lab.bench.kernels import paired_with_chunk_forms
+    from falcon_lab.bench.ops import rule_chunk_ops, rule_ops
 
     rules = ("falcon-1", "falcon-2", "falcon-3", "falcon-1a", "falcon-2a", "falcon-3a")
     ops, chunk = rule_ops(rules), rule_chunk_ops(rules)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from lab.cli import app
+from falcon_lab.cli import app
 
 
 def test_step_anatomy_times_each_stage_and_writes_its_table(tmp_path: Path) -> None:
@@ -35,7 +35,7 @@ def test_an_unknown_mixer_or_no_steps_is_refused_in_one_line(tmp_path: Path) -> 
 
 def test_a_campaign_preset_times_each_row_as_the_campaign_trains_it(monkeypatch, tmp_path: Path) -> None:
     """`--preset same-time` is that table's configuration of each row (lab train's reading of the name)."""
-    from lab.bench import step
+    from falcon_lab.bench import step
 
     seen = {}
 

@@ -6,7 +6,7 @@ import csv
 import subprocess
 import sys
 
-from lab.bench.train import summarise_run
+from falcon_lab.bench.train import summarise_run
 
 
 def test_summary_takes_the_median_speed_of_the_second_half(tmp_path):
@@ -24,7 +24,7 @@ def test_summary_takes_the_median_speed_of_the_second_half(tmp_path):
 
 def test_bench_train_end_to_end(tmp_path):
     out = tmp_path / "bench"
-    proc = subprocess.run([sys.executable, "-m", "lab", "bench", "train", "--mixers", "falcon-1a.3", "--preset",
+    proc = subprocess.run([sys.executable, "-m", "falcon_lab", "bench", "train", "--mixers", "falcon-1a.3", "--preset",
                            "tiny", "--max-steps", "4", "--out", str(out), "--work", str(tmp_path / "runs")],
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
@@ -35,6 +35,6 @@ def test_bench_train_end_to_end(tmp_path):
 
 
 def test_unknown_mixer_is_refused_with_the_accepted_names(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "lab", "bench", "train", "--mixers", "falcon-9", "--out",
+    proc = subprocess.run([sys.executable, "-m", "falcon_lab", "bench", "train", "--mixers", "falcon-9", "--out",
                            str(tmp_path)], capture_output=True, text=True)
     assert proc.returncode == 2 and "falcon-9" in proc.stderr and "transformer" in proc.stderr

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from mixers.model import LanguageModel, LMConfig
+from falcon_lab.mixers.model import LanguageModel, LMConfig
 
 STUDY = Path(__file__).resolve().parents[1] / "records" / "tasks" / "beta" / "study.py"
 

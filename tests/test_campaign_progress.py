@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from lab.reproduce.addition import parse_rows, plan
-from lab.reproduce.jobs import Outcome
-from lab.reproduce.progress import CampaignProgress, clock, safe_writer
-from lab.runs import run_dir_for
+from falcon_lab.reproduce.addition import parse_rows, plan
+from falcon_lab.reproduce.jobs import Outcome
+from falcon_lab.reproduce.progress import CampaignProgress, clock, safe_writer
+from falcon_lab.runs import run_dir_for
 
 
 def test_clock_reads_minutes_and_hours() -> None:

@@ -16,7 +16,7 @@ import pytest
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from kernels.falcon.api import fast_weight_rule
+from falcon_lab.kernels.falcon.api import fast_weight_rule
 from tests.rules_util import rule_inputs
 
 CHUNK = 4

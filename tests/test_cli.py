@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-import lab
-from lab.cli import GROUPS, app
+import falcon_lab
+from falcon_lab.cli import GROUPS, app
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 ROOT = Path(__file__).resolve().parents[1]
@@ -83,12 +83,12 @@ def test_train_takes_its_options() -> None:
 def test_version() -> None:
     code, out = invoke("--version")
     assert code == 0
-    assert out.strip() == f"falcon-lab {lab.__version__}"
+    assert out.strip() == f"falcon-lab {falcon_lab.__version__}"
 
 
-@pytest.mark.parametrize("how", ["python -m lab", "console script"])
+@pytest.mark.parametrize("how", ["python -m falcon_lab", "console script"])
 def test_help_in_a_fresh_process(how: str) -> None:
-    lab_command = [sys.executable, "-m", "lab"] if how == "python -m lab" else [console_script()]
+    lab_command = [sys.executable, "-m", "falcon_lab"] if how == "python -m falcon_lab" else [console_script()]
     proc = run([*lab_command, "--help"])
     assert proc.returncode == 0, proc.stderr
     for group in GROUPS:
@@ -98,7 +98,7 @@ def test_help_in_a_fresh_process(how: str) -> None:
 def test_bad_input_refuses_in_a_fresh_process(tmp_path) -> None:
     # one line on stderr naming the problem, nothing on stdout, exit code 2
     missing = tmp_path / "no-shards-here"
-    proc = run([sys.executable, "-m", "lab", "reproduce", "fineweb", "--data", str(missing)])
+    proc = run([sys.executable, "-m", "falcon_lab", "reproduce", "fineweb", "--data", str(missing)])
     assert proc.returncode == 2
     assert proc.stdout == ""
     assert str(missing) in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
@@ -106,7 +106,7 @@ def test_bad_input_refuses_in_a_fresh_process(tmp_path) -> None:
 
 def test_cli_import_stays_light() -> None:
     # `lab --help` must not wait for torch or lightning: groups import them inside commands.
-    heavy = "import sys, lab.cli; print(sorted({'torch', 'lightning', 'optuna'} & set(sys.modules)))"
+    heavy = "import sys, falcon_lab.cli; print(sorted({'torch', 'lightning', 'optuna'} & set(sys.modules)))"
     proc = run([sys.executable, "-c", heavy])
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]"
@@ -117,7 +117,7 @@ def test_campaign_options_are_declared_once_and_reach_the_command_whole() -> Non
     and hands the command one CampaignOptions built from them."""
     import inspect
 
-    from lab.cli._common import CampaignOptions, with_campaign_options
+    from falcon_lab.cli._common import CampaignOptions, with_campaign_options
 
     seen = []
 

@@ -14,13 +14,13 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from lab.cli import app
-from lab.config import ConfigError, load_config
-from lab.reproduce.addition import parse_rows, plan
-from lab.reproduce.launch import CODE_ROOT
-from lab.runs import Registry, RunDir
-from lab.sweep.space import SpaceError, load_space
-from lab.train import run_training
+from falcon_lab.cli import app
+from falcon_lab.config import ConfigError, load_config
+from falcon_lab.reproduce.addition import parse_rows, plan
+from falcon_lab.reproduce.launch import CODE_ROOT
+from falcon_lab.runs import Registry, RunDir
+from falcon_lab.sweep.space import SpaceError, load_space
+from falcon_lab.train import run_training
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
@@ -33,7 +33,7 @@ def invoke(*args: str) -> tuple[int, str]:
 def lab(*args: str, **kwargs) -> subprocess.Popen:
     """`lab ARGS` in a fresh process, as a shell starts it."""
     env = {**os.environ, "PYTHONPATH": str(CODE_ROOT), "OMP_NUM_THREADS": "1"}
-    return subprocess.Popen([sys.executable, "-m", "lab", *args], cwd=CODE_ROOT, env=env, text=True, **kwargs)
+    return subprocess.Popen([sys.executable, "-m", "falcon_lab", *args], cwd=CODE_ROOT, env=env, text=True, **kwargs)
 
 
 def wait_for(what, seconds: float = 120) -> None:

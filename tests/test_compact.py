@@ -14,12 +14,12 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from lab.cli import app
-from lab.compact import COMPACTED, compact_run, compact_runs, open_text, readable
-from lab.eval.callback import read_evals
-from lab.train.callbacks import read_metrics
-from lab.paths import REPO_ROOT
-from lab.plots.positions import read_positions
+from falcon_lab.cli import app
+from falcon_lab.compact import COMPACTED, compact_run, compact_runs, open_text, readable
+from falcon_lab.eval.callback import read_evals
+from falcon_lab.train.callbacks import read_metrics
+from falcon_lab.paths import REPO_ROOT
+from falcon_lab.plots.positions import read_positions
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 

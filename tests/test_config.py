@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from lab.config import (
+from falcon_lab.config import (
     ConfigError,
     RunConfig,
     config_hash,
@@ -25,7 +25,7 @@ def test_presets_load_and_tiny_is_the_default() -> None:
 
 
 def test_small_preset_has_about_ten_million_parameters() -> None:
-    from mixers import LanguageModel, LMConfig
+    from falcon_lab.mixers import LanguageModel, LMConfig
 
     m = load_config("small").model
     shape = LMConfig(vocab_size=15, d_model=m.d_model, n_layers=m.n_layers, n_heads=m.n_heads)

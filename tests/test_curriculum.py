@@ -2,10 +2,10 @@
 
 import pytest
 
-from lab.config import ConfigError, load_config
-from lab.train.data import train_batch, train_widths
-from tasks.addition import IGNORE_INDEX
-from tasks.addition.curriculum import linear_widths
+from falcon_lab.config import ConfigError, load_config
+from falcon_lab.train.data import train_batch, train_widths
+from falcon_lab.tasks.addition import IGNORE_INDEX
+from falcon_lab.tasks.addition.curriculum import linear_widths
 
 
 def test_linear_ramp_grows_the_widest_width_evenly_then_holds() -> None:

@@ -12,9 +12,9 @@ import pytest
 import torch
 from lightning.pytorch.callbacks import Callback
 
-from lab.config import dump_yaml, load_config
-from lab.train import run_training
-from lab.train.callbacks import read_metrics
+from falcon_lab.config import dump_yaml, load_config
+from falcon_lab.train import run_training
+from falcon_lab.train.callbacks import read_metrics
 from tests.xdist_util import built_once
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -42,8 +42,8 @@ DDP_RUN = """
 import sys
 import torch
 from lightning.pytorch.callbacks import Callback
-from lab.config import load_config
-from lab.train import run_training
+from falcon_lab.config import load_config
+from falcon_lab.train import run_training
 
 torch.set_num_threads(1)
 {probe}
@@ -57,8 +57,8 @@ import signal
 import sys
 import torch
 from lightning.pytorch.callbacks import Callback
-from lab.config import load_config
-from lab.train import run_training
+from falcon_lab.config import load_config
+from falcon_lab.train import run_training
 
 torch.set_num_threads(1)
 
@@ -146,7 +146,7 @@ def test_two_ranks_of_b_rows_train_as_one_process_of_2b(runs: dict) -> None:
 
 
 def test_a_run_stopped_on_two_ranks_resumes_on_one_process_where_one_process_would_be(runs: dict) -> None:
-    from lab.runs import Registry
+    from falcon_lab.runs import Registry
 
     root, cfg = runs["root"], runs["cfg"]
     script, out = root / "stopped_run.py", root / "stopped" / "run"
@@ -174,7 +174,7 @@ def test_lab_train_on_two_cpu_processes(tmp_path: Path) -> None:
     for key in ("MASTER_PORT", "MASTER_ADDR", "WORLD_SIZE", "LOCAL_RANK", "NODE_RANK", "RANK"):
         env.pop(key, None)
     out = tmp_path / "run"
-    proc = subprocess.run([sys.executable, "-m", "lab", "train", "--devices", "2", "--max-steps", "2",
+    proc = subprocess.run([sys.executable, "-m", "falcon_lab", "train", "--devices", "2", "--max-steps", "2",
                            "--set", "train.batch_size=4", "--set", "train.log_every=1", "--out", str(out),
                            "--results", str(tmp_path), "--no-progress"],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)

@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tasks.fineweb import encode_documents, find_shards, load_tokenizer, read_manifest, read_shard
-from tasks.fineweb.debian_docs import build_doc_shards, find_corpus, stream_documents
+from falcon_lab.tasks.fineweb import encode_documents, find_shards, load_tokenizer, read_manifest, read_shard
+from falcon_lab.tasks.fineweb.debian_docs import build_doc_shards, find_corpus, stream_documents
 from tests.fineweb_util import documents, write_rank_file
 
 
@@ -110,7 +110,7 @@ def test_the_newest_python_is_taken_and_missing_corpora_say_how_to_install(tmp_p
 def test_lab_data_debian_docs_cli(tmp_path, ranks):
     from typer.testing import CliRunner
 
-    from lab.cli import app
+    from falcon_lab.cli import app
 
     root = fake_root(tmp_path / "root")
     bad = root / "usr/share/doc/python3.11/html/_sources/tutorial/latin1.rst.txt"

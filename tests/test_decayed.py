@@ -1,5 +1,5 @@
-"""``mixers.decayed``: RetNet's and Mamba-2's decayed linear attention on falcon-1a's fused kernels (η = 1, log γ = g;
-Triton's interpreter without a GPU) against the float64 recurrent oracle of ``kernels.linear_attention``, outputs
+"""``falcon_lab.mixers.decayed``: RetNet's and Mamba-2's decayed linear attention on falcon-1a's fused kernels (η = 1, log γ = g;
+Triton's interpreter without a GPU) against the float64 recurrent oracle of ``falcon_lab.kernels.linear_attention``, outputs
 and the gradients of q, k, v and the log decays; packed samples as the kernels' packed sequences; ``auto``'s
 choice; refusals by name."""
 
@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernels import linear_attention
-from mixers.decayed import decayed_linear_attention, decayed_over_samples
+from falcon_lab.kernels import linear_attention
+from falcon_lab.mixers.decayed import decayed_linear_attention, decayed_over_samples
 from tests.test_triton_inner_product import (  # noqa: F401 (poisoned: the autouse fixture, used by name)
     DEVICE, TOL_FP32, poisoned)
 
@@ -142,7 +142,7 @@ def test_samples_on_the_kernels_are_the_samples_run_apart(alignment: str, timing
 def test_packed_sequences_of_decayed_attention_start_from_their_own_state() -> None:
     """``decayed_attention(..., cu_seqlens)``: four sequences (5, 35, 1 and 34 tokens; chunks of 16) each from its own
     row of S0 equal four calls, outputs, final states and every gradient (the gates' included)."""
-    from kernels.inner_product.fused import decayed_attention
+    from falcon_lab.kernels.inner_product.fused import decayed_attention
 
     gen = torch.Generator().manual_seed(4)
     bounds = [0, 5, 40, 41, 75]
@@ -174,8 +174,8 @@ def test_packed_sequences_of_decayed_attention_start_from_their_own_state() -> N
 def test_decayed_attention_slices_past_the_launch_limit(monkeypatch: pytest.MonkeyPatch) -> None:
     """Packed sequences whose grid passes CUDA's axis limit run in groups that fit: the same outputs, final states
     and gradients as one launch (the limit lowered so that each of the three sequences is a group)."""
-    from kernels.common import grid
-    from kernels.inner_product.fused import decayed_attention
+    from falcon_lab.kernels.common import grid
+    from falcon_lab.kernels.inner_product.fused import decayed_attention
 
     gen = torch.Generator().manual_seed(9)
     bounds = [0, 5, 19, 20]

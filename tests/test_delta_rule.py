@@ -9,8 +9,8 @@ import zlib
 import pytest
 import torch
 
-from kernels import FastWeightState, fast_weight_rule, gated_delta_rule
-from kernels.regression.gated_delta import gated_delta_triton
+from falcon_lab.kernels import FastWeightState, fast_weight_rule, gated_delta_rule
+from falcon_lab.kernels.regression.gated_delta import gated_delta_triton
 
 TINY = 1e-300
 
@@ -307,7 +307,7 @@ def test_fused_gpu_sizes(dk: int, dv: int, dtype: torch.dtype, tol: float) -> No
 def test_fused_slices_past_the_launch_limit(packed: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     """Rows (or packed sequences) whose launch grid passes CUDA's axis limit run in slices that fit: the same
     outputs, final states and gradients as one launch (the limit lowered so that every row or sequence is a slice)."""
-    from kernels.common import grid
+    from falcon_lab.kernels.common import grid
 
     x = inputs(20 if packed else 10, seed=12, B=1 if packed else 2, Dk=16, Dv=16)
     opts = dict(cu_seqlens=torch.tensor([0, 5, 19, 20], device=DEVICE)) if packed else {}

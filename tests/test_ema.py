@@ -10,12 +10,12 @@ import pytest
 import torch
 from lightning.pytorch.callbacks import Callback
 
-from lab.config import ConfigError, config_hash, load_config
-from lab.eval.addition import evaluate_addition
-from lab.eval.callback import eval_widths, read_evals
-from lab.eval.run_weights import load_run_model
-from lab.eval.training import evaluation_callbacks
-from lab.train import run_training
+from falcon_lab.config import ConfigError, config_hash, load_config
+from falcon_lab.eval.addition import evaluate_addition
+from falcon_lab.eval.callback import eval_widths, read_evals
+from falcon_lab.eval.run_weights import load_run_model
+from falcon_lab.eval.training import evaluation_callbacks
+from falcon_lab.train import run_training
 from tests.train_util import StopAt
 
 train = partial(run_training, evaluations=evaluation_callbacks, progress=False)

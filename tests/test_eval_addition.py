@@ -9,9 +9,9 @@ import pytest
 import torch
 from torch import nn
 
-from lab.eval.addition import evaluate_addition, greedy, position_accuracy, position_rows
-from tasks.addition import EOS, VOCAB_SIZE, decode, encode, generate_records
-from tasks.addition.vocab import EQUALS
+from falcon_lab.eval.addition import evaluate_addition, greedy, position_accuracy, position_rows
+from falcon_lab.tasks.addition import EOS, VOCAB_SIZE, decode, encode, generate_records
+from falcon_lab.tasks.addition.vocab import EQUALS
 
 
 class Adder(nn.Module):
@@ -119,7 +119,7 @@ def test_per_position_accuracy_finds_the_lost_carry_at_the_carry_digit_only():
 def test_per_position_accuracy_refuses_rows_of_different_widths():
     import pytest
 
-    from tasks.addition import target_position_correct, teacher_forced_batch
+    from falcon_lab.tasks.addition import target_position_correct, teacher_forced_batch
 
     _, labels = teacher_forced_batch([*generate_records("val", (2, 3), 1)])
     with pytest.raises(ValueError, match="per-position accuracy needs rows of one width"):
@@ -130,11 +130,11 @@ def test_per_position_accuracy_refuses_rows_of_different_widths():
 def test_batches_of_several_widths_score_as_one_width_a_batch(mixer: str) -> None:
     # Rows PAD-ded after their end: a causal model's predictions at a row's own positions are those of the
     # row alone, so mixing widths in a batch changes no score.
-    from mixers import LanguageModel
+    from falcon_lab.mixers import LanguageModel
 
-    from lab.config import load_config
-    from lab.eval.addition import _records_by_width, teacher_forced
-    from lab.train.module import lm_config
+    from falcon_lab.config import load_config
+    from falcon_lab.eval.addition import _records_by_width, teacher_forced
+    from falcon_lab.train.module import lm_config
 
     torch.manual_seed(0)
     model = LanguageModel(lm_config(load_config("tiny", overrides=[f"mixer={mixer}"]))).eval()

@@ -13,22 +13,22 @@ from lightning.pytorch.callbacks import Callback
 from torch import nn
 from typer.testing import CliRunner
 
-from lab.cli import app
-from lab.config import ConfigError, load_config
-from lab.eval.addition import evaluate_addition, greedy
-from lab.eval.callback import (
+from falcon_lab.cli import app
+from falcon_lab.config import ConfigError, load_config
+from falcon_lab.eval.addition import evaluate_addition, greedy
+from falcon_lab.eval.callback import (
     COLUMNS,
     AdditionEvaluation,
     evals_columns,
     pick_best,
     read_evals,
 )
-from lab.eval.free_running import free_running_accuracy, greedy_correct
-from lab.eval.training import evaluation_callbacks
-from lab.runs import Registry, RunDir
-from lab.train import run_training
-from tasks.addition import EOS, VOCAB_SIZE, decode, encode, generate_records
-from tasks.addition.vocab import EQUALS
+from falcon_lab.eval.free_running import free_running_accuracy, greedy_correct
+from falcon_lab.eval.training import evaluation_callbacks
+from falcon_lab.runs import Registry, RunDir
+from falcon_lab.train import run_training
+from falcon_lab.tasks.addition import EOS, VOCAB_SIZE, decode, encode, generate_records
+from falcon_lab.tasks.addition.vocab import EQUALS
 from tests.train_util import StopAt
 
 # Training with the evaluations its configuration asks for, as `lab train` runs it.
@@ -71,7 +71,7 @@ def test_ties_can_go_to_the_lowest_validation_loss() -> None:
     with pytest.raises(ConfigError, match="eval.best_ties='latest' is not accepted"):
         config("eval.best_ties=latest")
     # a configuration that leaves the rule at its default keeps the run id it had before the option existed
-    from lab.config import config_hash
+    from falcon_lab.config import config_hash
     assert config_hash(config("eval.best_ties=earliest")) == config_hash(config())
     assert config_hash(config("eval.best_ties=val_loss")) != config_hash(config())
 
@@ -146,9 +146,9 @@ def test_final_metrics_are_the_best_and_the_last_evaluation(finished: tuple[Path
 
 
 def test_best_weights_reproduce_the_best_evaluation(finished: tuple[Path, dict]) -> None:
-    from mixers import LanguageModel
+    from falcon_lab.mixers import LanguageModel
 
-    from lab.train.module import lm_config
+    from falcon_lab.train.module import lm_config
 
     root, metrics = finished
     saved = torch.load(root / "run" / "checkpoints" / "best.pt", map_location="cpu", weights_only=True)
@@ -329,8 +329,8 @@ def test_time_spent_evaluating_is_counted_apart_from_the_steps(tmp_path: Path,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     import time
 
-    import lab.eval.callback as callback_module
-    from lab.train.callbacks import read_metrics
+    import falcon_lab.eval.callback as callback_module
+    from falcon_lab.train.callbacks import read_metrics
 
     pause = 2.0  # long beside a tiny step even on a loaded machine: the comparisons below leave it half as margin
 
@@ -354,7 +354,7 @@ def test_time_spent_evaluating_is_counted_apart_from_the_steps(tmp_path: Path,
 
 
 def test_training_asked_to_evaluate_without_evaluations_says_so(tmp_path: Path) -> None:
-    # training imports nothing of lab.eval: the caller passes the evaluations in, and a run that asks for
+    # training imports nothing of falcon_lab.eval: the caller passes the evaluations in, and a run that asks for
     # them without them is refused before anything is written
     with pytest.raises(ConfigError, match="evaluation_callbacks"):
         run_training(config(), out=tmp_path / "run", results=tmp_path, progress=False)

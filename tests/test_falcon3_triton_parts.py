@@ -10,8 +10,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernels.window import eigen, solve
-from mixers import build_mixer
+from falcon_lab.kernels.window import eigen, solve
+from falcon_lab.mixers import build_mixer
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 

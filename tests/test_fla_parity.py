@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from kernels import fast_weight_rule, gated_delta_rule, linear_attention
+from falcon_lab.kernels import fast_weight_rule, gated_delta_rule, linear_attention
 
 pytestmark = pytest.mark.gpu
 B, T, H, D = 2, 1000, 4, 64  # T no multiple of the chunk
@@ -99,7 +99,7 @@ def test_gated_forms_against_fla_forward(op: str) -> None:
     errs = {"fla o": rel(theirs, o_ref), "fla S": rel(S_theirs, S_ref), "ours o": rel(o_ours, o_ref),
             "ours S": rel(S_ours, S_ref)}
     if op == "gated_delta_rule":  # and on falcon-1's kernels, what the Gated DeltaNet mixer runs on a GPU
-        from kernels.regression.gated_delta import gated_delta_triton
+        from falcon_lab.kernels.regression.gated_delta import gated_delta_triton
 
         o_fused, st_fused = gated_delta_triton(q, k, v, g, beta, scale=SCALE, output_final_state=True)
         errs.update({"fused o": rel(o_fused, o_ref), "fused S": rel(st_fused.S, S_ref)})

@@ -1,10 +1,10 @@
-"""kernels.common.grid: the slices of rows and packed sequences within CUDA's launch limits (no kernels run here;
+"""falcon_lab.kernels.common.grid: the slices of rows and packed sequences within CUDA's launch limits (no kernels run here;
 the kernels' slicing itself is held in test_decayed, test_delta_rule and test_triton_inner_product)."""
 
 import pytest
 import torch
 
-from kernels.common import grid
+from falcon_lab.kernels.common import grid
 
 
 @pytest.mark.parametrize("limit", [4, 8, 40, 300, grid.MAX_GRID_ROWS])

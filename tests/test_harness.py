@@ -14,10 +14,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from lab.eval.harness import RunLM
-from mixers import LanguageModel
-from mixers.model import LMConfig
-from tasks.fineweb import load_tokenizer
+from falcon_lab.eval.harness import RunLM
+from falcon_lab.mixers import LanguageModel
+from falcon_lab.mixers.model import LMConfig
+from falcon_lab.tasks.fineweb import load_tokenizer
 from tests.fineweb_util import documents, write_rank_file
 
 VOCAB = 320  # covers the synthetic tokenizer's 265 ids
@@ -168,7 +168,7 @@ def toy_tasks(folder: Path) -> Path:
 @needs_lm_eval
 @pytest.mark.slow
 def test_toy_tasks_through_lm_eval_give_the_adapters_numbers(model, enc, tmp_path):
-    from lab.eval.harness import evaluate, task_metrics
+    from falcon_lab.eval.harness import evaluate, task_metrics
 
     lm = RunLM(model, enc, max_len=24)
     results = evaluate(lm, ["toy_lambada", "toy_choice", "toy_rolling", "toy_generate"],
@@ -190,9 +190,9 @@ def test_toy_tasks_through_lm_eval_give_the_adapters_numbers(model, enc, tmp_pat
 def test_lab_eval_harness_without_lm_eval_says_how_to_get_it(monkeypatch, tmp_path):
     from typer.testing import CliRunner
 
-    from lab.cli import app
+    from falcon_lab.cli import app
 
-    monkeypatch.setattr("lab.eval.harness.lm_eval_version", lambda: None)
+    monkeypatch.setattr("falcon_lab.eval.harness.lm_eval_version", lambda: None)
     result = CliRunner().invoke(app, ["eval", "harness", "--run", str(tmp_path), "--tasks", "lambada_openai"])
     assert result.exit_code == 2 and "pip install 'falcon-lab[eval]'" in result.output
     result = CliRunner().invoke(app, ["eval", "harness", "--run", str(tmp_path), "--tasks", " , "])
@@ -204,8 +204,8 @@ def test_lab_eval_harness_without_lm_eval_says_how_to_get_it(monkeypatch, tmp_pa
 def test_lab_eval_harness_on_a_trained_run(tmp_path):
     from typer.testing import CliRunner
 
-    from lab.cli import app
-    from tasks.fineweb import build_shards
+    from falcon_lab.cli import app
+    from falcon_lab.tasks.fineweb import build_shards
     from tests.fineweb_util import write_parquet
 
     ranks = write_rank_file(tmp_path / "tiny.tiktoken")

@@ -12,18 +12,18 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from lab.cli import app
-from lab.config import ConfigError, config_hash, load_config
-from lab.eval.addition import greedy
-from lab.eval.free_running import greedy_correct
-from lab.eval.training import evaluation_callbacks
-from lab.train import run_training
-from lab.train.module import lm_config
-from mixers import LanguageModel, LMConfig, PositionsConfig
-from mixers.positions import digit_significance, sample_index, sample_mask
-from tasks.addition import generate_records
-from tasks.addition.batches import make_batch
-from tasks.addition.vocab import DIGIT_0, EOS, EQUALS, PAD, VOCAB_SIZE, encode
+from falcon_lab.cli import app
+from falcon_lab.config import ConfigError, config_hash, load_config
+from falcon_lab.eval.addition import greedy
+from falcon_lab.eval.free_running import greedy_correct
+from falcon_lab.eval.training import evaluation_callbacks
+from falcon_lab.train import run_training
+from falcon_lab.train.module import lm_config
+from falcon_lab.mixers import LanguageModel, LMConfig, PositionsConfig
+from falcon_lab.mixers.positions import digit_significance, sample_index, sample_mask
+from falcon_lab.tasks.addition import generate_records
+from falcon_lab.tasks.addition.batches import make_batch
+from falcon_lab.tasks.addition.vocab import DIGIT_0, EOS, EQUALS, PAD, VOCAB_SIZE, encode
 
 # Training with the evaluations its configuration asks for, as `lab train` runs it.
 train = partial(run_training, evaluations=evaluation_callbacks)
@@ -185,7 +185,7 @@ def test_samples_apart_are_the_packed_samples_one_to_a_row() -> None:
 def test_a_masked_packed_batch_and_its_samples_apart_give_one_loss() -> None:
     """The two forms of isolated samples: the transformer's mask over packed rows, and the rows apart that
     every other mixer gets, are one objective."""
-    from lab.train.module import token_loss_sum
+    from falcon_lab.train.module import token_loss_sum
 
     masked, plain = model(abacus=None).eval(), model(isolate=False, abacus=None).eval()
     plain.load_state_dict(masked.state_dict())
@@ -202,7 +202,7 @@ def test_a_masked_packed_batch_and_its_samples_apart_give_one_loss() -> None:
 
 @pytest.mark.parametrize("mixer", ["deltanet", "falcon-1.3"])
 def test_a_recurrent_mixer_trains_on_isolated_packed_samples(mixer: str, tmp_path: Path) -> None:
-    from lab.train.data import train_batch
+    from falcon_lab.train.data import train_batch
 
     cfg = load_config("addition-tiny", mixer=mixer, overrides=[
         "train.max_steps=2", "train.val_every=2", "train.ckpt_every=2", "train.batch_size=4", "train.accumulate=2",
@@ -222,7 +222,7 @@ def test_a_recurrent_mixer_over_packed_samples_gives_the_loss_of_its_samples_apa
     Falcon rules and DeltaNet on packed sequences, the other scans over the samples laid one to a row).
     Either way one objective with the batch of the samples laid one to a row, gradients included; and a
     sample's logits do not depend on what its row packs before it."""
-    from lab.train.module import token_loss_sum
+    from falcon_lab.train.module import token_loss_sum
 
     torch.manual_seed(0)
     cfg = dict(vocab_size=VOCAB_SIZE, d_model=32, n_layers=2, n_heads=2, mixer=mixer)
@@ -250,7 +250,7 @@ def test_a_recurrent_mixer_over_packed_samples_gives_the_loss_of_its_samples_apa
 
 
 def test_sample_rows_lay_each_sample_on_a_row_and_fit_the_chunk_to_the_longest() -> None:
-    from mixers.layers import SampleRows, padded_length, sample_bounds
+    from falcon_lab.mixers.layers import SampleRows, padded_length, sample_bounds
 
     samples = torch.tensor([[0, 0, 0, 1, 1], [0, 1, 1, 1, 1]])
     rows = SampleRows(samples)
@@ -275,7 +275,7 @@ def test_a_compiled_mixer_over_samples_apart_recompiles_for_a_few_row_lengths_on
     the longest itself would recompile at every step until Dynamo's limit (8) left the forms eager."""
     import torch._dynamo
 
-    from mixers.registry import build_mixer
+    from falcon_lab.mixers.registry import build_mixer
 
     torch.manual_seed(0)
     mixer = build_mixer("mamba2", 32, 2, d_state=16)  # on a CPU: the chunk form over the samples' rows
@@ -300,7 +300,7 @@ def test_a_compiled_mixer_over_samples_apart_recompiles_for_a_few_row_lengths_on
 def test_retnet_and_mamba2_on_the_fused_kernels_give_the_chunk_forms_loss(mixer: str, options: dict) -> None:
     """backend="triton" (falcon-1a's kernels with η = 1; Triton's interpreter here) against the PyTorch chunk form,
     float32, over packed samples kept apart: one loss and the same gradients."""
-    from lab.train.module import token_loss_sum
+    from falcon_lab.train.module import token_loss_sum
 
     torch.manual_seed(0)
     # one layer: the kernels' every gradient reaches the parameters through it (a second adds only interpreter time)

@@ -15,11 +15,11 @@ import torch
 from torch import nn
 from typer.testing import CliRunner
 
-from lab.cli import app
-from lab.eval.lambada import Example, encode_examples, last_word_scores, split_last_word
-from mixers import LanguageModel
-from mixers.model import LMConfig
-from tasks.fineweb import build_shards, load_tokenizer
+from falcon_lab.cli import app
+from falcon_lab.eval.lambada import Example, encode_examples, last_word_scores, split_last_word
+from falcon_lab.mixers import LanguageModel
+from falcon_lab.mixers.model import LMConfig
+from falcon_lab.tasks.fineweb import build_shards, load_tokenizer
 from tests.fineweb_util import documents, write_parquet, write_rank_file
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")

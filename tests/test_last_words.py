@@ -7,11 +7,11 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from lab.cli import app
-from lab.eval.lambada import split_last_word
-from tasks.fineweb import encode_documents, load_tokenizer
-from tasks.fineweb.last_words import prose_passage, shard_passages, write_last_words
-from tasks.fineweb.shards import write_shard
+from falcon_lab.cli import app
+from falcon_lab.eval.lambada import split_last_word
+from falcon_lab.tasks.fineweb import encode_documents, load_tokenizer
+from falcon_lab.tasks.fineweb.last_words import prose_passage, shard_passages, write_last_words
+from falcon_lab.tasks.fineweb.shards import write_shard
 from tests.fineweb_util import write_rank_file
 
 PROSE = " ".join(f"word{i} is here" for i in range(15)) + " and the story ends with the lantern."

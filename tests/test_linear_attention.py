@@ -8,8 +8,8 @@ import zlib
 import pytest
 import torch
 
-from kernels import fast_weight_rule, linear_attention
-from kernels.common.state import FastWeightState, fresh_state
+from falcon_lab.kernels import fast_weight_rule, linear_attention
+from falcon_lab.kernels.common.state import FastWeightState, fresh_state
 
 F64 = torch.float64
 TOL = 1e-10

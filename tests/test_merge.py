@@ -6,9 +6,9 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from lab.cli import app
-from lab.merge import merge_results
-from lab.runs import Registry, RunDir, RunLock
+from falcon_lab.cli import app
+from falcon_lab.merge import merge_results
+from falcon_lab.runs import Registry, RunDir, RunLock
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 

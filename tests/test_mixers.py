@@ -10,9 +10,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from kernels import fast_weight_rule
-from mixers import MIXERS, build_mixer, default_options
-from mixers.layers import l2_norm, rms_norm, rotary
+from falcon_lab.kernels import fast_weight_rule
+from falcon_lab.mixers import MIXERS, build_mixer, default_options
+from falcon_lab.mixers.layers import l2_norm, rms_norm, rotary
 
 D_MODEL, HEADS, B, L = 32, 2, 2, 12
 NAMES = list(MIXERS)
@@ -434,7 +434,7 @@ def test_ops_run_without_autocast(name, monkeypatch):
     """Under bf16 autocast the projections run in bf16 while the fast-weight ops see autocast off, so their
     state, solves and falcon-3's eigenvalue problem (no bf16 CUDA kernel) stay in fp32."""
     module_name = "falcon" if name.startswith("falcon") else name.replace("gated-", "")
-    module = importlib.import_module(f"mixers.{module_name}")
+    module = importlib.import_module(f"falcon_lab.mixers.{module_name}")
     op = getattr(module, OPS[module_name])
     seen = []
 
@@ -458,7 +458,7 @@ def test_ops_run_without_autocast(name, monkeypatch):
 def test_rule_dtype_float32_hands_the_rule_float32_inputs(name, monkeypatch):
     """``rule_dtype="float32"`` casts bf16 q, k, v and gates to float32 before the rule (the fused kernels then
     multiply at about fp32, not with bf16 operands); ``"input"`` leaves them bf16; float32 models are untouched."""
-    from mixers import falcon
+    from falcon_lab.mixers import falcon
 
     seen = []
     real = falcon.fast_weight_rule

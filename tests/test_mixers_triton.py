@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from mixers import build_mixer
+from falcon_lab.mixers import build_mixer
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 # the interpreter does every dot in fp32 exactly; on a GPU the chunk form's matmuls and the kernels' dots
@@ -38,7 +38,7 @@ def test_triton_backend_matches_chunk_in_a_mixer(name):
 def test_triton_backend_restarts_at_packed_samples_as_on_rows_apart(name):
     """Isolated samples on the fused kernels (the samples of packed rows as the rule's packed sequences) equal
     the same mixer over each sample laid on a row of its own, forward and backward."""
-    from mixers.positions import samples_apart
+    from falcon_lab.mixers.positions import samples_apart
 
     torch.manual_seed(0)
     mixer = build_mixer(name, 32, 2, backend="triton", chunk_size=16).to(DEVICE)

@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from mixers import MIXERS, LanguageModel, LMConfig
+from falcon_lab.mixers import MIXERS, LanguageModel, LMConfig
 
 V, D_MODEL, HEADS, LAYERS, B, L = 37, 32, 2, 2, 2, 12
 

@@ -1,4 +1,4 @@
-"""The host's facts of packed sequences (`kernels.common.packed`): read from the device once per `cu_seqlens`
+"""The host's facts of packed sequences (`falcon_lab.kernels.common.packed`): read from the device once per `cu_seqlens`
 tensor, not once per layer, and never stale."""
 
 from __future__ import annotations
@@ -9,11 +9,11 @@ import traceback
 import pytest
 import torch
 
-import kernels.common.packed as packed
-from kernels.common import grid
-from kernels.common.triton_helpers import chunk_table
-from mixers import LanguageModel, LMConfig, PositionsConfig
-from tasks.addition.vocab import EOS, VOCAB_SIZE, encode
+import falcon_lab.kernels.common.packed as packed
+from falcon_lab.kernels.common import grid
+from falcon_lab.kernels.common.triton_helpers import chunk_table
+from falcon_lab.mixers import LanguageModel, LMConfig, PositionsConfig
+from falcon_lab.tasks.addition.vocab import EOS, VOCAB_SIZE, encode
 
 
 def test_a_fact_is_made_once_per_tensor_and_again_after_an_in_place_change() -> None:

@@ -14,9 +14,9 @@ from matplotlib.patches import Rectangle
 from PIL import Image
 from typer.testing import CliRunner
 
-from lab.cli import app
-from lab.plots.ablation import heatmap
-from lab.plots.addition import draw_curves, palette, parse_widths
+from falcon_lab.cli import app
+from falcon_lab.plots.ablation import heatmap
+from falcon_lab.plots.addition import draw_curves, palette, parse_widths
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -87,7 +87,7 @@ def lines_of(ax) -> list[str]:
 
 def test_addition_figure_has_a_panel_per_row_and_a_per_token_line_only_when_the_csv_has_it(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    figures = drawn(monkeypatch, "lab.plots.addition")
+    figures = drawn(monkeypatch, "falcon_lab.plots.addition")
     with_tokens, without = tmp_path / "a", tmp_path / "b"
     for folder, tokens in ((with_tokens, True), (without, False)):
         folder.mkdir()
@@ -107,7 +107,7 @@ def test_thirteen_rows_are_thirteen_panels_named_as_the_table_names_them(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Panels named from table.csv's `model` column (per_width.csv without one), four to a row, bands
     within 0-100 however wide the spread."""
-    figures = drawn(monkeypatch, "lab.plots.addition")
+    figures = drawn(monkeypatch, "falcon_lab.plots.addition")
     rows = {f"falcon-{i}": 2 for i in range(13)}
     frame = per_width(rows)
     frame.loc[frame["seed"] == 1, "teacher_forced"] = 0.0  # seeds 100 apart: mean ± std past 0 and 100
@@ -128,7 +128,7 @@ def test_thirteen_rows_are_thirteen_panels_named_as_the_table_names_them(
 
 def test_the_trained_widths_come_from_the_runs_configs_and_are_never_assumed(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    figures = drawn(monkeypatch, "lab.plots.addition")
+    figures = drawn(monkeypatch, "falcon_lab.plots.addition")
     per_width({"transformer": 1}).to_csv(tmp_path / "per_width.csv", index=False)  # no `trained` column
     code, text = invoke("plot", "addition", "--table", str(tmp_path))
     assert code == 0, text
@@ -187,7 +187,7 @@ def test_a_progress_figure_joins_when_the_table_has_progress_csv(tmp_path: Path)
 def test_a_heat_map_joins_when_progress_csv_holds_each_widths_accuracy(tmp_path: Path) -> None:
     import numpy as np
 
-    from lab.plots.addition import step_edges, width_columns
+    from falcon_lab.plots.addition import step_edges, width_columns
 
     per_width({"transformer": 2, "falcon-1.3": 1}).to_csv(tmp_path / "per_width.csv", index=False)
     frame = progress({"transformer": 2, "falcon-1.3": 1})
@@ -213,7 +213,7 @@ def test_a_heat_map_joins_when_progress_csv_holds_each_widths_accuracy(tmp_path:
 def test_the_progress_figure_draws_every_run_and_marks_the_stopped_ones() -> None:
     import matplotlib.pyplot as plt
 
-    from lab.plots.addition import draw_runs, palette
+    from falcon_lab.plots.addition import draw_runs, palette
 
     frame = progress({"two-seeds": 2, "one-seed": 1})
     frame = frame[~((frame["seed"] == 1) & (frame["step"] > 300))].copy()  # seed 1 stopped at step 300
@@ -233,7 +233,7 @@ def test_the_progress_figure_draws_every_run_and_marks_the_stopped_ones() -> Non
 def test_a_run_is_styled_and_named_by_its_seed_not_its_rank() -> None:
     import matplotlib.pyplot as plt
 
-    from lab.plots.addition import draw_runs, palette, seed_styles
+    from falcon_lab.plots.addition import draw_runs, palette, seed_styles
 
     frame = progress({"two-seeds": 2})
     frame["seed"] += 1  # seeds 1 and 2 of a row whose seed 0 is not there
@@ -339,7 +339,7 @@ def test_ablation_names_a_missing_column(tmp_path: Path) -> None:
 
 def test_ablation_figures_name_the_mixers_and_the_widths_as_the_tables_do(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    figures = drawn(monkeypatch, "lab.plots.ablation")
+    figures = drawn(monkeypatch, "falcon_lab.plots.ablation")
     frame = alignment({"falcon-1a.3": ("raw", "shifted")})
     frame["model"] = "Falcon-1A.3 (QK-RMSNorm, ctxη-ctxλ)"
     frame["acc7_mean"], frame["acc10_mean"] = 0.0, 0.0  # held out 7-10: validated on 1-6
@@ -360,9 +360,9 @@ def test_ablation_figures_name_the_mixers_and_the_widths_as_the_tables_do(
 
 
 def test_the_sweep_figures_have_no_empty_panel(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from lab.plots.sweep import plot_pairs, plot_slice
+    from falcon_lab.plots.sweep import plot_pairs, plot_slice
 
-    figures = drawn(monkeypatch, "lab.plots.sweep")
+    figures = drawn(monkeypatch, "falcon_lab.plots.sweep")
     trials = pd.DataFrame({"number": range(8), "value": [30.0 + i for i in range(8)], "state": "COMPLETE",
                            "params_lr": [1e-4 * 2 ** i for i in range(8)], "params_depth": [2, 3, 4, 2, 3, 4, 2, 3],
                            "params_rule": ["falcon-1", "falcon-2"] * 4})
@@ -383,7 +383,7 @@ def test_the_sweep_figures_have_no_empty_panel(tmp_path: Path, monkeypatch: pyte
 
 
 def test_a_long_row_name_breaks_before_its_settings_and_at_their_semicolons() -> None:
-    from lab.plots.grid import two_lines
+    from falcon_lab.plots.grid import two_lines
 
     assert two_lines("DeltaNet") == "DeltaNet"
     assert two_lines("Falcon-1A.3 (QK-RMSNorm, ctxη-ctxλ)") == "Falcon-1A.3\n(QK-RMSNorm, ctxη-ctxλ)"

@@ -5,10 +5,10 @@ import re
 import pytest
 from typer.testing import CliRunner
 
-from lab.cli import app
-from lab.config import ConfigError, config_hash, load_config, presets
-from lab.reproduce import addition, fineweb
-from lab.reproduce.names import campaign_names, campaign_preset, preset_names, train_preset
+from falcon_lab.cli import app
+from falcon_lab.config import ConfigError, config_hash, load_config, presets
+from falcon_lab.reproduce import addition, fineweb
+from falcon_lab.reproduce.names import campaign_names, campaign_preset, preset_names, train_preset
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 

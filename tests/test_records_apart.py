@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-import lab.paths
-from lab.cli import app
-from lab.paths import REPO_ROOT, inside_records, records_root, results_root
+import falcon_lab.paths
+from falcon_lab.cli import app
+from falcon_lab.paths import REPO_ROOT, inside_records, records_root, results_root
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
@@ -64,7 +64,7 @@ def test_commands_write_under_the_results_folder_and_leave_records_alone(
     checkout.mkdir()
     (checkout / "pyproject.toml").write_text("")
     monkeypatch.delenv("LAB_RESULTS", raising=False)
-    monkeypatch.setattr(lab.paths, "REPO_ROOT", checkout)
+    monkeypatch.setattr(falcon_lab.paths, "REPO_ROOT", checkout)
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     results = checkout / "results"
     assert results_root() == results

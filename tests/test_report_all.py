@@ -12,9 +12,9 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-import lab.paths
-from lab.cli import app
-from lab.paths import REPO_ROOT
+import falcon_lab.paths
+from falcon_lab.cli import app
+from falcon_lab.paths import REPO_ROOT
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 RECORDS = REPO_ROOT / "records"
@@ -107,7 +107,7 @@ def test_lab_report_all_writes_every_section_with_its_provenance_and_figures(rec
 
 def test_lab_report_with_no_command_reports_on_the_checkouts_records(
         records: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(lab.paths, "records_root", lambda: records)
+    monkeypatch.setattr(falcon_lab.paths, "records_root", lambda: records)
     monkeypatch.setenv("LAB_RESULTS", str(tmp_path / "elsewhere"))
     code, out = invoke("report")
     assert code == 0, out

@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from lab.cli import app
-from lab.plots.positions import digit_ends
+from falcon_lab.cli import app
+from falcon_lab.plots.positions import digit_ends
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
@@ -80,7 +80,7 @@ def test_a_missing_or_malformed_file_is_named(tmp_path: Path) -> None:
 def test_the_grid_of_heat_maps_draws_one_panel_per_run_and_reads_each_runs_trained_widths(tmp_path: Path) -> None:
     import numpy as np
 
-    from lab.plots.positions import digit_grid, plot_positions_grid
+    from falcon_lab.plots.positions import digit_grid, plot_positions_grid
 
     csvs = []
     for name, (low, high) in {"a": (3, 2), "b": (2, 6)}.items():

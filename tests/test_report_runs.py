@@ -7,11 +7,11 @@ import os
 import subprocess
 import sys
 
-from lab.runs import Registry
+from falcon_lab.runs import Registry
 
 
 def _lab(*args):
-    return subprocess.run([sys.executable, "-m", "lab", "report", "runs", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "falcon_lab", "report", "runs", *args], capture_output=True, text=True,
                           env={**os.environ, "COLUMNS": "250"})
 
 

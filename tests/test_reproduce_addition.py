@@ -14,13 +14,13 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from lab.cli import app
-from lab.config import ConfigError, config_hash, read_yaml
-from lab.reproduce import launch
-from lab.reproduce.addition import ROW_NAMES, ROWS, parse_rows, plan
-from lab.reproduce.addition_table import summary_rows
-from lab.reproduce.launch import CODE_ROOT, _child_env, check_slots
-from lab.runs import Registry
+from falcon_lab.cli import app
+from falcon_lab.config import ConfigError, config_hash, read_yaml
+from falcon_lab.reproduce import launch
+from falcon_lab.reproduce.addition import ROW_NAMES, ROWS, parse_rows, plan
+from falcon_lab.reproduce.addition_table import summary_rows
+from falcon_lab.reproduce.launch import CODE_ROOT, _child_env, check_slots
+from falcon_lab.runs import Registry
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 PAPER_ROWS = ["transformer", "retnet", "mamba2", "falcon-1a.1", "falcon-1a.2", "falcon-1a.3", "falcon-3a.3",
@@ -43,7 +43,7 @@ def test_rows_hold_the_papers_table_first_with_its_numbers() -> None:
     assert {"deltanet", "gated-deltanet", "falcon-2", "falcon-3", "falcon-2a"} <= set(ROW_NAMES)
     f3a = ROWS[ROW_NAMES.index("falcon-3a.3")].paper
     assert (f3a.best_step, f3a.val_acc, f3a.ood_mean, f3a.acc33, f3a.acc48) == (2000, 99.9, 87.2, 100.0, 69.0)
-    from mixers import MIXERS
+    from falcon_lab.mixers import MIXERS
 
     assert set(ROW_NAMES) <= set(MIXERS)
 
@@ -83,7 +83,7 @@ def test_plan_goes_seed_by_seed_with_one_run_id_per_row_and_seed() -> None:
                       "train.ckpt_every=100000"]
     assert exact.run_id == plan("packed", parse_rows("transformer"), seeds=1, overrides=exact_settings)[0].run_id
     assert plan("packed-exact", parse_rows("falcon-1.3"), seeds=2)[1].run_id == "bc9cce04d6"  # f13-ab0-s1's id
-    from lab.reproduce.addition_table import settings_sentence
+    from falcon_lab.reproduce.addition_table import settings_sentence
     assert "(warm-up 100, cosine to 0.1×)" in settings_sentence([packed])  # the table says which schedule ran
     assert "(warm-up 100, then constant)" in settings_sentence(plan("packed-constant", parse_rows("transformer"), 1))
     later = plan("packed", parse_rows("transformer"), seeds=1, overrides=["data.ramp_steps=1000"])[0]
@@ -146,8 +146,8 @@ def test_the_tiny_preset_trains_widths_1_to_6_and_holds_out_7_to_10_in_a_few_row
 def test_the_tables_name_the_widths_the_runs_were_trained_and_tested_on(tmp_path: Path) -> None:
     from rich.console import Console
 
-    from lab.reproduce.addition_console import summary_table
-    from lab.reproduce.addition_table import render_markdown, settings_sentence
+    from falcon_lab.reproduce.addition_console import summary_table
+    from falcon_lab.reproduce.addition_table import render_markdown, settings_sentence
 
     def shown(jobs: list) -> tuple[str, str]:
         console = Console(width=250, record=True, file=open(os.devnull, "w"))
@@ -173,8 +173,8 @@ def test_the_tables_name_the_widths_the_runs_were_trained_and_tested_on(tmp_path
 
 
 def test_the_table_names_the_transformer_without_rope_and_the_digit_positions() -> None:
-    from lab.reproduce.addition import ROW_BY_NAME
-    from lab.reproduce.addition_table import row_label, settings_sentence
+    from falcon_lab.reproduce.addition import ROW_BY_NAME
+    from falcon_lab.reproduce.addition_table import row_label, settings_sentence
 
     rows = parse_rows("transformer,falcon-1.3")
     plain = plan("packed", rows, seeds=1)
@@ -210,7 +210,7 @@ def test_the_table_names_the_transformer_without_rope_and_the_digit_positions() 
 
 
 def test_widths_answered_counts_widths_in_a_row_from_one_up_to_the_widest_trained() -> None:
-    from lab.reproduce.addition_table import widths_answered
+    from falcon_lab.reproduce.addition_table import widths_answered
 
     assert widths_answered({1: 100.0, 2: 95.0, 3: 94.9, 4: 100.0}, widest=32) == 2
     assert widths_answered({n: 100.0 for n in range(1, 49)}, widest=32) == 32  # 33-48 are not trained widths
@@ -223,7 +223,7 @@ def test_widths_answered_counts_widths_in_a_row_from_one_up_to_the_widest_traine
 def test_a_run_trained_at_the_commits_of_its_last_start_and_the_resumes_since(tmp_path: Path) -> None:
     import json
 
-    from lab.reproduce.addition_table import trained_commits
+    from falcon_lab.reproduce.addition_table import trained_commits
 
     folder = tmp_path / "run"
     folder.mkdir()
@@ -246,7 +246,7 @@ def test_a_run_trained_at_the_commits_of_its_last_start_and_the_resumes_since(tm
 
 
 def test_a_commit_named_short_and_long_counts_once() -> None:
-    from lab.reproduce.addition_table import distinct_commits
+    from falcon_lab.reproduce.addition_table import distinct_commits
 
     assert distinct_commits(["c024cda", "b1748169b6c5", "b174816", "c024cda", "unknown"]) == \
         ["b1748169b6c5", "c024cda", "unknown"]
@@ -316,7 +316,7 @@ def test_runs_over_several_gpus_take_gpus_of_their_own(monkeypatch: pytest.Monke
         check_slots(5, gpus_per_run=2)
     with pytest.raises(ValueError, match="a run shares its GPU or spans several, not both"):
         check_slots(2, per_gpu=2, gpus_per_run=2)
-    from lab.cli._common import campaign_slots
+    from falcon_lab.cli._common import campaign_slots
 
     assert campaign_slots(None, gpus_per_run=2) == 4 and campaign_slots(None, gpus_per_run=8) == 1
     # the run placed on R devices is the same run: its id and its data do not change
@@ -410,7 +410,7 @@ def test_two_runs_at_once_as_processes(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("gpus", [[], ["--gpus", "2"]])
 def test_start_within_starts_no_run_once_its_time_is_up(gpus: list[str], tmp_path: Path) -> None:
-    from lab.reproduce import launch
+    from falcon_lab.reproduce import launch
 
     try:
         code, text = invoke("reproduce", "addition", "--preset", "tiny", "--rows", "transformer,deltanet",
@@ -454,7 +454,7 @@ def test_mistakes_are_one_line_with_exit_2_and_nothing_run(args: list[str], mess
 
 def test_with_overrides_the_table_plans_the_rows_run_now_and_those_begun_with_them(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    from lab.reproduce import addition
+    from falcon_lab.reproduce import addition
 
     seen = {}
     monkeypatch.setattr(addition, "run_campaign", lambda jobs, everything, *a, **k: seen.update(
@@ -478,9 +478,9 @@ def test_with_overrides_the_table_plans_the_rows_run_now_and_those_begun_with_th
 
 
 def test_the_table_lists_runs_begun_but_not_finished_at_their_last_evaluation(tmp_path: Path) -> None:
-    from lab.eval.callback import evals_path, write_evals
-    from lab.reproduce.addition_table import write_tables
-    from lab.runs import run_dir_for
+    from falcon_lab.eval.callback import evals_path, write_evals
+    from falcon_lab.reproduce.addition_table import write_tables
+    from falcon_lab.runs import run_dir_for
 
     jobs = plan("tiny", parse_rows("transformer,falcon-1a.3"), seeds=1)
     registry = Registry(tmp_path / "lab.db")
@@ -502,7 +502,7 @@ def test_the_table_lists_runs_begun_but_not_finished_at_their_last_evaluation(tm
 
 
 def test_hand_written_notes_end_the_table_and_survive_every_rewrite(tmp_path: Path) -> None:
-    from lab.reproduce.addition_table import write_tables
+    from falcon_lab.reproduce.addition_table import write_tables
 
     jobs = plan("tiny", parse_rows("transformer"), seeds=1)
     out = tmp_path / "out"
@@ -517,9 +517,9 @@ def test_hand_written_notes_end_the_table_and_survive_every_rewrite(tmp_path: Pa
 
 
 def test_progress_follows_every_evaluation_with_the_curriculums_widest_width(tmp_path: Path) -> None:
-    from lab.eval.callback import evals_path, write_evals
-    from lab.reproduce.addition_table import progress_rows
-    from lab.runs import run_dir_for
+    from falcon_lab.eval.callback import evals_path, write_evals
+    from falcon_lab.reproduce.addition_table import progress_rows
+    from falcon_lab.runs import run_dir_for
 
     job = plan("packed", parse_rows("falcon-1.3"), seeds=1)[0]  # widths 1 -> 32 over 1500 steps
     Registry(tmp_path / "lab.db").upsert(job.run_id, status="stopped", mixer="falcon-1.3", steps=1600)
@@ -530,7 +530,7 @@ def test_progress_follows_every_evaluation_with_the_curriculums_widest_width(tmp
     assert [(r["step"], r["train_width"], r["widths"], r["status"]) for r in rows] == [
         (100, 3, 5, "stopped"), (750, 16, 5, "stopped"), (1600, 32, 5, "stopped")]
     assert all(r["tf@3"] == 100.0 and "tf@6" not in r for r in rows)  # each width's whole answers, the heat map's
-    from lab.reproduce.addition_table import progress_columns
+    from falcon_lab.reproduce.addition_table import progress_columns
     columns = progress_columns([job])
     assert columns[-48:] == [f"tf@{n}" for n in range(1, 49)] and columns[:2] == ["row", "seed"]
 
@@ -552,7 +552,7 @@ def test_an_interrupted_campaign_stops_each_run_at_a_checkpoint_and_keeps_its_ta
 
     out = tmp_path / "t"
     env = {**os.environ, "PYTHONPATH": str(CODE_ROOT)}
-    proc = subprocess.Popen([sys.executable, "-m", "lab", "reproduce", "addition", "--preset", "tiny", "--rows",
+    proc = subprocess.Popen([sys.executable, "-m", "falcon_lab", "reproduce", "addition", "--preset", "tiny", "--rows",
                              rows, "--max-steps", "5000", "--set", "train.ckpt_every=5", "--set",
                              "train.val_every=5", *placement, "--results", str(tmp_path), "--out", str(out)],
                             cwd=CODE_ROOT, env=env, start_new_session=True,
@@ -587,7 +587,7 @@ def test_a_run_out_of_gpu_memory_beside_others_starts_again_when_one_ends(monkey
     """Three runs share one GPU; the second fails with CUDA's out-of-memory error while the others run: it is
     started again (its checkpoint resumes it) only once one of them has ended, and the GPU takes two at a time
     from then on. A run that fails so alone on its GPU, or of anything else, fails as before."""
-    from lab.reproduce.jobs import Outcome
+    from falcon_lab.reproduce.jobs import Outcome
 
     jobs = plan("tiny", parse_rows("transformer,deltanet,falcon-1.3"), seeds=1, max_steps=2)
     a, b, c = (j.run_id for j in jobs)

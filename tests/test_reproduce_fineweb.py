@@ -12,10 +12,10 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from lab.cli import app
-from lab.reproduce.fineweb import check_data, parse_rows, plan
-from lab.reproduce.fineweb_rows import ROW_NAMES
-from tasks.fineweb import build_shards
+from falcon_lab.cli import app
+from falcon_lab.reproduce.fineweb import check_data, parse_rows, plan
+from falcon_lab.reproduce.fineweb_rows import ROW_NAMES
+from falcon_lab.tasks.fineweb import build_shards
 from tests.fineweb_util import documents, write_parquet, write_rank_file
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -101,8 +101,8 @@ def test_tiny_table_end_to_end_then_rerun_skips(shards, tmp_path):
 def test_an_option_some_rows_lack_leaves_them_out_of_the_table(shards, tmp_path):
     # RoPE off is the transformer's and RetNet's option; the rows without it are dropped from the plan rather
     # than failing the campaign, and a row asked for that lacks it still fails by name
-    from lab.reproduce.fineweb import reproduce_fineweb
-    from lab.runs import Registry
+    from falcon_lab.reproduce.fineweb import reproduce_fineweb
+    from falcon_lab.runs import Registry
 
     Registry(tmp_path / "lab.db")  # an empty registry: a table of no runs yet
     campaign = reproduce_fineweb("tiny", parse_rows("transformer"), seeds=1, data=shards, results=tmp_path,

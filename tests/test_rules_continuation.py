@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernels import RULES, fast_weight_rule, fast_weight_step
+from falcon_lab.kernels import RULES, fast_weight_rule, fast_weight_step
 from tests.rules_util import rel_err, rule_inputs, slice_time
 
 BACKENDS = ["recurrent", "masked", "chunk"]

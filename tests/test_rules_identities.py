@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernels import fast_weight_rule, fast_weight_step
+from falcon_lab.kernels import fast_weight_rule, fast_weight_step
 from tests.rules_util import rel_err, rule_inputs
 
 ALIGN_TIMING = [(a, t) for a in ("shifted", "same_time") for t in ("raw", "rbw")]
@@ -37,7 +37,7 @@ def test_equal_channel_gains_reduce_to_the_scalar_rule(per_channel, scalar, alig
 def _one_write(rule, S, x, y, beta, lam, eps=0.0):
     """Apply one write of pair (x, y) to S through the public step op (same-time pairing, x = k)."""
     B, H, Dk = x.shape
-    from kernels import FastWeightState
+    from falcon_lab.kernels import FastWeightState
 
     state = FastWeightState(S=S, last_key=torch.zeros_like(x), x_tail=x.new_zeros(B, H, 0, Dk),
                             v_tail=y.new_zeros(B, H, 0, y.shape[-1]), tail_mask=torch.zeros(B, 0, dtype=torch.bool))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernels import FastWeightState, fast_weight_rule, fast_weight_step
+from falcon_lab.kernels import FastWeightState, fast_weight_rule, fast_weight_step
 from tests.rules_util import rule_inputs
 
 
@@ -159,8 +159,8 @@ def test_autocast_does_not_reach_inside_the_op():
 def test_auto_backend_picks_the_fused_kernels_only_where_they_apply():
     from types import SimpleNamespace
 
-    from kernels.common.config import RuleConfig
-    from kernels.falcon.dispatch import auto_backend
+    from falcon_lab.kernels.common.config import RuleConfig
+    from falcon_lab.kernels.falcon.dispatch import auto_backend
 
     def tensor(cuda=True, dtype=torch.bfloat16, d=64):
         return SimpleNamespace(is_cuda=cuda, dtype=dtype, shape=(1, 8, 2, d))
@@ -175,7 +175,7 @@ def test_auto_backend_picks_the_fused_kernels_only_where_they_apply():
     assert pick(rule="falcon-3") == "triton" and pick(rule="falcon-3a") == "triton"
     assert pick(rule="falcon-3", window=65) == "chunk"  # past FUSED_MAX_WINDOW slots a chunk
     assert pick(rule="falcon-3a", packed=True) == "triton" and pick(rule="falcon-1a", packed=True) == "triton"
-    assert pick(rule="falcon-3", packed=True) == "triton"  # packed sequences one to a row (kernels.falcon.api)
+    assert pick(rule="falcon-3", packed=True) == "triton"  # packed sequences one to a row (falcon_lab.kernels.falcon.api)
     assert pick(d=512) == "chunk" and pick(chunk=48) == "chunk"
     assert pick(rule="falcon-2a", floor=1e-4) == "chunk" and pick(rule="falcon-1a", floor=1e-4) == "triton"
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from lab.config import ConfigError, config_hash, load_config
-from lab.paths import results_root
-from lab.runs import (
+from falcon_lab.config import ConfigError, config_hash, load_config
+from falcon_lab.paths import results_root
+from falcon_lab.runs import (
     Registry,
     RunBusy,
     RunDir,
@@ -21,7 +21,7 @@ from lab.runs import (
     record_provenance,
     run_dir_for,
 )
-from lab.train import run_training
+from falcon_lab.train import run_training
 
 
 def tiny(*overrides: str):
@@ -69,7 +69,7 @@ def test_code_is_dirty_for_changed_code_not_for_rewritten_records(tmp_path: Path
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     import subprocess
 
-    import lab.runs
+    import falcon_lab.runs
 
     def git(*args: str) -> None:
         subprocess.run(["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t", *args],
@@ -81,13 +81,13 @@ def test_code_is_dirty_for_changed_code_not_for_rewritten_records(tmp_path: Path
     git("init", "-q")
     git("add", ".")
     git("commit", "-q", "-m", "one")
-    monkeypatch.setattr(lab.runs, "REPO_ROOT", tmp_path)
+    monkeypatch.setattr(falcon_lab.runs, "REPO_ROOT", tmp_path)
     monkeypatch.delenv("LAB_COMMIT", raising=False)
-    assert lab.runs.git_state()["dirty"] is False
+    assert falcon_lab.runs.git_state()["dirty"] is False
     (tmp_path / "records" / "table.md").write_text("| b |\n")
-    assert lab.runs.git_state()["dirty"] is False
+    assert falcon_lab.runs.git_state()["dirty"] is False
     (tmp_path / "code.py").write_text("x = 2\n")
-    assert lab.runs.git_state()["dirty"] is True
+    assert falcon_lab.runs.git_state()["dirty"] is True
 
 
 def test_provenance_names_code_command_machine_and_versions(tmp_path: Path) -> None:

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from lab.cli import app
+from falcon_lab.cli import app
 
 
 def test_cli_reports_a_bad_space_in_one_line_and_exits_2(tmp_path: Path) -> None:

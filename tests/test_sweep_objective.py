@@ -7,11 +7,11 @@ from pathlib import Path
 import optuna
 import pytest
 
-from lab.sweep.objective import Objective
-from lab.sweep.report import write_report
-from lab.sweep.space import load_space
-from lab.sweep.spec import SweepSpec
-from lab.sweep.study import make_pruner
+from falcon_lab.sweep.objective import Objective
+from falcon_lab.sweep.report import write_report
+from falcon_lab.sweep.space import load_space
+from falcon_lab.sweep.spec import SweepSpec
+from falcon_lab.sweep.study import make_pruner
 
 SPACE = """\
 preset: addition-tiny

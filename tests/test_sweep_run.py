@@ -18,9 +18,9 @@ import optuna
 import pytest
 from typer.testing import CliRunner
 
-from lab.cli import app
-from lab.config import load_config
-from lab.sweep.storage import open_storage, worker_alive
+from falcon_lab.cli import app
+from falcon_lab.config import load_config
+from falcon_lab.sweep.storage import open_storage, worker_alive
 from tests.xdist_util import built_once
 
 POSTGRES = os.environ.get("LAB_TEST_POSTGRES_URL")
@@ -160,7 +160,7 @@ def test_a_killed_worker_leaves_a_failed_trial_and_the_rerun_completes_the_budge
     space = tiny_space(tmp_path, steps=60, val_every=30)
     journal = tmp_path / "results" / "sweeps" / "tiny" / "journal.log"
     args = ["run", str(space), "--trials", "2", "--results", str(tmp_path / "results")]
-    parent = subprocess.Popen([sys.executable, "-m", "lab", "sweep", *args], cwd=REPO, stdout=subprocess.PIPE,
+    parent = subprocess.Popen([sys.executable, "-m", "falcon_lab", "sweep", *args], cwd=REPO, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
     try:
         deadline, victim = time.time() + 120, None

@@ -6,9 +6,9 @@ from pathlib import Path
 import optuna
 import pytest
 
-from lab.sweep.space import SpaceError, grid_of, load_space, suggest
-from lab.sweep.spec import SweepSpec, check_space, trial_config
-from sweeps import space_path, spaces
+from falcon_lab.sweep.space import SpaceError, grid_of, load_space, suggest
+from falcon_lab.sweep.spec import SweepSpec, check_space, trial_config
+from falcon_lab.sweeps import space_path, spaces
 
 RULES_WITH_WINDOW = {"falcon-3", "falcon-3a"}
 

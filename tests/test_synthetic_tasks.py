@@ -6,7 +6,7 @@ import random
 import pytest
 import torch
 
-from tasks.synthetic import (
+from falcon_lab.tasks.synthetic import (
     IGNORE_INDEX,
     MQAR,
     PAD,
@@ -18,7 +18,7 @@ from tasks.synthetic import (
     pad_batch,
     train_samples,
 )
-from tasks.synthetic.permutation import ELEMENTS, element, is_even
+from falcon_lab.tasks.synthetic.permutation import ELEMENTS, element, is_even
 
 TASKS = [Parity(), Permutation("S5"), Permutation("A5"), MQAR(vocab_size=64, tokens_per_pair=8)]
 IDS = ["parity", "S5", "A5", "mqar"]

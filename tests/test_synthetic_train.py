@@ -10,13 +10,13 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from lab.cli import app
-from lab.config import ConfigError, config_hash, load_config
-from lab.eval.callback import read_evals
-from lab.eval.training import evaluation_callbacks
-from lab.train import run_training
-from lab.train.data import seq_len, sequence_task, train_batch, vocab_size
-from tasks.synthetic import eval_samples, make_batch
+from falcon_lab.cli import app
+from falcon_lab.config import ConfigError, config_hash, load_config
+from falcon_lab.eval.callback import read_evals
+from falcon_lab.eval.training import evaluation_callbacks
+from falcon_lab.train import run_training
+from falcon_lab.train.data import seq_len, sequence_task, train_batch, vocab_size
+from falcon_lab.tasks.synthetic import eval_samples, make_batch
 
 # Training with the evaluations its configuration asks for, as `lab train` runs it.
 train = partial(run_training, evaluations=evaluation_callbacks)
@@ -127,8 +127,8 @@ def test_lab_train_runs_each_task_and_writes_accuracy_per_length(task: str, tmp_
 
 
 def test_evaluation_scores_a_perfect_model_fully_and_a_wrong_one_not() -> None:
-    from lab.eval.lengths import evaluate_lengths
-    from tasks.synthetic import Parity
+    from falcon_lab.eval.lengths import evaluate_lengths
+    from falcon_lab.tasks.synthetic import Parity
 
     class Oracle(torch.nn.Module):
         """Logits that put the running parity first at every position (`wrong`: the other bit at each
@@ -169,7 +169,7 @@ def test_lab_data_writes_the_samples_a_run_evaluates(task: str, args: list[str],
     assert len([line for line in text.splitlines() if line.startswith("{")]) == 2
     records = [json.loads(line) for line in out.read_text().splitlines()]
     options = {"group": "A5"} if task == "permutation" else {"vocab_size": 32} if task == "mqar" else {}
-    from tasks.synthetic import make_task
+    from falcon_lab.tasks.synthetic import make_task
 
     lo, hi = map(int, args[1].split("-"))
     expected = [s for n in range(lo, hi + 1) for s in eval_samples(make_task(task, **options), "test", n, 3, 5)]
@@ -219,7 +219,7 @@ def test_lab_reproduce_a_task_refuses_unknown_rows_in_one_line(tmp_path: Path) -
 def test_a_resumed_task_run_trains_and_evaluates_as_an_uninterrupted_one(tmp_path: Path) -> None:
     from lightning.pytorch.callbacks import Callback
 
-    from lab.train.callbacks import read_metrics
+    from falcon_lab.train.callbacks import read_metrics
 
     class StopAt(Callback):
         def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:

@@ -11,11 +11,11 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from lab.cli import app
-from lab.config import load_config
-from lab.runs import RunDir
-from lab.train import LabModule, make_trainer, run_training
-from lab.train.callbacks import (
+from falcon_lab.cli import app
+from falcon_lab.config import load_config
+from falcon_lab.runs import RunDir
+from falcon_lab.train import LabModule, make_trainer, run_training
+from falcon_lab.train.callbacks import (
     COLUMNS,
     LinePrinter,
     MetricsLogger,
@@ -23,12 +23,12 @@ from lab.train.callbacks import (
     StepProgressBar,
     read_metrics,
 )
-from lab.train.checkpoint_io import AtomicCheckpointIO
-from lab.train.data import TrainBatches, loader_worker_init, seq_len, train_batch, vocab_size
-from lab.train.module import token_loss_sum
-from lab.train.optim import lr_factor, make_optimizer
-from lab.train.trainer import CurrentStreamDDP, make_strategy, resolve_precision, resolve_strategy
-from tasks.addition import IGNORE_INDEX, VOCAB_SIZE
+from falcon_lab.train.checkpoint_io import AtomicCheckpointIO
+from falcon_lab.train.data import TrainBatches, loader_worker_init, seq_len, train_batch, vocab_size
+from falcon_lab.train.module import token_loss_sum
+from falcon_lab.train.optim import lr_factor, make_optimizer
+from falcon_lab.train.trainer import CurrentStreamDDP, make_strategy, resolve_precision, resolve_strategy
+from falcon_lab.tasks.addition import IGNORE_INDEX, VOCAB_SIZE
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
@@ -148,7 +148,7 @@ def test_precision_strategy_and_trainer_pieces(tmp_path: Path) -> None:
 def test_ddp_wraps_the_model_on_the_current_stream(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # Lightning's own DDP strategy wraps under a fresh CUDA stream (every backward then warns that the
     # AccumulateGrad nodes DDP keeps are on another stream); ours must not open one
-    import lab.train.trainer as trainer_module
+    import falcon_lab.train.trainer as trainer_module
 
     assert isinstance(make_strategy(tiny("train.devices=2")), CurrentStreamDDP)
     assert make_strategy(tiny()) == "auto"
@@ -220,7 +220,7 @@ def invoke(*args: str) -> tuple[int, str]:
 
 
 def mixer_names() -> list[str]:
-    from mixers import MIXERS
+    from falcon_lab.mixers import MIXERS
 
     return sorted(MIXERS)
 
@@ -284,7 +284,7 @@ def test_lab_train_skips_a_finished_run_and_says_so(tmp_path: Path) -> None:
 ])
 def test_cuda_graphs_where_they_cannot_hold_are_refused_before_anything_is_written(
         overrides: tuple[str, ...], problem: str, tmp_path: Path) -> None:
-    from lab.config import ConfigError
+    from falcon_lab.config import ConfigError
 
     with pytest.raises(ConfigError, match=problem):
         run_training(tiny(*overrides), out=tmp_path / "run", results=tmp_path, progress=False)
@@ -293,10 +293,10 @@ def test_cuda_graphs_where_they_cannot_hold_are_refused_before_anything_is_writt
 
 def test_cuda_graphs_replace_the_training_forward_of_the_run_shape_only(tmp_path: Path,
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    # The plumbing, on a CPU: capture (lab.train.graphs) stands in for a recorder; the graphed callable
+    # The plumbing, on a CPU: capture (falcon_lab.train.graphs) stands in for a recorder; the graphed callable
     # must serve every training forward of the run's batch shape, and validation must stay eager.
-    from lab.train import graphs
-    from lab.train.data import LabData
+    from falcon_lab.train import graphs
+    from falcon_lab.train.data import LabData
 
     calls: dict[str, list] = {"capture": [], "graphed": []}
 
@@ -321,8 +321,8 @@ def test_cuda_graphs_replace_the_training_forward_of_the_run_shape_only(tmp_path
 
 def test_with_compile_the_compiled_forward_is_what_is_captured(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                                capsys: pytest.CaptureFixture) -> None:
-    from lab.train import graphs
-    from lab.train.data import LabData
+    from falcon_lab.train import graphs
+    from falcon_lab.train.data import LabData
 
     captured = []
 
@@ -343,8 +343,8 @@ def test_with_compile_the_compiled_forward_is_what_is_captured(tmp_path: Path, m
 
 def test_a_model_that_cannot_be_captured_trains_eagerly_and_says_why(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                                    capsys: pytest.CaptureFixture) -> None:
-    from lab.train import graphs
-    from lab.train.data import LabData
+    from falcon_lab.train import graphs
+    from falcon_lab.train.data import LabData
 
     def failing(model, shape, precision, device):
         raise RuntimeError("operation not permitted when stream is capturing")
@@ -399,9 +399,9 @@ def test_a_graphed_step_gives_the_eager_gradient_across_chunks(mixer: str, compi
     chunk boundary, and compares the whole gradient of one step, replayed from a CUDA graph, with the eager one."""
     from dataclasses import replace
 
-    from lab.train.graphs import capture
-    from mixers import LanguageModel, LMConfig
-    from tasks.addition.batches import make_batch
+    from falcon_lab.train.graphs import capture
+    from falcon_lab.mixers import LanguageModel, LMConfig
+    from falcon_lab.tasks.addition.batches import make_batch
 
     device = torch.device("cuda")
     torch.manual_seed(0)

@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from lab.cli import app
-from tasks.addition import read_jsonl, write_jsonl
+from falcon_lab.cli import app
+from falcon_lab.tasks.addition import read_jsonl, write_jsonl
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 

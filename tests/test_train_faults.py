@@ -16,13 +16,13 @@ import torch
 from lightning.pytorch.callbacks import Callback
 from typer.testing import CliRunner
 
-from lab.cli import app
-from lab.config import dump_yaml, load_config
-from lab.eval.run_weights import load_run_model
-from lab.runs import Registry, RunDir
-from lab.train import LabModule, RunFailed, run_training
-from lab.train.callbacks import read_metrics
-from lab.train.checkpoint_io import AtomicCheckpointIO
+from falcon_lab.cli import app
+from falcon_lab.config import dump_yaml, load_config
+from falcon_lab.eval.run_weights import load_run_model
+from falcon_lab.runs import Registry, RunDir
+from falcon_lab.train import LabModule, RunFailed, run_training
+from falcon_lab.train.callbacks import read_metrics
+from falcon_lab.train.checkpoint_io import AtomicCheckpointIO
 from tests.train_util import StopAt
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -97,7 +97,7 @@ def test_an_interrupted_run_stops_at_that_step_with_a_checkpoint_and_resumes_ont
 
 
 def test_a_repeated_interrupt_within_the_grace_is_one_and_a_late_one_aborts() -> None:
-    from lab.train.callbacks import StopOnInterrupt
+    from falcon_lab.train.callbacks import StopOnInterrupt
 
     stopper = StopOnInterrupt(grace=0.2)
     stopper.request()
@@ -111,9 +111,9 @@ KILLED_RUN = """
 import os, signal, sys
 import torch
 from lightning.pytorch.callbacks import Callback
-from lab.config import load_config
-from lab.train import run_training
-from lab.train.callbacks import MetricsLogger
+from falcon_lab.config import load_config
+from falcon_lab.train import run_training
+from falcon_lab.train.callbacks import MetricsLogger
 
 torch.set_num_threads({threads})
 
@@ -146,7 +146,7 @@ def test_a_killed_run_resumes_from_its_last_checkpoint_onto_the_same_curve(refer
     assert not [p for p in run.checkpoints.iterdir() if p.name != "last.ckpt"]  # no temp file left
     assert max(losses(out)) == 6  # rows past the checkpoint, which the resumed run must drop and redo
 
-    proc = subprocess.run([sys.executable, "-m", "lab", "train", "--config", str(config), "--out", str(out),
+    proc = subprocess.run([sys.executable, "-m", "falcon_lab", "train", "--config", str(config), "--out", str(out),
                            "--results", str(tmp_path), "--no-progress"],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]

@@ -13,8 +13,8 @@ import torch
 from lightning.pytorch.callbacks import Callback
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from lab.config import load_config
-from lab.train import run_training
+from falcon_lab.config import load_config
+from falcon_lab.train import run_training
 
 
 def test_only_the_logged_steps_read_the_device_on_the_host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,

@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from lab.cli import app
-from lab.config import ConfigError, config_hash, load_config
-from lab.train import run_training
-from lab.train.callbacks import read_metrics
+from falcon_lab.cli import app
+from falcon_lab.config import ConfigError, config_hash, load_config
+from falcon_lab.train import run_training
+from falcon_lab.train.callbacks import read_metrics
 
 SETTINGS = ["train.max_steps=6", "train.log_every=2", "train.val_every=3", "train.ckpt_every=3",
             "optim.warmup_steps=2"]

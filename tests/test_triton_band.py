@@ -1,4 +1,4 @@
-"""falcon-3a's band in Triton (``kernels.window.triton_band.band_read``) against the same sum in PyTorch: output
+"""falcon-3a's band in Triton (``falcon_lab.kernels.window.triton_band.band_read``) against the same sum in PyTorch: output
 and every gradient, RAW and RBW, windows of 2 to 5, head widths that are no power of two, a length that is no
 multiple of the kernels' block. Every buffer the kernels write is allocated full of NaN here. Without CUDA the
 kernels run in Triton's interpreter."""
@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import Tensor
 
-from kernels.common import triton_helpers
+from falcon_lab.kernels.common import triton_helpers
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
@@ -34,7 +34,7 @@ def reference(q: Tensor, x: Tensor, y: Tensor, coef: Tensor, lag: int) -> Tensor
 @pytest.mark.parametrize("W, Dk, Dv", [(2, 12, 20), (3, 12, 20), (5, 12, 20), (3, 136, 8)])
 def test_band_read_matches_its_sum(W: int, Dk: int, Dv: int, lag: int) -> None:
     """(The last case: a key width past 128, read in blocks of 16 tokens.)"""
-    from kernels.window.triton_band import band_read
+    from falcon_lab.kernels.window.triton_band import band_read
 
     g = torch.Generator().manual_seed(10 * W + lag)
     B, T, H = 2, 45, 3
@@ -53,7 +53,7 @@ def test_band_read_matches_its_sum(W: int, Dk: int, Dv: int, lag: int) -> None:
 
 
 def test_band_read_refuses_shapes_that_do_not_fit() -> None:
-    from kernels.window.triton_band import band_read
+    from falcon_lab.kernels.window.triton_band import band_read
 
     q = torch.zeros(1, 8, 2, 4)
     with pytest.raises(ValueError, match="do not fit"):

@@ -1,4 +1,4 @@
-"""The Triton top-eigenvalue kernel of Falcon-3's μ_t (kernels/window/triton_eig4.py) against eigvalsh.
+"""The Triton top-eigenvalue kernel of Falcon-3's μ_t (falcon_lab/kernels/window/triton_eig4.py) against eigvalsh.
 
 On a CPU the kernel runs under Triton's interpreter (tests/conftest.py); a falcon-3 layer with it:
 tests/test_falcon3_triton_parts.py.
@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernels.window.triton_eig4 import top_eigenpair, top_eigenvalue_small
+from falcon_lab.kernels.window.triton_eig4 import top_eigenpair, top_eigenvalue_small
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 

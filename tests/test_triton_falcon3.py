@@ -1,4 +1,4 @@
-"""backend="triton" for falcon-3 (its own chunk kernels, kernels/window/triton_falcon3*.py) against the float64
+"""backend="triton" for falcon-3 (its own chunk kernels, falcon_lab/kernels/window/triton_falcon3*.py) against the float64
 recurrent oracle: outputs, final state and every gradient (q, k, v, β, λ, the initial S). Without CUDA the kernels
 run in Triton's interpreter at tiny sizes; every buffer the kernels write is allocated full of NaN here.
 """
@@ -9,10 +9,10 @@ import pytest
 import torch
 from torch import Tensor
 
-from kernels import FastWeightState, fast_weight_rule
-from kernels.common import triton_helpers
-from kernels.common.config import FUSED_MAX_WINDOW
-from kernels.window.triton_falcon3_launch import MAX_ROWS, geometry
+from falcon_lab.kernels import FastWeightState, fast_weight_rule
+from falcon_lab.kernels.common import triton_helpers
+from falcon_lab.kernels.common.config import FUSED_MAX_WINDOW
+from falcon_lab.kernels.window.triton_falcon3_launch import MAX_ROWS, geometry
 from tests.test_triton_inner_product import DEVICE, TOL_FP32, check, check_continuation, inputs, rms_rel, run
 
 RULE = "falcon-3"
@@ -145,8 +145,8 @@ def test_packed_sequences_from_states_match_one_call_each() -> None:
 
 
 def test_the_form_refuses_packed_sequences_and_the_op_wide_windows_by_name() -> None:
-    from kernels.common.config import RuleConfig
-    from kernels.window.fused import triton_falcon3
+    from falcon_lab.kernels.common.config import RuleConfig
+    from falcon_lab.kernels.window.fused import triton_falcon3
 
     x = inputs(RULE, B=1, T=12, H=1, D=16, seed=3)
     ins = [x[n].to(DEVICE) for n in ("q", "k", "v", "beta", "lam")]
@@ -170,8 +170,8 @@ def test_bf16_heads_under_32_take_fp32_products_on_a_gpu(monkeypatch: pytest.Mon
     """The products' precision on a GPU (not under the interpreter, where every product is "ieee"): bf16 operands
     as falcon-1's from a head width of 32 up; below it fp32 operands (tf32x3), since the bf16 products faulted
     there on an H200 (records/bench/kernels-2026-12-03)."""
-    from kernels.regression import triton_launch
-    from kernels.window.triton_falcon3_launch import _precision
+    from falcon_lab.kernels.regression import triton_launch
+    from falcon_lab.kernels.window.triton_falcon3_launch import _precision
 
     monkeypatch.setattr(triton_launch, "interpreting", lambda: False)
     assert _precision(torch.bfloat16, 16, 16) == ("tf32x3", "tf32x3")

@@ -1,5 +1,5 @@
 """backend="triton" for falcon-3a (one delayed decayed linear attention on the falcon-1a kernels and a band,
-kernels/window/fused.py) against the float64 recurrent oracle: outputs, final state and every gradient; and that
+falcon_lab/kernels/window/fused.py) against the float64 recurrent oracle: outputs, final state and every gradient; and that
 decayed attention (gates given as they are) against its recurrence. Without CUDA the kernels run in Triton's
 interpreter at tiny sizes; every buffer the kernels write is allocated full of NaN here.
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernels import FastWeightState, fast_weight_rule
+from falcon_lab.kernels import FastWeightState, fast_weight_rule
 from tests.test_triton_inner_product import (  # noqa: F401 (poisoned: the autouse fixture, used by name)
     DEVICE, TOL_FP32, check, check_continuation, inputs, poisoned, run)
 
@@ -64,7 +64,7 @@ def test_packed_sequences_run_as_one_row(timing: str, alignment: str, window: in
     """Fresh states, outputs alone: one row, the delayed pass on the kernels' packed sequences and the band cut at
     every sequence's start (``triton_falcon3a_packed``), against the oracle on each sequence
     (``check_packed_outputs``: lengths 5, 16, 1 and 18, one shorter than the window)."""
-    from kernels.window import fused
+    from falcon_lab.kernels.window import fused
     from tests.test_triton_falcon3 import check_packed_outputs
 
     calls = []
@@ -82,8 +82,8 @@ def test_packed_sequences_from_states_match_one_call_each() -> None:
 
 
 def test_the_form_itself_refuses_packed_sequences_by_name() -> None:
-    from kernels.common.config import RuleConfig
-    from kernels.window.fused import triton_falcon3a
+    from falcon_lab.kernels.common.config import RuleConfig
+    from falcon_lab.kernels.window.fused import triton_falcon3a
 
     x = inputs(RULE, B=1, T=12, H=1, D=16, seed=3)
     ins = [x[n].to(DEVICE) for n in ("q", "k", "v", "beta", "lam")]
@@ -96,7 +96,7 @@ def test_the_form_itself_refuses_packed_sequences_by_name() -> None:
 def test_decayed_attention_with_given_gates_matches_its_recurrence(T: int, raw: bool) -> None:
     """S_t = γ_t S_{t−1} + η_t k_t v_tᵀ read at t (RAW) or t − 1 (RBW), from a state: outputs, final state and
     the gradients of q, k, v, η, log γ and S_0 against float64, across chunks of 16 and a short last one."""
-    from kernels.inner_product.fused import decayed_attention
+    from falcon_lab.kernels.inner_product.fused import decayed_attention
 
     g = torch.Generator().manual_seed(T + raw)
     B, H, Dk, Dv = 2, 2, 8, 16

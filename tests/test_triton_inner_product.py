@@ -10,8 +10,8 @@ import pytest
 import torch
 from torch import Tensor
 
-from kernels import FastWeightState, fast_weight_rule
-from kernels.common import triton_helpers
+from falcon_lab.kernels import FastWeightState, fast_weight_rule
+from falcon_lab.kernels.common import triton_helpers
 from tests.rules_util import gain
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -199,7 +199,7 @@ def test_real_sizes_on_the_gpu(rule: str, dtype: torch.dtype, shape: tuple[int, 
 def test_batch_sliced_past_the_grid_limit(rule: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """A batch whose B·H passes the launch-axis limit runs in slices: the same outputs, state and gradients as
     one launch (the limit lowered to 4, the launch rows of one chunk, so that each of the three rows is a slice)."""
-    from kernels.common import grid
+    from falcon_lab.kernels.common import grid
 
     x = inputs(rule, B=3, T=12, H=2, D=8, seed=5)
     whole = run(x, "triton", torch.float32, rule=rule, chunk_size=16)
@@ -213,7 +213,7 @@ def test_batch_sliced_past_the_grid_limit(rule: str, monkeypatch: pytest.MonkeyP
 def test_packed_sequences_sliced_past_the_grid_limit(rule: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Packed sequences past the launch-axis limit run in groups of whole sequences: the same outputs, final
     states and gradients as one launch (the limit lowered so that the four sequences make three groups)."""
-    from kernels.common import grid
+    from falcon_lab.kernels.common import grid
 
     bounds = [0, 5, 21, 22, 40]
     x = inputs(rule, B=1, T=40, H=2, D=8, seed=21)

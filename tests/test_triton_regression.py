@@ -11,8 +11,8 @@ import zlib
 import pytest
 import torch
 
-from kernels import FastWeightState, fast_weight_rule
-from kernels.common import triton_helpers
+from falcon_lab.kernels import FastWeightState, fast_weight_rule
+from falcon_lab.kernels.common import triton_helpers
 from tests.rules_util import gain
 
 RULES = ("falcon-1", "falcon-2")
@@ -243,7 +243,7 @@ def test_kept_forward_quantities_give_the_recomputed_gradients(rule: str, monkey
     """KEEP_FOR_BACKWARD: the backward takes the UT transform, U and the chunk states from the forward and
     launches neither a second UT transform and state pass (falcon-1) nor a second solve (falcon-2); the
     gradients are those of the recomputing backward."""
-    from kernels.regression import triton_launch as launch
+    from falcon_lab.kernels.regression import triton_launch as launch
 
     calls: dict[str, int] = {}
 
@@ -296,7 +296,7 @@ def test_falcon2_solve_forms(case: str, solve: str, monkeypatch: pytest.MonkeyPa
     """F2_SOLVE: falcon-2's 16-step substitution walked by the sequential pass, and its outputs from a parallel
     pass after it, held to the float64 oracle like the default (the per-column inverses formed by a parallel pass
     before the sequential one and applied by it)."""
-    from kernels.regression import triton_launch as launch
+    from falcon_lab.kernels.regression import triton_launch as launch
 
     monkeypatch.setattr(launch, "F2_SOLVE", solve)
     monkeypatch.setattr(launch, "KEEP_FOR_BACKWARD", case != "packed")  # one case recomputes U and h backward
@@ -304,7 +304,7 @@ def test_falcon2_solve_forms(case: str, solve: str, monkeypatch: pytest.MonkeyPa
 
 
 def test_falcon2_unknown_solve_form_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
-    from kernels.regression import triton_launch as launch
+    from falcon_lab.kernels.regression import triton_launch as launch
 
     monkeypatch.setattr(launch, "F2_SOLVE", "parallel")
     with pytest.raises(ValueError, match="F2_SOLVE='parallel'; accepted: sequential, outputs-apart, inverses"):
@@ -317,7 +317,7 @@ def test_falcon2_unknown_solve_form_is_refused(monkeypatch: pytest.MonkeyPatch) 
 @pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-3), (torch.bfloat16, 1e-2)])
 def test_falcon2_solve_forms_gpu_sizes(solve, d, dtype, tol, monkeypatch: pytest.MonkeyPatch):
     """F2_SOLVE's other forms at the bench's head sizes on a GPU: 300 tokens (nineteen chunks of 16)."""
-    from kernels.regression import triton_launch as launch
+    from falcon_lab.kernels.regression import triton_launch as launch
 
     monkeypatch.setattr(launch, "F2_SOLVE", solve)
     inputs = [t.to(dtype).double() for t in draw("falcon-2", 2, 300, 2, 29, d=d)]

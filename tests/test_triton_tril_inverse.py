@@ -1,4 +1,4 @@
-"""The Triton inverse of Falcon-3's unit lower-triangular window systems (kernels/window/triton_tril_inverse.py)
+"""The Triton inverse of Falcon-3's unit lower-triangular window systems (falcon_lab/kernels/window/triton_tril_inverse.py)
 against torch.linalg.solve_triangular: values and gradients.
 
 On a CPU the kernel runs under Triton's interpreter (tests/conftest.py); a falcon-3 layer with it:
@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernels.window.triton_tril_inverse import unit_lower_inverse, unit_lower_solve
+from falcon_lab.kernels.window.triton_tril_inverse import unit_lower_inverse, unit_lower_solve
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 

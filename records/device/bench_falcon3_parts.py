@@ -3,10 +3,10 @@
     PYTHONPATH=. python records/device/bench_falcon3_parts.py [--rows 256] [--tokens 256] [--reps 20]
 
 - μ_t: the top eigenvalue of every token's 4 × 4 window Gram (rows × tokens × 6 heads matrices, keys of 64
-  channels): ``torch.linalg.eigvalsh`` in the slices kernels/falcon/prepare.py gives it, against
-  kernels/falcon/triton_eig4.py;
+  channels): ``torch.linalg.eigvalsh`` in the slices falcon_lab/kernels/falcon/prepare.py gives it, against
+  falcon_lab/kernels/falcon/triton_eig4.py;
 - the window solve: one unit lower-triangular 64 × 64 system per chunk of 16 tokens and head, with 128
-  right-hand sides: ``torch.linalg.solve_triangular`` against kernels/falcon/triton_tril_inverse.py.
+  right-hand sides: ``torch.linalg.solve_triangular`` against falcon_lab/kernels/falcon/triton_tril_inverse.py.
 
 Prints each pair's time (CUDA-synchronised wall time per call, forward and backward) and their largest
 differences. On a CPU run it under TRITON_INTERPRET=1 with small --rows and --tokens (a check of the script).
@@ -20,9 +20,9 @@ from collections.abc import Callable
 
 import torch
 
-from kernels.window.eigen import EIG_BATCH
-from kernels.window.triton_eig4 import top_eigenvalue_small
-from kernels.window.triton_tril_inverse import unit_lower_solve
+from falcon_lab.kernels.window.eigen import EIG_BATCH
+from falcon_lab.kernels.window.triton_eig4 import top_eigenvalue_small
+from falcon_lab.kernels.window.triton_tril_inverse import unit_lower_solve
 
 
 def eigvalsh_top(gram: torch.Tensor) -> torch.Tensor:

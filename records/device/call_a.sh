@@ -16,7 +16,7 @@ pack; echo "step anatomy done at $(( $(date +%s) - t0 )) s"
 timeout 320 python -m lab bench train --preset small --max-steps 150 --timeout 45 \
   --out $W/train --work /tmp/runs > $W/train/console.log 2>&1 || echo "bench train exited $?"
 pack; echo "bench train done at $(( $(date +%s) - t0 )) s"
-timeout 140 python -m kernels.falcon.gpu_check_regression --out $W/check --commit "$LAB_COMMIT" --quick \
+timeout 140 python -m falcon_lab.kernels.falcon.gpu_check_regression --out $W/check --commit "$LAB_COMMIT" --quick \
   > $W/check/console.log 2>&1 || echo "gpu check exited $?"
 pack; echo "gpu check done at $(( $(date +%s) - t0 )) s"
 cat $W/step/step.md

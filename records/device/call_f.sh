@@ -9,7 +9,7 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
   .whl/fla_core-*.whl .whl/einops-*.whl && export PYTHONPATH=/tmp/site
 W=/tmp/out; mkdir -p $W/check $W/kernels
 t0=$(date +%s)
-timeout 240 python -m kernels.falcon.gpu_check_regression --out $W/check --commit "$LAB_COMMIT" --no-sweeps --no-fla \
+timeout 240 python -m falcon_lab.kernels.falcon.gpu_check_regression --out $W/check --commit "$LAB_COMMIT" --no-sweeps --no-fla \
   > $W/check/console.log 2>&1 || echo "gpu_check exited $?"
 echo "gpu_check stopped at $(( $(date +%s) - t0 )) s"
 timeout --signal=INT 330 python -m lab bench kernels --out $W/kernels > $W/kernels/console.log 2>&1 \

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One device call: the rules study (sweeps/rules.yaml) on one H200, eight trials sharing it, at a short
+# One device call: the rules study (falcon_lab/sweeps/rules.yaml) on one H200, eight trials sharing it, at a short
 # protocol (500 steps, per-token validation accuracy as the objective, Hyperband's first rung at 200 steps,
 # or PRUNE_AFTER),
 # until the call's time is spent; the journal comes back so the study resumes. optuna and its dependencies

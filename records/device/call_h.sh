@@ -10,7 +10,7 @@ grep "GPUCHECK\|passed\|failed" "$OUT/gpu_check_inner_product.log" | cut -c1-160
 timeout --signal=INT 120 python -m lab bench kernels --shape 4,4096,16,128 --rule falcon-1a --rule falcon-1 \
   --chunk-forms --rep 50 --out "$OUT" 2>&1 | cut -c1-120
 for rule in falcon-1a falcon-2a; do  # device time per kernel, as gpu_check_regression profiles falcon-1/2
-  timeout 60 python -c "import json, sys; from kernels.falcon.gpu_check_regression import profile; \
+  timeout 60 python -c "import json, sys; from falcon_lab.kernels.falcon.gpu_check_regression import profile; \
 print(json.dumps({'profile_ms': sys.argv[1], 'shape': [1, 16384, 16, 128], \
 'kernels': profile(sys.argv[1], (1, 16384, 16, 128))}))" $rule | tee -a "$OUT/profile_inner_product.log"
 done

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Device calls planned for the next session on two H200s: Falcon-3's last seed, more seeds of the longer
 # schedule, and Falcon-3's two Triton parts measured.
-# GPU 0: CHECKS=1 (first call only): the GPU tests of kernels/falcon/triton_eig4.py and triton_tril_inverse.py
+# GPU 0: CHECKS=1 (first call only): the GPU tests of falcon_lab/kernels/falcon/triton_eig4.py and triton_tril_inverse.py
 #        (the falcon-3 layer takes them and matches eigvalsh and solve_triangular),
 #        `records/device/bench_falcon3_parts.py` (each against what it replaces at the packed shape), the
 #        falcon-3 layer profile and `lab bench step` of Falcon-3 at the packed shape against
 #        records/bench/step-packed/d1c7a5e/ (407.2 ms), and of falcon-3a.3 (110.5 ms there), now on the
-#        falcon-1a kernels by its lags (kernels/falcon/triton_falcon3a.py, GPU-tested here first); then campaign B: `lab reproduce addition --preset packed
+#        falcon-1a kernels by its lags (falcon_lab/kernels/falcon/triton_falcon3a.py, GPU-tested here first); then campaign B: `lab reproduce addition --preset packed
 #        --rows falcon-3 --seeds 3`, compiled (seed 2, the table's last run: about 14 minutes, two calls), only
 #        when those GPU tests passed (the run takes the kernels).
 # GPU 1: campaign C: falcon-1.3 over 4000 steps with the ramp over 3000 (records/addition/packed-4000), seeds

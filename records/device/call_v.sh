@@ -6,7 +6,7 @@
 # PLACE="--gpus 1 --gpus-per-run 2": one run at a time over both GPUs (DDP, about 6.5 minutes a 4000-step
 # Falcon-2 run): for a last call, where a run must finish within the call to count.
 # DDPCHECK=1 (first call): a 60-step DDP run on both GPUs first, to see that wrapping the model on the current
-# stream (lab/train/trainer.py, CurrentStreamDDP) leaves no AccumulateGrad stream warning; its own results folder.
+# stream (falcon_lab/train/trainer.py, CurrentStreamDDP) leaves no AccumulateGrad stream warning; its own results folder.
 # Run from the repository root with LAB_COMMIT and BUDGET_S set; writes $OUT/out.tgz (no weights).
 set -u
 export PYTHONUNBUFFERED=1

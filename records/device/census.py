@@ -19,10 +19,10 @@ import torch
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from lab.eval.addition import evaluate_addition  # noqa: E402
-from lab.eval.run_weights import load_run_model  # noqa: E402
-from mixers.deltanet import DeltaNet  # noqa: E402
-from mixers.falcon import FalconMixer  # noqa: E402
+from falcon_lab.eval.addition import evaluate_addition  # noqa: E402
+from falcon_lab.eval.run_weights import load_run_model  # noqa: E402
+from falcon_lab.mixers.deltanet import DeltaNet  # noqa: E402
+from falcon_lab.mixers.falcon import FalconMixer  # noqa: E402
 
 _spec = importlib.util.spec_from_file_location("beta_study", ROOT / "records" / "tasks" / "beta" / "study.py")
 beta_study = importlib.util.module_from_spec(_spec)

@@ -19,9 +19,9 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
 
 import torch
 
-from lab.eval.addition import evaluate_addition
-from lab.eval.run_weights import load_run_model
-from mixers.falcon import FalconMixer
+from falcon_lab.eval.addition import evaluate_addition
+from falcon_lab.eval.run_weights import load_run_model
+from falcon_lab.mixers.falcon import FalconMixer
 
 
 def set_rule(model: torch.nn.Module, backend: str, chunk: int) -> None:

@@ -21,11 +21,11 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
 
 import torch
 
-from lab.train.graphs import capture
-from lab.train.module import token_loss_sum
-from mixers import LanguageModel, LMConfig
-from mixers.falcon import FalconMixer
-from tasks.addition.batches import make_batch
+from falcon_lab.train.graphs import capture
+from falcon_lab.train.module import token_loss_sum
+from falcon_lab.mixers import LanguageModel, LMConfig
+from falcon_lab.mixers.falcon import FalconMixer
+from falcon_lab.tasks.addition.batches import make_batch
 
 
 def set_backend(model: torch.nn.Module, backend: str, rule_dtype: str = "input") -> None:

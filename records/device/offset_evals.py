@@ -11,8 +11,8 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from lab.eval.addition import evaluate_addition, position_accuracy, position_rows
-from lab.eval.run_weights import load_run_model
+from falcon_lab.eval.addition import evaluate_addition, position_accuracy, position_rows
+from falcon_lab.eval.run_weights import load_run_model
 
 
 def main(out: Path, offsets: list[int], runs: list[Path]) -> None:

@@ -15,7 +15,7 @@ import time
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from mixers import build_mixer
+from falcon_lab.mixers import build_mixer
 
 
 def main() -> None:

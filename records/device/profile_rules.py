@@ -1,4 +1,4 @@
-"""Where one row of `lab bench kernels` spends its GPU time: the row's own inputs and call (`lab.bench.ops`), bf16,
+"""Where one row of `lab bench kernels` spends its GPU time: the row's own inputs and call (`falcon_lab.bench.ops`), bf16,
 forward and backward, after two warm-up passes (Triton's compilation and autotuning), under torch.profiler: the GPU
 time of every kernel, the count launched, and the share of the largest. Issue 30 asks a profile of every miss; this
 is the one the falcon-3 and falcon-3a rows lacked at the bench's shapes.
@@ -27,7 +27,7 @@ def main() -> None:
     args = ap.parse_args()
     if not torch.cuda.is_available():
         sys.exit("profile_rules.py needs a CUDA device: the bench's inputs are made on it")
-    from lab.bench.ops import anchor_ops, rule_ops
+    from falcon_lab.bench.ops import anchor_ops, rule_ops
 
     rules = ("falcon-1", "falcon-2", "falcon-3", "falcon-1a", "falcon-2a", "falcon-3a")
     ops = {op.name: op for op in rule_ops(rules) + anchor_ops()}

@@ -42,7 +42,7 @@ one() {  # name seconds mixer settings...
 }
 FAST="--max-steps $STEPS --set data.ramp_steps=1000 --set train.val_every=250 --set train.compile=true --set train.cuda_graphs=true"
 if [ "$VARIANT" = graphs ]; then
-  # the fused kernels moved to kernels/{common,regression,inner_product,window}: their GPU tests first
+  # the fused kernels moved to falcon_lab/kernels/{common,regression,inner_product,window}: their GPU tests first
   timeout 240 python -m pytest -q -x -m gpu tests/test_triton_regression.py tests/test_triton_inner_product.py \
     tests/test_train.py -k "not follows_the_eager_loss_curve" 2>&1 | tail -15 | tee "$OUT/gpu_tests.txt"
   timeout 300 python records/device/graph_check.py --mixers falcon-1.3,falcon-1a.3,deltanet --chunk 32 --batch 32 \

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import yaml
 
-from lab.eval.callback import pick_best, read_evals
-from lab.paths import results_root
+from falcon_lab.eval.callback import pick_best, read_evals
+from falcon_lab.paths import results_root
 
 TASKS = ("parity", "mqar", "permutation")
 

@@ -3,7 +3,7 @@ runs with digit positions of `../cpu_probe.md`, section "Digit positions (Abacus
 Run from the repository root: python records/addition/cpu_abacus/summary.py"""
 import csv
 import os
-from lab.compact import open_text, readable
+from falcon_lab.compact import open_text, readable
 
 RUNS = (("d4ff6af32b", "falcon-1.3, packing"), ("106c61c833", "transformer (RoPE), packing"),
         ("7aaa0eb550", "transformer (NoPE), packing"), ("94e22c08a4", "transformer (NoPE), no packing"),

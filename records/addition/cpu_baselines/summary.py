@@ -2,7 +2,7 @@
 CPU runs of `../cpu_probe.md`, section "RetNet and Mamba-2 under the Falcon rules' regime".
 Run from the repository root: python records/addition/cpu_baselines/summary.py"""
 import csv
-from lab.compact import open_text
+from falcon_lab.compact import open_text
 for rid, name in (("1219d4358d", "retnet"), ("16f2c1b607", "mamba2")):
     print(name, rid)
     for r in csv.DictReader(open_text(f"records/addition/cpu_baselines/{rid}/evals.csv")):

@@ -9,8 +9,8 @@ import sys
 
 import torch
 
-from lab.eval.addition import evaluate_addition
-from lab.eval.run_weights import load_run_model
+from falcon_lab.eval.addition import evaluate_addition
+from falcon_lab.eval.run_weights import load_run_model
 
 torch.set_num_threads(2)
 for run in sys.argv[1:]:

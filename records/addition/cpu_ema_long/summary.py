@@ -11,7 +11,7 @@ from pathlib import Path
 
 import yaml
 
-from lab.compact import open_text
+from falcon_lab.compact import open_text
 
 folder = Path(sys.argv[1] if len(sys.argv) > 1 else "records/addition/cpu_ema_long")
 runs = sorted(((p.parent.name, yaml.safe_load(open(p.parent / "config.yaml"))["train"]["seed"])

@@ -2,7 +2,7 @@
 two 6000-step CPU runs of `../cpu_probe.md`, section "Twice the steps past the trained widths".
 Run from the repository root: python records/addition/cpu_long/summary.py"""
 import csv, sys
-from lab.compact import open_text
+from falcon_lab.compact import open_text
 for rid, name in (("8fe97ed828", "falcon-1.3"), ("5d478512ee", "falcon-1a.3")):
     rows = list(csv.DictReader(open_text(f"records/addition/cpu_long/{rid}/evals.csv")))
     print(name, rid)

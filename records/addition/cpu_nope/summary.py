@@ -2,7 +2,7 @@
 CPU runs of `../cpu_probe.md`, section "The transformer without positions (NoPE)".
 Run from the repository root: python records/addition/cpu_nope/summary.py"""
 import csv
-from lab.compact import open_text
+from falcon_lab.compact import open_text
 for rid, name in (("69e293d4d5", "RoPE, curriculum"), ("9981a9bd39", "NoPE, curriculum"),
                   ("8d2709ceed", "NoPE, curriculum + packing")):
     print(name, rid)

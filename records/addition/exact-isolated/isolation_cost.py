@@ -6,10 +6,10 @@ mixer (`samples_apart`, the path of the runs here), best of three, one thread.
 """
 import time
 import torch
-from mixers import build_mixer
-from mixers.positions import samples_apart, sample_index
-from tasks.addition.batches import make_batch
-from tasks.addition import EOS
+from falcon_lab.mixers import build_mixer
+from falcon_lab.mixers.positions import samples_apart, sample_index
+from falcon_lab.tasks.addition.batches import make_batch
+from falcon_lab.tasks.addition import EOS
 torch.set_num_threads(1)
 torch.manual_seed(0)
 for width in (2, 16):

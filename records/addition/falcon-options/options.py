@@ -24,8 +24,8 @@ import yaml
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[2]))
-from mixers.falcon import VARIANTS, FalconOptions  # noqa: E402
-from lab.compact import readable  # noqa: E402
+from falcon_lab.mixers.falcon import VARIANTS, FalconOptions  # noqa: E402
+from falcon_lab.compact import readable  # noqa: E402
 
 WIDTHS = range(1, 49)
 REFERENCES = ["dn-iso-ab64-s0", "dn-iso-ab64-s1", "dn-iso-ab64-s2", "f13-iso-ab32-s0"]
@@ -35,7 +35,7 @@ def options(cfg: dict) -> dict:
     """The options that differ between falcon-1.3 and DeltaNet, as this run trained them."""
     mixer = cfg["model"]["mixer"] if "mixer" in cfg.get("model", {}) else cfg["mixer"]
     given = cfg["model"].get("mixer_options") or {}
-    if mixer in ("deltanet",):  # DeltaNet's fixed choices (mixers/deltanet.py)
+    if mixer in ("deltanet",):  # DeltaNet's fixed choices (falcon_lab/mixers/deltanet.py)
         return dict(rule="delta", qk_norm="l2", gain="β ≤ 1", ridge="none", pairing=given.get("alignment", "same_time"),
                     gate=given.get("output_gate", False))
     rule, _, variant = mixer.partition(".")

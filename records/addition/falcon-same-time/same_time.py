@@ -23,7 +23,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import pandas as pd
 import yaml
-from lab.compact import readable
+from falcon_lab.compact import readable
 
 HERE = Path(__file__).resolve().parent
 ADDITION = HERE.parent

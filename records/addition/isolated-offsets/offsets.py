@@ -16,7 +16,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import pandas as pd
-from lab.compact import readable
+from falcon_lab.compact import readable
 
 HERE = Path(__file__).resolve().parent
 WIDTHS = range(1, 49)

@@ -13,7 +13,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import pandas as pd
 import yaml
-from lab.compact import readable
+from falcon_lab.compact import readable
 
 HERE = Path(__file__).resolve().parent
 ORDER = ("falcon-1.3", "falcon-1a.3", "falcon-1a.2", "falcon-3a.3", "mamba2", "falcon-1a.1", "deltanet", "retnet",

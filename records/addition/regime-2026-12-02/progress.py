@@ -11,7 +11,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from lab.compact import readable
+from falcon_lab.compact import readable
 
 HERE = Path(__file__).resolve().parent
 CALLS = (("screen", "Call 1: isolated samples, digit positions (65k tokens a step)"),

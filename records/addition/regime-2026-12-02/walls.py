@@ -14,7 +14,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import pandas as pd
-from lab.compact import readable
+from falcon_lab.compact import readable
 
 HERE = Path(__file__).resolve().parent
 FEEDS = {"bf16": ("tab:orange", "fused kernels, bf16 inputs"), "fp32": ("tab:blue", "fused kernels, fp32 inputs"),

@@ -17,7 +17,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import pandas as pd
-from lab.compact import readable
+from falcon_lab.compact import readable
 
 HERE = Path(__file__).resolve().parent
 SOURCES = (HERE / "runs", HERE / "retnet-rope", HERE.parent / "falcon-same-time" / "runs",

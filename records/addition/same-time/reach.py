@@ -13,7 +13,7 @@ evals.csv and its table's progress.csv (the widest training width).
 from pathlib import Path
 
 import pandas as pd
-from lab.compact import readable
+from falcon_lab.compact import readable
 
 HERE = Path(__file__).resolve().parent
 TRANSFORMER = HERE.parent / "packed-abacus-isolated"

@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from lab.compact import readable
+from falcon_lab.compact import readable
 
 ADDITION = Path(__file__).resolve().parents[1]
 

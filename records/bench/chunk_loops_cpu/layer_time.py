@@ -12,7 +12,7 @@ import time
 
 import torch
 
-from mixers import build_mixer
+from falcon_lab.mixers import build_mixer
 
 
 def main() -> None:

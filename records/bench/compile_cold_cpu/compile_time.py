@@ -6,8 +6,8 @@ whole: torch.compile of the model (as `lab train --set train.compile=true`); reg
 its own, embedding and head eager. An empty DIR is a cold cache; a DIR filled by another run, a warm one.
 """
 import sys, time, torch
-from lab.config import load_config
-from lab.train.module import LabModule
+from falcon_lab.config import load_config
+from falcon_lab.train.module import LabModule
 mixer, mode = sys.argv[1], sys.argv[2]
 cfg = load_config(preset="addition-paper", task="addition", mixer=mixer)
 torch.manual_seed(0)

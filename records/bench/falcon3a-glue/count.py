@@ -2,7 +2,7 @@
 every tensor it returns, forward and backward, at 8 x 2048 x 12 x 64 (bf16 inputs, window 4), on the CPU. The two
 kernels (the delayed pass and the band) are replaced by stand-ins that write one output each, so only the
 surrounding PyTorch is counted; `--band pytorch` puts the band back as the PyTorch sum it was before
-`kernels/window/triton_band.py`. Views are counted as operations and their bytes as written (an upper bound).
+`falcon_lab/kernels/window/triton_band.py`. Views are counted as operations and their bytes as written (an upper bound).
 
     TRITON_INTERPRET=1 python records/bench/falcon3a-glue/count.py [--band pytorch]
 """
@@ -15,8 +15,8 @@ import collections
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-import kernels.window.fused as fused
-from kernels import fast_weight_rule
+import falcon_lab.kernels.window.fused as fused
+from falcon_lab.kernels import fast_weight_rule
 
 
 class Count(TorchDispatchMode):

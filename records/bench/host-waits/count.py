@@ -1,7 +1,7 @@
 """How often one training step over packed samples makes the host wait for the device, by source line.
 
 On a GPU the host waits wherever it reads a device tensor: ``.item()``/``int()`` of one (``_local_scalar_dense``),
-``.tolist()``, ``nonzero``, boolean-mask indexing, and the host copy of ``cu_seqlens`` (``kernels.common.packed``).
+``.tolist()``, ``nonzero``, boolean-mask indexing, and the host copy of ``cu_seqlens`` (``falcon_lab.kernels.common.packed``).
 Each wait drains the queue of launched kernels, so the next ones start only once the host has launched them again.
 This counts them on a CPU, in one forward and backward pass of a same-time row (``lab reproduce addition --preset
 same-time``'s configuration at d_model 64, two heads, the given depth) over one packed row of 256 positions of
@@ -25,10 +25,10 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 import torch  # noqa: E402
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
-import kernels  # noqa: E402
-from lab.reproduce.addition import parse_rows, plan  # noqa: E402
-from lab.train.module import LabModule  # noqa: E402
-from tasks.addition.batches import make_batch  # noqa: E402
+import falcon_lab.kernels  # noqa: E402
+from falcon_lab.reproduce.addition import parse_rows, plan  # noqa: E402
+from falcon_lab.train.module import LabModule  # noqa: E402
+from falcon_lab.tasks.addition.batches import make_batch  # noqa: E402
 
 ROOT = str(Path(kernels.__file__).resolve().parents[1]) + os.sep
 WAITS = {"_local_scalar_dense", "nonzero", "masked_select", "unique", "_unique2", "unique_consecutive"}
@@ -67,7 +67,7 @@ def patch() -> None:
 
     torch.Tensor.tolist = counted
     try:
-        import kernels.common.packed as packed  # since a2c89c7
+        import falcon_lab.kernels.common.packed as packed  # since a2c89c7
     except ImportError:
         return
     to_host = packed.to_host

@@ -1,8 +1,8 @@
 """How much the isolated samples of the same-time table's batches grow when laid one to a row, padded to the
-longest (``mixers.layers.SampleRows``, what the recurrent mixers' samples took before they reached the kernels as
+longest (``falcon_lab.mixers.layers.SampleRows``, what the recurrent mixers' samples took before they reached the kernels as
 packed sequences), against the packed sequences themselves (``cu_seqlens``): tokens, and the chunks of 64 the
 kernels' chunk-parallel passes run (chunks of a padded row: ``SampleRows.chunk``); and the tokens of the rows
-falcon-3 still takes, padded within four groups of like lengths (``kernels.falcon.api._length_groups``). CPU only;
+falcon-3 still takes, padded within four groups of like lengths (``falcon_lab.kernels.falcon.api._length_groups``). CPU only;
 no model is run.
 
     python records/bench/samples-packed/count.py > records/bench/samples-packed/output.txt
@@ -10,12 +10,12 @@ no model is run.
 
 from __future__ import annotations
 
-from kernels.falcon.api import _length_groups
-from lab.config import from_dict, read_yaml
-from lab.train.data import train_batch
-from lab.train.module import EOS
-from mixers.layers import SampleRows, sample_bounds
-from mixers.positions import sample_index
+from falcon_lab.kernels.falcon.api import _length_groups
+from falcon_lab.config import from_dict, read_yaml
+from falcon_lab.train.data import train_batch
+from falcon_lab.train.module import EOS
+from falcon_lab.mixers.layers import SampleRows, sample_bounds
+from falcon_lab.mixers.positions import sample_index
 
 CONFIG = "records/addition/same-time/runs/d4541b1f88/config.yaml"  # the table's Gated DeltaNet run, seed 0
 C = 64

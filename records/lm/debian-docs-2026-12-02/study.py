@@ -13,7 +13,7 @@ first rows hold compilation) to the last logged row, evaluation excluded, beside
 the GPU over that stretch (from every run's run.json times, to the second). The step alone at 1K and 4K context
 comes from CALL/bench-<T>/step.csv (`lab bench step`), with each mixer's tokens/s as a fraction of the
 transformer's. The paper's rows (Table 1, FineWeb-Edu, 124-130M parameters, ~49.2B tokens) are printed beside,
-from lab.reproduce.fineweb_rows: other data, size and budget, not comparable in absolute value.
+from falcon_lab.reproduce.fineweb_rows: other data, size and budget, not comparable in absolute value.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import yaml
-from lab.compact import open_text
+from falcon_lab.compact import open_text
 
 HERE = Path(__file__).resolve().parent
 MIXERS = (("transformer", "Transformer", "tab:grey"), ("mamba2", "Mamba-2", "tab:olive"),
@@ -149,7 +149,7 @@ def main() -> None:
              "49.2B tokens; other data, size and budget, not comparable in absolute value):", "",
              "| model (paper) | Wiki. ppl | LAMBADA ppl | FineWeb-Edu val ppl |", "|---|---|---|---|"]
     try:
-        from lab.reproduce.fineweb_rows import ROW_BY_NAME
+        from falcon_lab.reproduce.fineweb_rows import ROW_BY_NAME
         paper += [f"| {ROW_BY_NAME[r['mixer']].label} | {ROW_BY_NAME[r['mixer']].paper.wiki:.2f} | "
                   f"{ROW_BY_NAME[r['mixer']].paper.lambada:.2f} | {ROW_BY_NAME[r['mixer']].paper.fineweb:.2f} |"
                   for r in table if r["mixer"] in ROW_BY_NAME]

@@ -31,13 +31,13 @@ import yaml
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[2]))
 
-from lab.eval.callback import best_weights_path  # noqa: E402
-from lab.eval.run_weights import load_run_model  # noqa: E402
-from lab.runs import RunDir  # noqa: E402
-from mixers.deltanet import DeltaNet  # noqa: E402
-from mixers.falcon import FalconMixer  # noqa: E402
-from tasks.synthetic import eval_samples, make_task, pad_batch  # noqa: E402
-from lab.compact import open_text  # noqa: E402
+from falcon_lab.eval.callback import best_weights_path  # noqa: E402
+from falcon_lab.eval.run_weights import load_run_model  # noqa: E402
+from falcon_lab.runs import RunDir  # noqa: E402
+from falcon_lab.mixers.deltanet import DeltaNet  # noqa: E402
+from falcon_lab.mixers.falcon import FalconMixer  # noqa: E402
+from falcon_lab.tasks.synthetic import eval_samples, make_task, pad_batch  # noqa: E402
+from falcon_lab.compact import open_text  # noqa: E402
 
 ROWS = (("f13-eta", "falcon-1.3 (ctxη, regression)"), ("f11-beta", "falcon-1 .1 settings (ctxβ, regression)"),
         ("dn-beta", "DeltaNet"), ("f1a3-eta", "falcon-1a.3 (ctxη, inner product: control)"))

@@ -17,7 +17,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 import yaml
-from lab.compact import readable
+from falcon_lab.compact import readable
 
 HERE = Path(__file__).resolve().parent
 _spec = importlib.util.spec_from_file_location("beta_study", HERE.parent / "beta" / "study.py")

@@ -23,7 +23,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from lab.compact import open_text, readable
+from falcon_lab.compact import open_text, readable
 
 HERE = Path(__file__).resolve().parent
 MIXERS = (("transformer", "Transformer", "tab:grey"), ("retnet", "RetNet", "tab:brown"),

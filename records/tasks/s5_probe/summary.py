@@ -9,7 +9,7 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-from lab.compact import open_text, readable
+from falcon_lab.compact import open_text, readable
 
 HERE = Path(__file__).resolve().parent
 NAMES = {"tf": "Transformer", "f13": "Falcon-1.3", "dn1": "DeltaNet (β < 1)", "dn2": "DeltaNet (β < 2)",

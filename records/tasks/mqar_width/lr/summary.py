@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import yaml
-from lab.compact import open_text, readable
+from falcon_lab.compact import open_text, readable
 
 HERE = Path(__file__).resolve().parent
 

@@ -1,0 +1,173 @@
+"""Where a training step's time goes, outside Lightning: `lab bench step`.
+
+For each mixer, the model and optimiser of a run config are built as `lab train` builds them and trained on
+the run's own batches, with bf16 autocast on a GPU:
+
+- `loop_ms`: a bare loop (batch made, copied, forward, backward, clip, fused AdamW) with no
+  synchronisation inside: the step time a training loop with no overhead of its own would reach;
+- `data_ms`, `fwd_ms`, `bwd_ms`, `opt_ms`: the same stages timed one by one, each closed by a
+  synchronisation (their sum exceeds `loop_ms` by the overlap it forbids);
+- `kernels`: device kernels launched per step, and `gpu_ms` their summed device time (torch.profiler):
+  `gpu_ms` far below `loop_ms` means the step waits on the host (Python and launches), not on the GPU;
+- `warmup_s`: the untimed first steps, compilation included (`--set train.compile=true` runs the forward
+  through torch.compile as `lab train` does; `--set train.cuda_graphs=true` replays the forward and
+  backward from CUDA graphs, falcon_lab/train/graphs.py, the capture counted here; both together capture the
+  compiled forward).
+
+Set beside `lab bench train` (the same config through Lightning), the difference is the trainer's share.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from falcon_lab.runs import atomic_write_text, device_name, now
+
+COLUMNS = ("mixer", "compile", "cuda_graphs", "params", "tokens", "loop_ms", "tokens_per_s", "data_ms", "fwd_ms", "bwd_ms",
+           "opt_ms", "kernels", "gpu_ms", "warmup_s", "top_kernels")
+
+
+def _sync(device: Any) -> None:
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def measure(cfg: Any, steps: int = 20, warmup: int = 5) -> dict[str, Any]:
+    """Time `steps` training steps of the run config `cfg` (after `warmup` untimed ones)."""
+    import torch
+
+    from falcon_lab.train.data import train_batch
+    from falcon_lab.train.module import LabModule, token_loss_sum
+    from falcon_lab.train.optim import make_optimizer
+
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    torch.manual_seed(cfg.train.seed)
+    model = LabModule(cfg).model.to(device)
+    optimizer, _ = make_optimizer(model, cfg.optim, cfg.train.max_steps)
+    params = [p for p in model.parameters() if p.requires_grad]
+    run_model = torch.compile(model) if cfg.train.compile else model
+    if cfg.train.cuda_graphs:  # with compile: the compiled forward, captured (as lab train does)
+        from falcon_lab.train.data import seq_len
+        from falcon_lab.train.graphs import capture
+
+        run_model = capture(run_model, (cfg.train.batch_size, seq_len(cfg)), "bf16-mixed", device)
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda")
+
+    def batch(step: int) -> tuple[Any, Any]:
+        ids, labels = train_batch(cfg, step, 0, 1)
+        return ids.to(device, non_blocking=True), labels.to(device, non_blocking=True)
+
+    def forward(ids: Any, labels: Any) -> Any:
+        with autocast:
+            loss_sum, count = token_loss_sum(run_model(ids), labels)
+        return loss_sum / count.clamp_min(1)
+
+    def update() -> None:
+        norm = torch.nn.utils.get_total_norm([p.grad for p in params])
+        torch.nn.utils.clip_grads_with_norm_(params, cfg.optim.grad_clip or 1e9, norm)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    def step(i: int) -> None:
+        forward(*batch(i)).backward()
+        update()
+
+    start = time.perf_counter()
+    for i in range(warmup):
+        step(i)
+    _sync(device)
+    warmup_s = time.perf_counter() - start
+    start = time.perf_counter()
+    for i in range(warmup, warmup + steps):
+        step(i)
+    _sync(device)
+    loop_ms = (time.perf_counter() - start) / steps * 1e3
+
+    stages = {"data_ms": 0.0, "fwd_ms": 0.0, "bwd_ms": 0.0, "opt_ms": 0.0}
+    for i in range(warmup, warmup + steps):
+        marks = [time.perf_counter()]
+        ids, labels = batch(i)
+        _sync(device)
+        marks.append(time.perf_counter())
+        loss = forward(ids, labels)
+        _sync(device)
+        marks.append(time.perf_counter())
+        loss.backward()
+        _sync(device)
+        marks.append(time.perf_counter())
+        update()
+        _sync(device)
+        marks.append(time.perf_counter())
+        for key, a, b in zip(stages, marks, marks[1:]):
+            stages[key] += (b - a) / steps * 1e3
+
+    kernels, gpu_ms, top = _profile(step, device, warmup + steps)
+    tokens = cfg.train.batch_size * batch(0)[0].shape[1]
+    return {"compile": cfg.train.compile, "cuda_graphs": cfg.train.cuda_graphs, "params": sum(p.numel() for p in params), "tokens": tokens,
+            "loop_ms": loop_ms, "warmup_s": warmup_s,
+            "tokens_per_s": tokens / loop_ms * 1e3, **stages, "kernels": kernels, "gpu_ms": gpu_ms,
+            "top_kernels": top}
+
+
+def _profile(step: Callable[[int], None], device: Any, at: int) -> tuple[int | None, float | None, str]:
+    """Device kernels of one step, their summed device time, and the three costliest (GPU only)."""
+    import torch
+
+    if device.type != "cuda":
+        return None, None, ""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        step(at)
+        _sync(device)
+    events = [e for e in prof.events() if getattr(e, "device_type", None) == torch.autograd.DeviceType.CUDA]
+    total_us = sum(e.device_time_total for e in events if hasattr(e, "device_time_total"))
+    by_name: dict[str, float] = {}
+    for e in events:
+        by_name[e.name] = by_name.get(e.name, 0.0) + getattr(e, "device_time_total", 0.0)
+    top = sorted(by_name.items(), key=lambda kv: -kv[1])[:3]
+    return len(events), total_us / 1e3, "; ".join(f"{name[:48]} {us / 1e3:.2f}" for name, us in top)
+
+
+def run(mixers: Sequence[str], *, preset: str, task: str, steps: int, out: Path, overrides: Sequence[str] = (),
+        echo: Callable[[str], None] = print) -> list[dict[str, Any]]:
+    """Measure each mixer; write `step.md` and `step.csv` into `out` after each one."""
+    from falcon_lab.bench.train import _write_csv
+    from falcon_lab.config import load_config
+    from falcon_lab.reproduce.names import train_preset
+
+    rows: list[dict[str, Any]] = []
+    # every configuration first: a bad setting is refused (ConfigError) before anything is timed or written.
+    # A campaign's preset (e.g. `same-time`) stands for its file and the settings it gives each row, as in lab train
+    cfgs = []
+    for mixer in mixers:
+        base, settings = train_preset(preset, mixer)
+        cfgs.append(load_config(base, overrides=[f"task={task}", f"mixer={mixer}", *settings, *overrides]))
+    for mixer, cfg in zip(mixers, cfgs):
+        try:
+            row = {"mixer": mixer, **measure(cfg, steps=steps)}
+        except Exception as err:  # one mixer's failure is a row, the others still run
+            row = {"mixer": mixer, "top_kernels": f"failed: {type(err).__name__}: {err}"[:200]}
+        rows.append(row)
+        echo("  ".join(f"{k} {_fmt(row.get(k))}" for k in COLUMNS if row.get(k) is not None))
+        out.mkdir(parents=True, exist_ok=True)
+        _write_csv(out / "step.csv", rows, COLUMNS)
+        atomic_write_text(out / "step.md", markdown(rows, preset, task, steps))
+    return rows
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return "" if value is None else str(value)
+
+
+def markdown(rows: list[dict[str, Any]], preset: str, task: str, steps: int) -> str:
+    lines = [f"# Training-step anatomy (preset `{preset}`, task {task}, {steps} timed steps, no Lightning)", "",
+             f"- device: {device_name()}", f"- date: {now()}", "- columns: falcon_lab/bench/step.py", "",
+             "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    lines += ["| " + " | ".join(_fmt(r.get(k)) for k in COLUMNS) + " |" for r in rows]
+    return "\n".join(lines) + "\n"

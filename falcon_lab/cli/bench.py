@@ -1,0 +1,154 @@
+"""`lab bench`: speed measurements against their floors."""
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from falcon_lab.cli._common import writable_out
+
+
+app = typer.Typer(help="Benchmark kernels and training throughput.")
+
+MixersOption = Annotated[list[str] | None, typer.Option(
+    "--mixers", "--mixer", help="Mixer names (repeatable, or comma-separated); default every registered one.")]
+PresetOption = Annotated[str, typer.Option(
+    help="Size preset: a file of falcon_lab/presets, or a campaign's preset with the settings it gives each row (same-time).")]
+TaskOption = Annotated[str, typer.Option(help="Task: addition or random.")]
+
+
+@app.command()
+def kernels(
+    shapes: Annotated[list[str] | None, typer.Option(
+        "--shapes", "--shape", help="B,T,H,D to time (repeatable); default 8,2048,12,64 4,4096,16,128 1,16384,16,128."
+    )] = None,
+    rules: Annotated[list[str] | None, typer.Option(
+        "--rules", "--rule", help="falcon-1, falcon-2, falcon-3, falcon-1a, falcon-2a or falcon-3a (repeatable); default all.")] = None,
+    dtype: Annotated[str, typer.Option(help="bf16, fp16 or fp32.")] = "bf16",
+    out: Annotated[Path | None, typer.Option(
+        help="Folder for kernels.csv and kernels.md; default <results>/bench.",
+        callback=writable_out)] = None,
+    rep: Annotated[int, typer.Option(help="Milliseconds of timed repetitions per row (do_bench rep).")] = 100,
+    chunk_forms: Annotated[bool, typer.Option(
+        "--chunk-forms", help="Also time each rule's own PyTorch chunk form (up to B·T·H = 4·4096·16).")] = False,
+) -> None:
+    """Forward and forward+backward time of each rule's Triton kernel beside fla, SDPA and the PyTorch chunk
+    form, with the bandwidth and FLOP floors (needs a CUDA GPU)."""
+    from falcon_lab.bench.kernels import RULES, SHAPES, BenchError, parse_shape, run
+    from falcon_lab.paths import results_path
+
+    out = out if out is not None else results_path("bench")
+    try:
+        picked = [parse_shape(s) for text in shapes for s in text.split()] if shapes else list(SHAPES)
+        run(picked, tuple(rules) if rules else RULES, dtype, out, rep=rep, echo=typer.echo, chunk_forms=chunk_forms)
+    except BenchError as err:
+        typer.echo(f"lab bench kernels: {err}", err=True)
+        raise typer.Exit(code=1) from None
+    typer.echo(f"wrote {out / 'kernels.csv'} and {out / 'kernels.md'}")
+
+
+@app.command()
+def train(
+    mixers: MixersOption = None,
+    preset: PresetOption = "small",
+    task: TaskOption = "addition",
+    max_steps: Annotated[int, typer.Option(help="Optimiser steps per mixer.")] = 300,
+    out: Annotated[Path | None, typer.Option(
+        help="Folder for train.csv, train_curves.csv and train.md; default <results>/bench/train.",
+        callback=writable_out)] = None,
+    work: Annotated[Path | None, typer.Option(
+        help="Folder for the runs themselves; default <results>/runs/bench-train.")] = None,
+    set_: Annotated[list[str] | None, typer.Option("--set", help="Override a setting of every run (repeatable).")] = None,
+    timeout: Annotated[float | None, typer.Option(help="Seconds one mixer may train before it is stopped.")] = None,
+) -> None:
+    """Train every mixer for a few hundred steps: tokens per second, loss, parameter count, one table."""
+    from falcon_lab.bench.train import run
+    from falcon_lab.paths import results_path
+
+    names = _mixer_names("lab bench train", mixers)
+    out = out if out is not None else results_path("bench", "train")
+    work = work if work is not None else results_path("runs", "bench-train")
+    extra = [a for item in (set_ or []) for a in ("--set", item)]
+    rows = run(names, preset=preset, task=task, max_steps=max_steps, out=out, work=work, extra=extra,
+               timeout_s=timeout, echo=typer.echo)
+    typer.echo(f"wrote {out / 'train.csv'}, {out / 'train_curves.csv'} and {out / 'train.md'}")
+    if any(r["status"] != "ok" for r in rows):
+        raise typer.Exit(code=1)
+
+
+@app.command()
+def step(
+    mixers: MixersOption = None,
+    preset: PresetOption = "small",
+    task: TaskOption = "addition",
+    steps: Annotated[int, typer.Option(help="Timed steps per mixer.")] = 20,
+    out: Annotated[Path | None, typer.Option(help="Folder for step.csv and step.md; default <results>/bench/step.",
+                                             callback=writable_out)] = None,
+    set_: Annotated[list[str] | None, typer.Option("--set", help="Override a setting (repeatable).")] = None,
+) -> None:
+    """Where a training step's time goes without Lightning: bare-loop ms, data / forward / backward /
+    optimiser ms, kernels launched and their device time."""
+    from falcon_lab.bench.step import run
+    from falcon_lab.paths import results_path
+
+    names = _mixer_names("lab bench step", mixers)
+    out = out if out is not None else results_path("bench", "step")
+    if steps < 1:
+        typer.echo(f"lab bench step: --steps must be >= 1, got {steps}", err=True)
+        raise typer.Exit(code=2)
+    from falcon_lab.config import ConfigError
+
+    try:
+        run(names, preset=preset, task=task, steps=steps, out=out, overrides=set_ or (), echo=typer.echo)
+    except ConfigError as err:
+        typer.echo(f"lab bench step: {err}", err=True)
+        raise typer.Exit(code=2) from None
+    typer.echo(f"wrote {out / 'step.csv'} and {out / 'step.md'}")
+
+
+@app.command("gpu-check")
+def gpu_check(
+    out: Annotated[Path | None, typer.Option(
+        help="Folder for regression_gpu_check.log (appended to); default <results>/bench/gpu_check.")] = None,
+    commit: Annotated[str | None, typer.Option(help="Commit to record; default the checkout's ($LAB_COMMIT).")] = None,
+    quick: Annotated[bool, typer.Option(
+        "--quick", help="The first shape only; no profile, launch sweep or fla (the solve sweep still runs).")] = False,
+    no_sweeps: Annotated[bool, typer.Option("--no-sweeps", help="Skip the launch and solve-precision sweeps.")] = False,
+    no_fla: Annotated[bool, typer.Option("--no-fla", help="Skip fla's timings (lab bench kernels has them).")] = False,
+    skip_check: Annotated[bool, typer.Option("--skip-check", help="Time only; no check against float64.")] = False,
+    smoke: Annotated[bool, typer.Option(
+        "--smoke", help="Tiny shapes, to try the command without a GPU (under Triton's interpreter).")] = False,
+) -> None:
+    """falcon-1/falcon-2's fused kernels against the float64 chunk form at real sizes (outputs, final state,
+    every gradient; bf16 and fp32), their device time per kernel, and their launch and precision variants
+    timed (needs a CUDA GPU, or --smoke)."""
+    import os
+
+    import torch
+
+    from falcon_lab.paths import results_path
+    from falcon_lab.runs import git_state
+
+    if not torch.cuda.is_available():
+        if not smoke:
+            typer.echo("lab bench gpu-check: needs a CUDA GPU; --smoke tries it on a CPU at tiny shapes", err=True)
+            raise typer.Exit(code=2)
+        os.environ.setdefault("TRITON_INTERPRET", "1")  # read when Triton is first imported, just below
+    from falcon_lab.bench.gpu_check import run
+
+    out = out if out is not None else results_path("bench", "gpu_check")
+    run(out, commit=commit or git_state()["commit"] or "unknown", skip_check=skip_check, smoke=smoke, quick=quick,
+        no_sweeps=no_sweeps, no_fla=no_fla, echo=typer.echo)
+    typer.echo(f"rows appended to {out / 'regression_gpu_check.log'}")
+
+
+def _mixer_names(prog: str, mixers: list[str] | None) -> list[str]:
+    """The mixers named (repeatable, or comma-separated), or every registered one; exit 2 on an unknown one."""
+    from falcon_lab.mixers import MIXERS
+
+    names = [n for text in mixers for n in text.split(",") if n] if mixers else list(MIXERS)
+    unknown = [n for n in names if n not in MIXERS]
+    if unknown:
+        typer.echo(f"{prog}: unknown mixer {', '.join(unknown)}; accepted: {', '.join(MIXERS)}", err=True)
+        raise typer.Exit(code=2)
+    return names

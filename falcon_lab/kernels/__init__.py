@@ -1,0 +1,30 @@
+"""The ops layer: fast-weight rules as functional ops (like ``fla.ops``).
+
+Mixers build on these; this package imports nothing from the rest of the project.
+"""
+
+from falcon_lab.kernels.delta import gated_delta_rule
+from falcon_lab.kernels.falcon import (
+    ALIGNMENTS,
+    BACKENDS,
+    RULES,
+    TIMINGS,
+    FastWeightState,
+    RuleConfig,
+    fast_weight_rule,
+    fast_weight_step,
+)
+from falcon_lab.kernels.linear_attention import linear_attention
+
+__all__ = [
+    "ALIGNMENTS",
+    "BACKENDS",
+    "RULES",
+    "TIMINGS",
+    "FastWeightState",
+    "RuleConfig",
+    "fast_weight_rule",
+    "fast_weight_step",
+    "gated_delta_rule",
+    "linear_attention",
+]

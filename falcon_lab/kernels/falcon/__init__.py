@@ -1,0 +1,10 @@
+"""The six Falcon rules (falcon-1/2/3, falcon-1a/2a/3a) as one op: ``fast_weight_rule`` runs any rule on any
+backend through one dispatch table; the forms live in ``falcon_lab/kernels/regression``, ``falcon_lab/kernels/inner_product`` and
+``falcon_lab/kernels/window``."""
+
+from falcon_lab.kernels.common.config import ALIGNMENTS, BACKENDS, RULES, TIMINGS, RuleConfig
+from falcon_lab.kernels.common.state import FastWeightState, fresh_state
+from falcon_lab.kernels.falcon.api import fast_weight_rule, fast_weight_step
+
+__all__ = ["ALIGNMENTS", "BACKENDS", "RULES", "TIMINGS", "FastWeightState", "RuleConfig",
+           "fast_weight_rule", "fast_weight_step", "fresh_state"]

@@ -1,0 +1,214 @@
+"""The public functional ops: ``fast_weight_rule`` (a whole sequence) and ``fast_weight_step`` (one token).
+
+Options and tensors are checked here, once (``falcon_lab.kernels.common.checks``); the forms behind the dispatch table
+(``falcon_lab.kernels.falcon.dispatch``) trust them.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from falcon_lab.kernels.common import packed
+from falcon_lab.kernels.common.checks import (check_choice, check_cu_seqlens, check_inputs, check_rule_options,
+                                   check_sequence_options, fused_refusal, start_state)
+from falcon_lab.kernels.common.config import BACKENDS, RULES, RuleConfig
+from falcon_lab.kernels.common.precision import autocast_off, compute_dtype
+from falcon_lab.kernels.common.state import FastWeightState
+from falcon_lab.kernels.falcon import dispatch
+
+
+def _config(rule: str, window: int, eps: float, decay_floor: float, scale_coupled_ridge: bool, alignment: str,
+            timing: str, beta: Tensor | None, eta: Tensor | None) -> tuple[RuleConfig, Tensor]:
+    """The checked rule configuration, and the tensor that drives the step: the gain β, or η itself."""
+    check_choice("rule", rule, RULES)
+    check_sequence_options(alignment=alignment, timing=timing)
+    check_rule_options(window=window, eps=eps, decay_floor=decay_floor)
+    if (beta is None) == (eta is None):
+        raise ValueError("pass exactly one of beta (the gain β, normalised by the write energy) and eta (the step "
+                         "size η itself, the ctxη reading); got " + ("neither" if beta is None else "both"))
+    cfg = RuleConfig(rule=rule, window=window, eps=eps, decay_floor=decay_floor,
+                     scale_coupled_ridge=scale_coupled_ridge, alignment=alignment, timing=timing,
+                     normalize=eta is None)
+    return cfg, beta if eta is None else eta
+
+
+@autocast_off
+def fast_weight_rule(
+    q: Tensor, k: Tensor, v: Tensor, beta: Tensor | None = None, lam: Tensor | None = None, *, rule: str,
+    eta: Tensor | None = None, window: int = 4, eps: float = 1e-6, decay_floor: float = 1e-3,
+    scale_coupled_ridge: bool = False, alignment: str = "shifted", timing: str = "raw", backend: str = "recurrent",
+    chunk_size: int = 64, initial_state: FastWeightState | Tensor | None = None, output_final_state: bool = False,
+    validate: bool = False, cu_seqlens: Tensor | None = None,
+) -> tuple[Tensor, FastWeightState | None]:
+    """Run a Falcon rule over a sequence.
+
+    Args:
+        q, k: ``[B, T, H, Dk]`` featurised queries and keys. v: ``[B, T, H, Dv]``.
+        beta: gains β ∈ (0, 2), ``[B, T, H]`` (``[B, T, H, Dv]`` for falcon-2/2a); the step size is
+            η = β / (E + λ + ε).
+        lam: ridge λ_t ``[B, T, H]`` (λ̄_t when ``scale_coupled_ridge``).
+        rule: one of ``RULES``.
+        eta: in place of ``beta``, the step size η ≥ 0 itself, shaped like beta (the ctxη reading: no energy
+            normalisation; the carry is still γ = 1 − min(η λ, 1 − ε_γ)).
+        window: B of falcon-3/3a (ignored by the others).
+        eps: ε of the step-size denominator. decay_floor: ε_γ, the carry never drops below it.
+        alignment: ``"shifted"`` (x_t = k_{t−1}) or ``"same_time"`` (x_t = k_t).
+        timing: ``"raw"`` (read S_t) or ``"rbw"`` (read S_{t−1}).
+        backend: ``"recurrent"`` (the oracle), ``"masked"`` (O(T²)), ``"chunk"`` (chunk-parallel),
+            ``"triton"`` (fused kernels for every rule) or ``"auto"`` (triton where it applies, else chunk).
+        initial_state: a ``FastWeightState`` to continue from, a bare S (a fresh sequence starting from S),
+            or None (a fresh sequence from S = 0).
+        output_final_state: return the state for exact continuation.
+        validate: also check value ranges (β ∈ (0, 2) or η ≥ 0, λ ≥ 0, finite); costs a device sync.
+        cu_seqlens: ``[N + 1]`` int offsets of N sequences packed along T of a batch of one (as in fla);
+            each sequence starts fresh (or from row n of ``initial_state``) and the final state has N rows.
+
+    Returns:
+        o ``[B, T, H, Dv]`` in q's dtype, and the final state (or None).
+    """
+    cfg, gain = _config(rule, window, eps, decay_floor, scale_coupled_ridge, alignment, timing, beta, eta)
+    check_sequence_options(alignment=alignment, timing=timing, backend=backend, backends=("auto", *BACKENDS),
+                           chunk_size=chunk_size)
+    check_inputs(q, k, v, gain, lam, cfg, validate)
+    bounds = None if cu_seqlens is None else check_cu_seqlens(cu_seqlens, q)
+    if backend == "auto":
+        backend = dispatch.auto_backend(q, v, cfg, chunk_size, packed=cu_seqlens is not None)
+    if backend == "triton":
+        refusal = fused_refusal(q, v, cfg, chunk_size, cu_seqlens is not None, gain, lam)
+        if refusal:
+            raise ValueError(refusal)
+    if cfg.per_channel and gain.dim() == 3:
+        gain = gain[..., None].expand(*gain.shape, v.shape[-1])
+    return _run(q, k, v, gain, lam, cfg, backend, chunk_size, initial_state, output_final_state, bounds,
+                cu_seqlens)
+
+
+def _run(q: Tensor, k: Tensor, v: Tensor, gain: Tensor, lam: Tensor, cfg: RuleConfig, backend: str,
+         chunk_size: int, initial_state: FastWeightState | Tensor | None, output_final_state: bool,
+         bounds: tuple[int, ...] | None, cu_seqlens: Tensor | None) -> tuple[Tensor, FastWeightState | None]:
+    """Checked inputs to the form of (rule, backend): the fused forms take them in their own dtype (and packed
+    sequences whole, but for the window rules'), the others in the compute dtype (and packed sequences apart)."""
+    dtype = compute_dtype(q.dtype)
+    if (backend == "triton" and cfg.rule == "falcon-3a" and bounds is not None and initial_state is None
+            and not output_final_state):
+        # fresh packed sequences, outputs alone (a model's isolated samples): one row, no padding
+        from falcon_lab.kernels.window.fused import triton_falcon3a_packed
+
+        return triton_falcon3a_packed(q, k, v, gain, lam, cfg, chunk_size, cu_seqlens), None
+    if backend == "triton" and cfg.windowed and bounds is not None:
+        # falcon-3/3a's kernels carry one window tail per row, not per packed sequence: the sequences go one to a
+        # row (``_packed``), padded at their ends, through the same kernels
+        return _packed(q, k, v, gain, lam, cfg, backend, chunk_size, initial_state, output_final_state, bounds,
+                       cu_seqlens)
+    if backend == "triton":
+        state, fresh = start_state(q, v, initial_state, dtype, span=cfg.span,
+                                   batch=None if bounds is None else len(bounds) - 1)
+        o, final = dispatch.run(backend, q, k, v, gain, lam, cfg, state, fresh, chunk_size, cu_seqlens)
+        return o, (final if output_final_state else None)
+    if bounds is not None:
+        return _packed(q, k, v, gain, lam, cfg, backend, chunk_size, initial_state, output_final_state, bounds,
+                       cu_seqlens)
+    state, fresh = start_state(q, v, initial_state, dtype, span=cfg.span)
+    out_dtype = q.dtype
+    q, k, v, gain, lam = (t.to(dtype) for t in (q, k, v, gain, lam))
+    o, final = dispatch.run(backend, q, k, v, gain, lam, cfg, state, fresh, chunk_size)
+    return o.to(out_dtype), (final if output_final_state else None)
+
+
+class _Rows(NamedTuple):
+    """A run of packed sequences laid one to a row: ``rows`` rows of ``longest`` tokens; ``at``: the places of their
+    tokens in the packed row, ``slots``: the same tokens' places in the flattened ``[rows · longest]`` rows."""
+
+    rows: int
+    longest: int
+    at: Tensor
+    slots: Tensor
+
+
+def _rows_by_length(cu_seqlens: Tensor, device: torch.device) -> list[_Rows]:
+    """``_length_groups`` of the packed sequences as integer indices, made on the host once per ``cu_seqlens``
+    (``falcon_lab.kernels.common.packed``) and copied to ``device``: every layer lays its inputs out with them, with no
+    boolean mask (each a host wait on a GPU)."""
+    def make() -> list[_Rows]:
+        bounds = packed.offsets(cu_seqlens)
+        shapes, parts = [], []
+        for group in _length_groups(bounds):
+            starts = np.array([bounds[n] for n in group], dtype=np.int64)
+            sizes = np.array([bounds[n + 1] - bounds[n] for n in group], dtype=np.int64)
+            longest = int(sizes.max())
+            within = np.arange(int(sizes.sum())) - np.repeat(np.cumsum(sizes) - sizes, sizes)
+            parts += [np.repeat(starts, sizes) + within, np.repeat(np.arange(len(group)) * longest, sizes) + within]
+            shapes.append((len(group), longest))
+        # one copy to the device for every run's indices (each copy from host memory waits for the device)
+        indices = torch.from_numpy(np.concatenate(parts)).to(device).split([len(p) for p in parts])
+        return [_Rows(rows, longest, indices[2 * i], indices[2 * i + 1]) for i, (rows, longest) in enumerate(shapes)]
+
+    return packed.memo(cu_seqlens, ("rows by length", str(device)), make)
+
+
+def _length_groups(bounds: tuple[int, ...], groups: int = 4) -> list[list[int]]:
+    """The packed sequences sorted by length and cut into up to ``groups`` runs of about as many each: laid one to a
+    row, each run is padded to its own longest (about 1.25 times the tokens for uniform lengths, against twice for
+    one run padded to the longest of all)."""
+    order = sorted(range(len(bounds) - 1), key=lambda n: bounds[n + 1] - bounds[n])
+    cuts = [len(order) * i // groups for i in range(groups + 1)]
+    return [order[a:b] for a, b in zip(cuts, cuts[1:]) if b > a]
+
+
+def _packed(q: Tensor, k: Tensor, v: Tensor, gain: Tensor, lam: Tensor, cfg: RuleConfig, backend: str,
+            chunk_size: int, initial_state: FastWeightState | Tensor | None, output_final_state: bool,
+            bounds: tuple[int, ...], cu_seqlens: Tensor | None = None) -> tuple[Tensor, FastWeightState | None]:
+    """Packed sequences for the reference backends and the window rules' kernels: one call per sequence (exact,
+    not fast); for outputs alone from fresh states, a few calls over the sequences laid one to a row, grouped by
+    length and padded at their ends (padding after a sequence cannot reach its outputs)."""
+    if initial_state is None and not output_final_state and len(bounds) > 2 and cu_seqlens is not None:
+        o = q.new_empty(*q.shape[:-1], v.shape[-1])
+        for run in _rows_by_length(cu_seqlens, q.device):  # sequences of like lengths, one to a row: little padding
+
+            def rows(t: Tensor, run: _Rows = run) -> Tensor:
+                out = t.new_zeros(run.rows * run.longest, *t.shape[2:])
+                return out.index_copy(0, run.slots, t[0, run.at]).unflatten(0, (run.rows, run.longest))
+
+            part, _ = _run(*(rows(t) for t in (q, k, v, gain, lam)), cfg, backend, chunk_size, None, False, None,
+                           None)
+            o = o.index_put((torch.zeros_like(run.at), run.at), part.flatten(0, 1)[run.slots])
+        return o, None
+    outs, finals = [], []
+    for n, (b, e) in enumerate(zip(bounds, bounds[1:])):
+        init = None
+        if initial_state is not None:
+            init = (initial_state[n:n + 1] if isinstance(initial_state, Tensor)
+                    else FastWeightState(*(t[n:n + 1] for t in initial_state)))
+        o, fin = _run(*(t[:, b:e] for t in (q, k, v, gain, lam)), cfg, backend, chunk_size, init, True, None,
+                      None)
+        outs.append(o)
+        finals.append(fin)
+    final = FastWeightState(*(torch.cat(parts, dim=0) for parts in zip(*finals)))
+    return torch.cat(outs, dim=1), (final if output_final_state else None)
+
+
+@autocast_off
+def fast_weight_step(
+    state: FastWeightState | None, q_t: Tensor, k_t: Tensor, v_t: Tensor, beta_t: Tensor | None = None,
+    lam_t: Tensor | None = None, *, rule: str, eta_t: Tensor | None = None, window: int = 4, eps: float = 1e-6,
+    decay_floor: float = 1e-3, scale_coupled_ridge: bool = False, alignment: str = "shifted", timing: str = "raw",
+) -> tuple[Tensor, FastWeightState]:
+    """Advance one token in O(1) for generation. q_t, k_t ``[B, H, Dk]``; v_t ``[B, H, Dv]``;
+    beta_t ``[B, H]`` (``[B, H, Dv]`` for 2/2a) or, in its place, the step size eta_t; lam_t ``[B, H]``.
+    ``state=None`` starts a fresh sequence. Returns (o_t ``[B, H, Dv]``, the new state): the recurrent oracle
+    over a sequence of one token, so equal to ``fast_weight_rule`` over the same tokens."""
+    cfg, gain_t = _config(rule, window, eps, decay_floor, scale_coupled_ridge, alignment, timing, beta_t, eta_t)
+    # one token as a sequence of T = 1, so the sequence checks apply
+    q, k, v, gain, lam = (t.unsqueeze(1) if isinstance(t, Tensor) else t for t in (q_t, k_t, v_t, gain_t, lam_t))
+    check_inputs(q, k, v, gain, lam, cfg, validate=False)
+    dtype = compute_dtype(q.dtype)
+    st, fresh = start_state(q, v, state, dtype, span=cfg.span)
+    if cfg.per_channel and gain.dim() == 3:
+        gain = gain[..., None].expand(*gain.shape, v.shape[-1])
+    q, k, v, gain, lam = (t.to(dtype) for t in (q, k, v, gain, lam))
+    o, new = dispatch.run("recurrent", q, k, v, gain, lam, cfg, st, fresh, chunk_size=1)
+    return o[:, 0].to(q_t.dtype), new

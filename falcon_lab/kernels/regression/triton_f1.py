@@ -1,0 +1,184 @@
+"""falcon-1 forward in Triton: the UT transform per chunk, the state pass, the outputs (paper Algorithms 6, 8).
+
+Inside a chunk of C tokens entered with state S (chunk-local log-prefixes G_t = Σ_{r≤t} g_r, Gp_t = G_t − g_t),
+the pseudo-values u_t = η_t (y_t − S_{t−1}ᵀ x_t) solve
+
+    (I + L) U = diag(η) (Y − diag(e^{Gp}) X S),   L[t, s] = η_t e^{Gp_t − G_s} x_tᵀ x_s  (s < t),
+
+so with A = (I + L)⁻¹ (the UT transform), W = A diag(η e^{Gp}) X and Ũ = A diag(η) Y: U = Ũ − W S. Then
+o_t = e^{Gr_t} q_tᵀ S + Σ_s M[t, s] (q_tᵀ x_s) u_s (RAW: s ≤ t, Gr = G; RBW: s < t, Gr = Gp; M = e^{Gr_t − G_s})
+and the exit state is e^{G_C} S + Xᵀ diag(e^{G_C − G}) U. Decay ratios are formed only for s ≤ t.
+
+``GATED_DELTA`` runs the gated delta rule S_t = γ_t (I − η_t x_t x_tᵀ) S_{t−1} + η_t x_t y_tᵀ (``falcon_lab.kernels.delta``)
+on the same kernels: η_t and g_t = log γ_t are given (in ``beta`` and ``lam``), and the residual reads the state
+already decayed by γ_t, u_t = η_t (y_t − (γ_t S_{t−1})ᵀ x_t), so G takes Gp's place in L and W (``Gw``); the
+outputs and the exit state are formed as above.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from falcon_lab.kernels.common.triton_helpers import chunk_of, gates, is_pair, load_pairs, mm, seq_bounds, state_tile
+
+
+@triton.jit
+def unit_lower_inverse(L, C: tl.constexpr, PREC: tl.constexpr):
+    """(I + L)⁻¹ for a strictly lower-triangular ``[C, C]`` tile (C ∈ {16, 32, 64}), in blocks of 16.
+
+    The diagonal blocks are inverted together by forward substitution, one row of every block per step
+    (Ad = (I + L_d)⁻¹); then I + L = (I + L_d)(I + M) with M = Ad L_off strictly block-lower, so M^{C/16} = 0
+    and (I + M)⁻¹ = (I − M)(I + M²) (just I − M for two blocks)."""
+    r = tl.arange(0, C)
+    eye = tl.where(r[:, None] == r[None, :], 1.0, 0.0)
+    same = (r[:, None] // 16) == (r[None, :] // 16)
+    Ld = tl.where(same, L, 0.0)
+    Ad = eye
+    for i in range(1, 16):
+        row = (r % 16 == i)[:, None]  # rows j < i of every block are final
+        Ad = tl.where(row, eye - mm(tl.where(row, Ld, 0.0), Ad, PREC), Ad)
+    if C > 16:
+        M = mm(Ad, tl.where(same, 0.0, L), PREC)
+        P = eye - M
+        if C > 32:
+            P = mm(P, eye + mm(M, M, PREC), PREC)
+        Ad = mm(P, Ad, PREC)
+    return Ad
+
+
+@triton.jit
+def f1_prep_kernel(k_ptr, v_ptr, beta_ptr, lam_ptr, lk_ptr, cu_ptr, cidx_ptr,
+                   A_ptr, W_ptr, Ut_ptr, eta_ptr, G_ptr, g_ptr, T, NT, eps, floor,
+                   H: tl.constexpr, Dk: tl.constexpr, Dv: tl.constexpr, C: tl.constexpr,
+                   BK: tl.constexpr, BV: tl.constexpr, SHIFTED: tl.constexpr, FRESH: tl.constexpr,
+                   NORMALIZE: tl.constexpr, COUPLED: tl.constexpr, GATED_DELTA: tl.constexpr,
+                   IS_VARLEN: tl.constexpr, PREC: tl.constexpr, SOLVE_PREC: tl.constexpr):
+    """Per chunk: η, g, G, the UT transform A, W = A diag(η e^{Gw}) X and Ũ = A diag(η) Y (Gw = Gp, or G for
+    the gated delta rule). SOLVE_PREC: the inverse's matmuls (errors in A reach every output;
+    launch.SOLVE_PRECISION says which)."""
+    pid, i_h = tl.program_id(0), tl.program_id(1)
+    i_n, i_c = chunk_of(pid, cidx_ptr, NT, IS_VARLEN)
+    bos, T_n = seq_bounds(i_n, cu_ptr, T, IS_VARLEN)
+    r = tl.arange(0, C)
+    t = i_c * C + r
+    valid = t < T_n
+    rows = bos + t
+    energy = tl.zeros([C], dtype=tl.float32)
+    gram = tl.zeros([C, C], dtype=tl.float32)
+    for i_k in range(0, tl.cdiv(Dk, BK)):
+        x = load_pairs(k_ptr, lk_ptr, bos, t, T_n, i_n, i_h, i_k * BK + tl.arange(0, BK), H, Dk,
+                       SHIFTED, FRESH)
+        energy += tl.sum(x * x, 1)
+        gram += mm(x, tl.trans(x), PREC)
+    beta = tl.load(beta_ptr + rows * H + i_h, mask=valid, other=0.0).to(tl.float32)
+    lam = tl.load(lam_ptr + rows * H + i_h, mask=valid, other=0.0).to(tl.float32)
+    if GATED_DELTA:  # η and log γ given (beta, lam); the decay of a token reaches the state before the pair's gate
+        eta = tl.where(is_pair(t, valid, SHIFTED, FRESH), beta, 0.0)
+        g = tl.where(valid, lam, 0.0)
+    else:
+        eta, g = gates(beta, lam, energy, is_pair(t, valid, SHIFTED, FRESH), eps, floor, NORMALIZE, COUPLED)
+    G = tl.cumsum(g, 0)
+    Gw = G if GATED_DELTA else G - g  # the prefix at which the residual reads the state
+    tl.store(eta_ptr + rows * H + i_h, eta, mask=valid)
+    tl.store(G_ptr + rows * H + i_h, G, mask=valid)
+    tl.store(g_ptr + rows * H + i_h, g, mask=valid)
+    strict = (r[:, None] > r[None, :]) & valid[:, None] & valid[None, :]
+    decay = tl.where(strict, tl.exp(tl.where(strict, Gw[:, None] - G[None, :], 0.0)), 0.0)
+    A = unit_lower_inverse(eta[:, None] * decay * gram, C, SOLVE_PREC)
+    tl.store(A_ptr + (rows * H + i_h)[:, None] * C + r[None, :], A, mask=valid[:, None])
+    scale_w = eta * tl.exp(Gw)
+    for i_k in range(0, tl.cdiv(Dk, BK)):
+        offs_k = i_k * BK + tl.arange(0, BK)
+        x = load_pairs(k_ptr, lk_ptr, bos, t, T_n, i_n, i_h, offs_k, H, Dk, SHIFTED, FRESH)
+        w = mm(A, scale_w[:, None] * x, PREC)
+        tl.store(W_ptr + (rows * H + i_h)[:, None] * Dk + offs_k[None, :], w.to(W_ptr.dtype.element_ty),
+                 mask=valid[:, None] & (offs_k < Dk)[None, :])
+    for i_v in range(0, tl.cdiv(Dv, BV)):
+        offs_v = i_v * BV + tl.arange(0, BV)
+        m = valid[:, None] & (offs_v < Dv)[None, :]
+        y = tl.load(v_ptr + (rows * H + i_h)[:, None] * Dv + offs_v[None, :], mask=m, other=0.0).to(tl.float32)
+        ut = mm(A, eta[:, None] * y, PREC)
+        tl.store(Ut_ptr + (rows * H + i_h)[:, None] * Dv + offs_v[None, :], ut, mask=m)
+
+
+@triton.jit
+def f1_state_kernel(k_ptr, lk_ptr, W_ptr, Ut_ptr, G_ptr, S0_ptr, cu_ptr, coff_ptr, h_ptr, U_ptr, Sf_ptr,
+                    T, H: tl.constexpr, Dk: tl.constexpr, Dv: tl.constexpr, C: tl.constexpr,
+                    BK: tl.constexpr, BV: tl.constexpr, SHIFTED: tl.constexpr, FRESH: tl.constexpr,
+                    IS_VARLEN: tl.constexpr, STORE_H: tl.constexpr, PREC: tl.constexpr):
+    """The inter-chunk recurrence over one sequence and a block of value columns: U = Ũ − W S per chunk,
+    then S ← e^{G_C} S + Xᵀ diag(e^{G_C − G}) U. Stores every chunk's entry state when asked."""
+    i_v, i_nh = tl.program_id(0), tl.program_id(1)
+    i_n, i_h, bos, T_n, base, offs_k, offs_v, m_kv, p_S = state_tile(0, i_v, i_nh, cu_ptr, coff_ptr, T, H, Dk, Dv,
+                                                                     C, BK, BV, IS_VARLEN)
+    mk, mv = offs_k < Dk, offs_v < Dv
+    S = tl.load(S0_ptr + (i_n * H + i_h) * Dk * Dv + p_S, mask=m_kv, other=0.0)
+    r = tl.arange(0, C)
+    for i_c in range(0, tl.cdiv(T_n, C)):
+        if STORE_H:
+            tl.store(h_ptr + ((base + i_c) * H + i_h) * Dk * Dv + p_S, S, mask=m_kv)
+        t = i_c * C + r
+        valid = t < T_n
+        rows = bos + t
+        m_v = valid[:, None] & mv[None, :]
+        w = tl.load(W_ptr + (rows * H + i_h)[:, None] * Dk + offs_k[None, :], mask=valid[:, None] & mk[None, :],
+                    other=0.0)
+        ut = tl.load(Ut_ptr + (rows * H + i_h)[:, None] * Dv + offs_v[None, :], mask=m_v, other=0.0)
+        u = ut - mm(w, S, PREC)
+        tl.store(U_ptr + (rows * H + i_h)[:, None] * Dv + offs_v[None, :], u, mask=m_v)
+        G = tl.load(G_ptr + rows * H + i_h, mask=valid, other=0.0)
+        last = tl.minimum(C, T_n - i_c * C) - 1
+        G_last = tl.load(G_ptr + (bos + i_c * C + last) * H + i_h)
+        x = load_pairs(k_ptr, lk_ptr, bos, t, T_n, i_n, i_h, offs_k, H, Dk, SHIFTED, FRESH)
+        carry = tl.where(valid, tl.exp(tl.where(valid, G_last - G, 0.0)), 0.0)
+        S = tl.exp(G_last) * S + mm(tl.trans(x), carry[:, None] * u, PREC)
+    tl.store(Sf_ptr + (i_n * H + i_h) * Dk * Dv + p_S, S, mask=m_kv)
+
+
+@triton.jit
+def f1_intra_kernel(q_ptr, k_ptr, lk_ptr, h_ptr, src_ptr, G_ptr, g_ptr, cu_ptr, cidx_ptr, out_ptr, T, NT,
+                    H: tl.constexpr, Dk: tl.constexpr, Dv: tl.constexpr, C: tl.constexpr,
+                    BK: tl.constexpr, BV: tl.constexpr, SHIFTED: tl.constexpr, FRESH: tl.constexpr,
+                    RBW: tl.constexpr, BACKWARD: tl.constexpr, IS_VARLEN: tl.constexpr, PREC: tl.constexpr):
+    """Forward: o = diag(e^{Gr}) Q S + (M ⊙ Q Xᵀ) U from src = U.
+    Backward: the chunk-local part of dU, (M ⊙ Q Xᵀ)ᵀ dO from src = dO (fp32 out)."""
+    i_v, pid, i_h = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    i_n, i_c = chunk_of(pid, cidx_ptr, NT, IS_VARLEN)
+    bos, T_n = seq_bounds(i_n, cu_ptr, T, IS_VARLEN)
+    r = tl.arange(0, C)
+    t = i_c * C + r
+    valid = t < T_n
+    rows = bos + t
+    offs_v = i_v * BV + tl.arange(0, BV)
+    mv = offs_v < Dv
+    qx = tl.zeros([C, C], dtype=tl.float32)
+    qs = tl.zeros([C, BV], dtype=tl.float32)
+    for i_k in range(0, tl.cdiv(Dk, BK)):
+        offs_k = i_k * BK + tl.arange(0, BK)
+        mk = offs_k < Dk
+        qk = tl.load(q_ptr + (rows * H + i_h)[:, None] * Dk + offs_k[None, :], mask=valid[:, None] & mk[None, :],
+                     other=0.0).to(tl.float32)
+        x = load_pairs(k_ptr, lk_ptr, bos, t, T_n, i_n, i_h, offs_k, H, Dk, SHIFTED, FRESH)
+        qx += mm(qk, tl.trans(x), PREC)
+        if not BACKWARD:
+            S = tl.load(h_ptr + (pid * H + i_h) * Dk * Dv + offs_k[:, None] * Dv + offs_v[None, :],
+                        mask=mk[:, None] & mv[None, :], other=0.0)
+            qs += mm(qk, S, PREC)
+    G = tl.load(G_ptr + rows * H + i_h, mask=valid, other=0.0)
+    if RBW:
+        Gr = G - tl.load(g_ptr + rows * H + i_h, mask=valid, other=0.0)
+        mask = (r[:, None] > r[None, :])
+    else:
+        Gr = G
+        mask = (r[:, None] >= r[None, :])
+    mask = mask & valid[:, None] & valid[None, :]
+    mq = tl.where(mask, tl.exp(tl.where(mask, Gr[:, None] - G[None, :], 0.0)), 0.0) * qx
+    m = valid[:, None] & mv[None, :]
+    src = tl.load(src_ptr + (rows * H + i_h)[:, None] * Dv + offs_v[None, :], mask=m, other=0.0).to(tl.float32)
+    if BACKWARD:
+        tl.store(out_ptr + (rows * H + i_h)[:, None] * Dv + offs_v[None, :], mm(tl.trans(mq), src, PREC), mask=m)
+    else:
+        o = tl.exp(Gr)[:, None] * qs + mm(mq, src, PREC)
+        tl.store(out_ptr + (rows * H + i_h)[:, None] * Dv + offs_v[None, :], o.to(out_ptr.dtype.element_ty),
+                 mask=m)

@@ -1,0 +1,165 @@
+"""``backend="triton"`` for the window rules: falcon-3 on its own chunk kernels, falcon-3a as one delayed decayed
+linear attention and a band.
+
+falcon-3 (``triton_falcon3``): ``prepare`` (μ_t, η, γ, the window tail) and the gather of each token's W window
+slots into rows stay PyTorch in float32, differentiated by autograd through to k, β, λ and the state; the chunked
+recurrence, forward and backward, is Triton (``falcon_lab/kernels/window/triton_falcon3*.py``): the block-strict UT transform
+per chunk of slot rows, the state pass, the reads at each token, and their backward (dq, dX, dV, da, d log γ, dS_0).
+
+falcon-3a writes the mean outer product of its window of W pairs, with one step and one carry per token:
+
+    S_t = γ_t S_{t−1} + a_t Σ_{j<W} x_{t−j} y_{t−j}ᵀ,    a_t = η_t / B_t,
+
+(x, y the pairs, zero where a slot holds no pair; B_t the pairs in the window). Collected by pair, S_t is
+Γ(0, t) S_0 + Σ_u c(u, t) x_u y_uᵀ, with Γ(s, t) = Π_{s<r≤t} γ_r and c(u, t) = Σ_{s=u}^{min(u+W−1, t)} Γ(s, t) a_s
+over the tokens s whose window holds pair u. Once the window has passed u (t ≥ u + W − 1) the coefficient
+factors, c(u, t) = Γ(u + W − 1, t) A_u with A_u = c(u, u + W − 1): pair u acts as if written once, at token
+u + W − 1, with the gain A_u, and carried by γ from there. So
+
+    S_t = S'_t + Σ_{d=0}^{W−2} c(t − d, t) x_{t−d} y_{t−d}ᵀ,    S'_t = γ_t S'_{t−1} + A_{t−W+1} x_{t−W+1} y_{t−W+1}ᵀ,
+
+S' a decayed linear attention over the pairs delayed by W − 1 (``decayed_attention``: the fused falcon-1a kernels
+with η = A and log γ given as they are), and the rest a band of the W − 1 pairs still inside the window, read by
+one Triton kernel each way (``falcon_lab/kernels/window/triton_band.py``):
+o_t = S'_tᵀ q_t + Σ_d c(t − d, t) (x_{t−d}·q_t) y_{t−d} (for RBW the same at t − 1). The partial sums
+c_d(t) = c(t − d, t) follow from c_0(t) = a_t and c_d(t) = c_{d−1}(t) + Γ(t − d, t) a_{t−d}, with A at d = W − 1;
+pairs in front of the sequence are the state's window tail (their earlier writes are already in S_0). One pass of
+the kernels and O(T·W·D) besides, where running each lag as its own falcon-1a recurrence costs W passes.
+The coefficients and ``prepare`` are PyTorch in float32, differentiated by autograd through to k, β, λ.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from falcon_lab.kernels.common.config import RuleConfig
+from falcon_lab.kernels.common.prepare import final_state, prepare, windows
+from falcon_lab.kernels.common.recurrent import step_size_and_carry
+from falcon_lab.kernels.common.state import FastWeightState
+from falcon_lab.kernels.inner_product.fused import decayed_attention
+from falcon_lab.kernels.window.eigen import top_eigenvalue
+from falcon_lab.kernels.window.triton_band import band_read
+from falcon_lab.kernels.window.triton_falcon3_launch import Falcon3Chunks, geometry
+
+
+def _late(t: Tensor, d: int) -> Tensor:
+    """``t`` ``[B, T, ...]`` d tokens later along time: entry t holds t − d, zero (False) in front."""
+    d = min(d, t.shape[1])
+    if not d:
+        return t
+    return torch.cat([t.new_zeros(t.shape[0], d, *t.shape[2:]), t[:, : t.shape[1] - d]], dim=1)
+
+
+def window_coefficients(a: Tensor, log_gamma: Tensor, W: int) -> list[Tensor]:
+    """``[c_0, …, c_{W−1}]``, each ``[B, T, H]``: c_d(t) = Σ_{s=t−d}^{t} Γ(s, t) a_s over the sequence's tokens s."""
+    coef = [a]
+    span = torch.zeros_like(log_gamma)  # log Γ(t − d, t)
+    for d in range(1, W):
+        span = span + _late(log_gamma, d - 1)
+        coef.append(coef[-1] + torch.exp(span) * _late(a, d))
+    return coef
+
+
+def triton_falcon3a(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, lam: Tensor, cfg: RuleConfig,
+                    state: FastWeightState, fresh: bool, chunk_size: int = 64,
+                    cu_seqlens: Tensor | None = None) -> tuple[Tensor, FastWeightState]:
+    """falcon-3a over ``[B, T, H, D]`` inputs in their own dtype from a float32 ``state``; o in q's dtype. The form
+    takes no ``cu_seqlens`` (one window tail a row): ``fast_weight_rule`` lays packed sequences one to a row."""
+    if cfg.rule != "falcon-3a":
+        raise ValueError(f"triton_falcon3a runs rule 'falcon-3a' only, got {cfg.rule!r}")
+    if cu_seqlens is not None:
+        raise ValueError("triton_falcon3a takes no cu_seqlens; fast_weight_rule lays packed sequences one to a row")
+    f32 = torch.float32
+    # k and v as given: prepare's concatenations with the float32 state make the pairs float32 in one copy
+    prep = prepare(k, v, beta.to(f32), lam.to(f32), cfg, state, fresh)
+    last_key = k[:, -1:].to(f32)  # all final_state reads of k
+    T, W = q.shape[1], cfg.span
+    a = prep.eta / prep.n_pairs.clamp(min=1.0)[..., None]  # a_t = η_t / B_t, [B, T, H]
+    log_gamma = torch.log(prep.gamma)
+    coef = window_coefficients(a, log_gamma, W)
+    # the delayed pairs: token t writes pair t − W + 1, position t of the extended arrays
+    o, S = decayed_attention(q, prep.x_ext[:, :T].to(q.dtype), prep.y_ext[:, :T].to(q.dtype), coef[W - 1],
+                             log_gamma, state.S, raw=cfg.timing == "raw", chunk_size=chunk_size)
+    if W == 1:
+        return o, final_state(S, last_key, prep, cfg)
+    lag = 0 if cfg.timing == "raw" else 1  # RBW reads S_{t−1}: the band of token t − 1
+    # token t reads pair t − lag − d, position t − lag − d + W − 1 of the extended arrays, with c_d(t − lag)
+    band = torch.stack([_late(coef[d], lag) for d in range(W - 1)], dim=-1)  # [B, T, H, W − 1]
+    o = band_read(q, prep.x_ext, prep.y_ext, band, lag) + o  # float32: the band's sum promotes o
+    for d in range(W - 1):  # the final state's band: pairs T − 1 − d, c_d(T − 1)
+        S = S + torch.einsum("bh,bhk,bhv->bhkv", coef[d][:, -1], prep.x_ext[:, T + W - 2 - d],
+                             prep.y_ext[:, T + W - 2 - d])
+    return o.to(q.dtype), final_state(S, last_key, prep, cfg)
+
+
+def triton_falcon3a_packed(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, lam: Tensor, cfg: RuleConfig,
+                           chunk_size: int, cu_seqlens: Tensor) -> Tensor:
+    """falcon-3a over fresh sequences packed along T of a batch of one (``cu_seqlens``), outputs alone (as a model
+    trains with its samples apart), with no padding: the same delayed pass, on the kernels' packed sequences, and
+    the same band over the one row, every window and every coefficient cut at its sequence's first token.
+
+    With p_t the place of token t in its sequence, the window of token t holds the pairs t − j for j < W and
+    j ≤ p_t (shifted: j < p_t, a sequence's first token having no pair); the coefficient c_d(t) of pair t − d is
+    zero for d > p_t, so the delayed pair t − W + 1 of another sequence is written with a zero gain and the band
+    reads no pair across a sequence's start (RBW: d + 1 > p_t). Returns o in q's dtype."""
+    f32 = torch.float32
+    T, W = q.shape[1], cfg.span
+    bounds = cu_seqlens.to(q.device).long()
+    lengths = bounds[1:] - bounds[:-1]
+    place = torch.arange(T, device=q.device) - torch.repeat_interleave(bounds[:-1], lengths, output_size=T)
+    place = place[None, :, None]  # [1, T, 1]: broadcast over heads
+    k32 = k.to(f32)
+    if cfg.shifted:  # x_t = k_{t−1} within a sequence; its first token writes no pair
+        pair = place > 0
+        x = F.pad(k32, (0, 0, 0, 0, 1, 0))[:, :T] * pair[..., None]
+    else:
+        pair = torch.ones_like(place, dtype=torch.bool)
+        x = k32
+    sq = (x * x).sum(-1)  # [1, T, H]
+    energy = torch.zeros_like(sq)
+    n_pairs = torch.zeros_like(place, dtype=f32)
+    for j in range(W):  # window slot j: pair t − j, held when it is a pair of t's own sequence
+        held = ((place >= j) & _late(pair, j)).to(f32)
+        energy = energy + _late(sq, j) * held
+        n_pairs = n_pairs + held
+    energy = energy / n_pairs.clamp(min=1.0)
+    eta, gamma = step_size_and_carry(cfg, beta.to(f32), lam.to(f32), energy, n_pairs)
+    a = eta / n_pairs.clamp(min=1.0)
+    log_gamma = torch.log(gamma)
+    coef = [c * (place >= d) for d, c in enumerate(window_coefficients(a, log_gamma, W))]
+    N = bounds.numel() - 1
+    S0 = q.new_zeros(N, q.shape[2], q.shape[3], v.shape[-1], dtype=f32)
+    o, _ = decayed_attention(q, _late(x, W - 1).to(q.dtype), _late(v, W - 1).to(q.dtype), coef[W - 1], log_gamma,
+                             S0, raw=cfg.timing == "raw", chunk_size=chunk_size, cu_seqlens=bounds)
+    if W == 1:
+        return o
+    lag = 0 if cfg.timing == "raw" else 1
+    band = torch.stack([_late(coef[d], lag) * (place >= d + lag) for d in range(W - 1)], dim=-1)
+    pad = (0, 0, 0, 0, W - 1, 0)  # the extended arrays: W − 1 empty slots in front of the row
+    o = band_read(q, F.pad(x, pad), F.pad(v, pad), band, lag) + o  # the band reads v in its own dtype
+    return o.to(q.dtype)
+
+
+def triton_falcon3(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, lam: Tensor, cfg: RuleConfig,
+                   state: FastWeightState, fresh: bool, chunk_size: int = 64,
+                   cu_seqlens: Tensor | None = None) -> tuple[Tensor, FastWeightState]:
+    """falcon-3 over ``[B, T, H, D]`` inputs in their own dtype from a float32 ``state``; o in q's dtype. The
+    kernels' chunk holds min(chunk_size · WP, 64) slot rows (WP: the window padded to a power of two), so
+    64 / WP tokens at the default. The form takes no ``cu_seqlens`` (one window tail a row): ``fast_weight_rule``
+    lays packed sequences one to a row."""
+    if cfg.rule != "falcon-3":
+        raise ValueError(f"triton_falcon3 runs rule 'falcon-3' only, got {cfg.rule!r}")
+    if cu_seqlens is not None:
+        raise ValueError("triton_falcon3 takes no cu_seqlens; fast_weight_rule lays packed sequences one to a row")
+    f32 = torch.float32
+    prep = prepare(k, v, beta.to(f32), lam.to(f32), cfg, state, fresh, top_eigenvalue)  # pairs float32 (above)
+    B, T, H = q.shape[:3]
+    geo = geometry(cfg.span, chunk_size)
+    pad = (0, 0, 0, 0, 0, geo["WP"] - cfg.span)  # slots past the window hold x = v = 0: they write nothing
+    X, V = (F.pad(windows(t, cfg.span), pad).reshape(B, T * geo["WP"], H, -1).to(q.dtype)
+            for t in (prep.x_ext, prep.y_ext))
+    a = prep.eta / prep.n_pairs.clamp(min=1.0)[..., None]  # a_t = η_t / B_t, [B, T, H]
+    o, S = Falcon3Chunks.apply(q, X, V, a, torch.log(prep.gamma), state.S.float(), cfg.timing == "rbw", geo)
+    return o, final_state(S, k[:, -1:].to(f32), prep, cfg)  # final_state reads the last key alone

@@ -1,0 +1,107 @@
+"""The mixer registry: short names (``falcon-1a.3``, ``transformer``, ``mamba2``...) -> builders.
+
+``build_mixer(name, d_model, n_heads, **options)`` builds one; a registry name is a mixer class plus a
+preset of option defaults (the paper's ``.1/.2/.3`` variants are presets of the Falcon mixer). Options
+given explicitly override the preset; unknown names and options raise a one-line ValueError.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from falcon_lab.kernels import RULES
+from falcon_lab.mixers.deltanet import DeltaNet, DeltaNetOptions, GatedDeltaNetOptions
+from falcon_lab.mixers.falcon import VARIANTS, FalconMixer, FalconOptions
+from falcon_lab.mixers.layers import Mixer
+from falcon_lab.mixers.mamba2 import Mamba2, Mamba2Options
+from falcon_lab.mixers.options import parse_options
+from falcon_lab.mixers.retnet import Retention, RetNetOptions
+from falcon_lab.mixers.transformer import Attention, TransformerOptions
+
+
+@dataclass(frozen=True)
+class MixerBuilder:
+    """Builds the mixer ``name``: ``builder(d_model, n_heads, **options) -> Mixer``."""
+
+    name: str
+    make: Callable[[int, int, Any, str], Mixer]
+    options: type
+    preset: Mapping[str, Any] = field(default_factory=dict)
+    summary: str = ""
+
+    def __call__(self, d_model: int, n_heads: int, **options: Any) -> Mixer:
+        opts = parse_options(self.name, self.options, {**self.preset, **options})
+        return self.make(d_model, n_heads, opts, self.name)
+
+    def defaults(self) -> dict[str, Any]:
+        """Every option of this name with its default (preset applied)."""
+        return dataclasses.asdict(parse_options(self.name, self.options, dict(self.preset)))
+
+
+def _falcon(rule: str) -> Callable[[int, int, FalconOptions, str], Mixer]:
+    def make(d_model: int, n_heads: int, opts: FalconOptions, name: str) -> Mixer:
+        return FalconMixer(d_model, n_heads, opts, rule, name)
+    make.resets_at_samples = FalconMixer.resets_at_samples  # type: ignore[attr-defined]
+    return make
+
+
+def _falcon_entries() -> list[MixerBuilder]:
+    """The six rules with the ``.3`` defaults, then the paper's evaluated variants."""
+    entries = [MixerBuilder(rule, _falcon(rule), FalconOptions, summary=f"{rule} fast weights, .3 defaults")
+               for rule in RULES]
+    for rule, variant in (("falcon-1a", "1"), ("falcon-1a", "2"), ("falcon-1a", "3"), ("falcon-3a", "3"),
+                          ("falcon-1", "3")):
+        entries.append(MixerBuilder(f"{rule}.{variant}", _falcon(rule), FalconOptions, VARIANTS[variant],
+                                    summary=f"{rule} fast weights, paper variant .{variant}"))
+    return entries
+
+
+def _entries() -> list[MixerBuilder]:
+    return [
+        MixerBuilder("transformer", Attention, TransformerOptions,
+                     summary="softmax attention with RoPE (SDPA), KV cache for generation"),
+        MixerBuilder("retnet", Retention, RetNetOptions,
+                     summary="multi-scale retention: fixed per-head decays, RoPE, group norm, swish gate"),
+        MixerBuilder("mamba2", Mamba2, Mamba2Options,
+                     summary="Mamba-2 SSD: conv, input-dependent Δ, per-head A, D skip, gated RMSNorm"),
+        MixerBuilder("deltanet", DeltaNet, DeltaNetOptions,
+                     summary="delta rule with ℓ2-normalised q/k, β = σ(·), short conv, output norm"),
+        MixerBuilder("gated-deltanet", DeltaNet, GatedDeltaNetOptions,
+                     summary="gated delta rule: DeltaNet plus a Mamba-style forget gate and output gate"),
+        *_falcon_entries(),
+    ]
+
+
+MIXERS: dict[str, MixerBuilder] = {b.name: b for b in _entries()}
+
+
+def masks_samples(name: str) -> bool:
+    """Whether mixer ``name`` takes an attention mask that keeps the samples of a packed row apart
+    (``forward(x, mask=...)``; ``PositionsConfig.sample_end``)."""
+    return name in MIXERS and bool(getattr(MIXERS[name].make, "masks_samples", False))
+
+
+def resets_at_samples(name: str) -> bool:
+    """Whether mixer ``name`` restarts its state and short convolutions at every sample of a packed row
+    (``forward(x, samples=...)`` with the ``sample_index`` of each token; ``PositionsConfig.sample_end``)."""
+    return name in MIXERS and bool(getattr(MIXERS[name].make, "resets_at_samples", False))
+
+
+def build_mixer(name: str, d_model: int, n_heads: int, **options: Any) -> Mixer:
+    """Build the registered mixer ``name`` for width ``d_model`` with ``n_heads`` heads."""
+    if name not in MIXERS:
+        raise ValueError(f"unknown mixer {name!r}; accepted: {', '.join(MIXERS)}")
+    return MIXERS[name](d_model, n_heads, **options)
+
+
+def default_options(name: str) -> dict[str, Any]:
+    """The full option set of mixer ``name`` with its defaults (for recording a run's configuration)."""
+    if name not in MIXERS:
+        raise ValueError(f"unknown mixer {name!r}; accepted: {', '.join(MIXERS)}")
+    return MIXERS[name].defaults()
+
+
+__all__ = ["MIXERS", "MixerBuilder", "build_mixer", "default_options"]

@@ -1,5 +1,0 @@
-"""Lets `python -m lab` run the `lab` command line."""
-
-from lab.cli import main
-
-main()
