@@ -20,6 +20,7 @@ def test_step_anatomy_times_each_stage_and_writes_its_table(tmp_path: Path) -> N
         stages = [float(r[k]) for k in ("loop_ms", "data_ms", "fwd_ms", "bwd_ms", "opt_ms")]
         assert all(s > 0 for s in stages)
         assert int(r["params"]) > 0 and float(r["tokens_per_s"]) > 0
+        assert float(r["tflop"]) > 0 and r["mfu"] == ""  # no peak for a CPU: no utilisation claimed
     assert "| transformer |" in (tmp_path / "step.md").read_text()
 
 
@@ -39,7 +40,7 @@ def test_a_campaign_preset_times_each_row_as_the_campaign_trains_it(monkeypatch,
 
     seen = {}
 
-    def measure(cfg, steps):
+    def measure(cfg, steps, trace=None):
         seen[cfg.mixer] = cfg
         return {"params": 1, "tokens_per_s": 1.0, "loop_ms": 1.0}
 

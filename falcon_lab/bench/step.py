@@ -9,6 +9,9 @@ the run's own batches, with bf16 autocast on a GPU:
   synchronisation (their sum exceeds `loop_ms` by the overlap it forbids);
 - `kernels`: device kernels launched per step, and `gpu_ms` their summed device time (torch.profiler):
   `gpu_ms` far below `loop_ms` means the step waits on the host (Python and launches), not on the GPU;
+- `tflop`: the step's model FLOPs (6·N·tokens and the mixer's own, falcon_lab/bench/flops.py); `mfu` their
+  rate over `loop_ms` as a fraction of the GPU's dense bf16 peak, `gpu_mfu` over `gpu_ms` (what the kernels
+  alone reach: the gap between the two is the host's);
 - `warmup_s`: the untimed first steps, compilation included (`--set train.compile=true` runs the forward
   through torch.compile as `lab train` does; `--set train.cuda_graphs=true` replays the forward and
   backward from CUDA graphs, falcon_lab/train/graphs.py, the capture counted here; both together capture the
@@ -26,8 +29,8 @@ from typing import Any
 
 from falcon_lab.runs import atomic_write_text, device_name, now
 
-COLUMNS = ("mixer", "compile", "cuda_graphs", "params", "tokens", "loop_ms", "tokens_per_s", "data_ms", "fwd_ms", "bwd_ms",
-           "opt_ms", "kernels", "gpu_ms", "warmup_s", "top_kernels")
+COLUMNS = ("mixer", "compile", "cuda_graphs", "params", "tokens", "loop_ms", "tokens_per_s", "tflop", "mfu", "gpu_mfu",
+           "data_ms", "fwd_ms", "bwd_ms", "opt_ms", "kernels", "gpu_ms", "warmup_s", "top_kernels")
 
 
 def _sync(device: Any) -> None:
@@ -37,9 +40,12 @@ def _sync(device: Any) -> None:
         torch.cuda.synchronize()
 
 
-def measure(cfg: Any, steps: int = 20, warmup: int = 5) -> dict[str, Any]:
-    """Time `steps` training steps of the run config `cfg` (after `warmup` untimed ones)."""
+def measure(cfg: Any, steps: int = 20, warmup: int = 5, trace: Path | None = None) -> dict[str, Any]:
+    """Time `steps` training steps of the run config `cfg` (after `warmup` untimed ones); with `trace`, the
+    profiled step's Chrome trace is written there (gzipped)."""
     import torch
+
+    from falcon_lab.bench.flops import step_flops
 
     from falcon_lab.train.data import train_batch
     from falcon_lab.train.module import LabModule, token_loss_sum
@@ -106,23 +112,33 @@ def measure(cfg: Any, steps: int = 20, warmup: int = 5) -> dict[str, Any]:
         for key, a, b in zip(stages, marks, marks[1:]):
             stages[key] += (b - a) / steps * 1e3
 
-    kernels, gpu_ms, top = _profile(step, device, warmup + steps)
+    kernels, gpu_ms, top = _profile(step, device, warmup + steps, trace)
     tokens = cfg.train.batch_size * batch(0)[0].shape[1]
-    return {"compile": cfg.train.compile, "cuda_graphs": cfg.train.cuda_graphs, "params": sum(p.numel() for p in params), "tokens": tokens,
-            "loop_ms": loop_ms, "warmup_s": warmup_s,
-            "tokens_per_s": tokens / loop_ms * 1e3, **stages, "kernels": kernels, "gpu_ms": gpu_ms,
-            "top_kernels": top}
+    flops = step_flops(model, cfg, train_batch(cfg, warmup, 0, 1)[0])
+    name = device_name() if device.type == "cuda" else None
+    return {"compile": cfg.train.compile, "cuda_graphs": cfg.train.cuda_graphs,
+            "params": sum(p.numel() for p in params), "tokens": tokens, "loop_ms": loop_ms, "warmup_s": warmup_s,
+            "tokens_per_s": tokens / loop_ms * 1e3, "tflop": flops.total / 1e12,
+            "mfu": flops.mfu(loop_ms / 1e3, name), "gpu_mfu": flops.mfu(gpu_ms / 1e3, name) if gpu_ms else None,
+            **stages, "kernels": kernels, "gpu_ms": gpu_ms, "top_kernels": top}
 
 
-def _profile(step: Callable[[int], None], device: Any, at: int) -> tuple[int | None, float | None, str]:
-    """Device kernels of one step, their summed device time, and the three costliest (GPU only)."""
+def _profile(step: Callable[[int], None], device: Any, at: int,
+             trace: Path | None = None) -> tuple[int | None, float | None, str]:
+    """Device kernels of one step, their summed device time, and the three costliest (GPU only); with `trace`,
+    the step's Chrome trace (host and device, `chrome://tracing` or Perfetto) gzipped to that path."""
     import torch
 
     if device.type != "cuda":
         return None, None, ""
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+    activities = [torch.profiler.ProfilerActivity.CUDA]
+    if trace is not None:
+        activities.append(torch.profiler.ProfilerActivity.CPU)
+    with torch.profiler.profile(activities=activities) as prof:
         step(at)
         _sync(device)
+    if trace is not None:
+        _write_trace(prof, trace)
     events = [e for e in prof.events() if getattr(e, "device_type", None) == torch.autograd.DeviceType.CUDA]
     total_us = sum(e.device_time_total for e in events if hasattr(e, "device_time_total"))
     by_name: dict[str, float] = {}
@@ -132,8 +148,21 @@ def _profile(step: Callable[[int], None], device: Any, at: int) -> tuple[int | N
     return len(events), total_us / 1e3, "; ".join(f"{name[:48]} {us / 1e3:.2f}" for name, us in top)
 
 
+def _write_trace(prof: Any, path: Path) -> None:
+    """The profiler's Chrome trace, gzipped (a step's trace is tens of MB as JSON, a few gzipped)."""
+    import gzip
+    import tempfile
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        raw = Path(tmp) / "trace.json"
+        prof.export_chrome_trace(str(raw))
+        with raw.open("rb") as src, gzip.open(path, "wb") as dst:
+            dst.write(src.read())
+
+
 def run(mixers: Sequence[str], *, preset: str, task: str, steps: int, out: Path, overrides: Sequence[str] = (),
-        echo: Callable[[str], None] = print) -> list[dict[str, Any]]:
+        echo: Callable[[str], None] = print, traces: bool = False) -> list[dict[str, Any]]:
     """Measure each mixer; write `step.md` and `step.csv` into `out` after each one."""
     from falcon_lab.bench.train import _write_csv
     from falcon_lab.config import load_config
@@ -148,7 +177,8 @@ def run(mixers: Sequence[str], *, preset: str, task: str, steps: int, out: Path,
         cfgs.append(load_config(base, overrides=[f"task={task}", f"mixer={mixer}", *settings, *overrides]))
     for mixer, cfg in zip(mixers, cfgs):
         try:
-            row = {"mixer": mixer, **measure(cfg, steps=steps)}
+            trace = out / f"trace-{mixer}.json.gz" if traces else None
+            row = {"mixer": mixer, **measure(cfg, steps=steps, trace=trace)}
         except Exception as err:  # one mixer's failure is a row, the others still run
             row = {"mixer": mixer, "top_kernels": f"failed: {type(err).__name__}: {err}"[:200]}
         rows.append(row)

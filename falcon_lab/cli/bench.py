@@ -85,9 +85,11 @@ def step(
     out: Annotated[Path | None, typer.Option(help="Folder for step.csv and step.md; default <results>/bench/step.",
                                              callback=writable_out)] = None,
     set_: Annotated[list[str] | None, typer.Option("--set", help="Override a setting (repeatable).")] = None,
+    traces: Annotated[bool, typer.Option(
+        "--traces", help="Write each mixer's profiled step as a gzipped Chrome trace beside step.csv (GPU).")] = False,
 ) -> None:
-    """Where a training step's time goes without Lightning: bare-loop ms, data / forward / backward /
-    optimiser ms, kernels launched and their device time."""
+    """Where a training step's time goes without Lightning: bare-loop ms, model FLOP utilisation, data /
+    forward / backward / optimiser ms, kernels launched and their device time."""
     from falcon_lab.bench.step import run
     from falcon_lab.paths import results_path
 
@@ -99,11 +101,48 @@ def step(
     from falcon_lab.config import ConfigError
 
     try:
-        run(names, preset=preset, task=task, steps=steps, out=out, overrides=set_ or (), echo=typer.echo)
+        run(names, preset=preset, task=task, steps=steps, out=out, overrides=set_ or (), echo=typer.echo,
+            traces=traces)
     except ConfigError as err:
         typer.echo(f"lab bench step: {err}", err=True)
         raise typer.Exit(code=2) from None
     typer.echo(f"wrote {out / 'step.csv'} and {out / 'step.md'}")
+
+
+@app.command()
+def throughput(
+    mixers: MixersOption = None,
+    preset: PresetOption = "same-time",
+    task: TaskOption = "addition",
+    out: Annotated[Path | None, typer.Option(
+        help="Folder for throughput.csv, throughput.md, each run's log and results/; default "
+             "<results>/bench/throughput.", callback=writable_out)] = None,
+    repeat: Annotated[int, typer.Option(help="Runs of each row (seeds --seed, --seed + 1, ...): the second pays "
+                                             "no compilation the first paid.")] = 1,
+    seed: Annotated[int, typer.Option(help="Seed of each row's first run.")] = 0,
+    set_: Annotated[list[str] | None, typer.Option("--set", help="Override a setting of every run (repeatable).")] = None,
+    timeout: Annotated[float | None, typer.Option(help="Seconds one run may take before it is stopped.")] = None,
+) -> None:
+    """A table's rows as their campaign trains them, each alone from process start to exit: wall time, step
+    ms, model FLOP utilisation, compilation and evaluation seconds, and the run's scores."""
+    from falcon_lab.bench.throughput import run
+    from falcon_lab.config import ConfigError
+    from falcon_lab.paths import results_path
+
+    names = _mixer_names("lab bench throughput", mixers)
+    if repeat < 1:
+        typer.echo(f"lab bench throughput: --repeat must be >= 1, got {repeat}", err=True)
+        raise typer.Exit(code=2)
+    out = out if out is not None else results_path("bench", "throughput")
+    try:
+        lines = run(names, preset=preset, task=task, out=out, overrides=set_ or (), repeat=repeat, seed=seed,
+                    timeout_s=timeout, echo=typer.echo)
+    except ConfigError as err:
+        typer.echo(f"lab bench throughput: {err}", err=True)
+        raise typer.Exit(code=2) from None
+    typer.echo(f"wrote {out / 'throughput.csv'} and {out / 'throughput.md'}")
+    if any(line["status"] != "ok" for line in lines):
+        raise typer.Exit(code=1)
 
 
 @app.command("gpu-check")

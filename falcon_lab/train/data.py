@@ -7,6 +7,8 @@ sees exactly the batches an uninterrupted one would.
 
 from __future__ import annotations
 
+import os
+
 import signal
 from collections.abc import Iterator
 from functools import lru_cache
@@ -150,6 +152,12 @@ class ShardValBatches(IterableDataset):
         return iter(self.batches)
 
 
+def loader_workers() -> int:
+    """Loader processes a GPU rank takes: up to 4, a quarter of the machine's cores (the rest for the ranks, their
+    compilers and the other ranks' loaders), at least 1."""
+    return max(1, min(4, (os.cpu_count() or 1) // 4))
+
+
 def loader_worker_init(worker: int) -> None:
     """A loader process computes with one thread and leaves SIGINT to the trainer: Ctrl-C in a terminal (or
     `timeout --signal=INT`) signals the whole process group, and the trainer, which stops after the step in
@@ -172,11 +180,13 @@ class LabData(pl.LightningDataModule):
         batches = TrainBatches(self.cfg, t.global_rank, t.world_size, start_step=t.global_step)
         if not torch.cuda.is_available() or t.accelerator.__class__.__name__ == "CPUAccelerator":
             return DataLoader(batches, batch_size=None)
-        # On a GPU one loader process makes the next batches while the GPU runs this one (an addition
-        # batch of 256 rows takes ~4 ms of Python, a packed one ~15 ms); the batches stay the same,
-        # they are a function of the step alone.
-        return DataLoader(batches, batch_size=None, num_workers=1, prefetch_factor=8, pin_memory=True,
-                          persistent_workers=True, worker_init_fn=loader_worker_init)
+        # On a GPU loader processes make the next batches while the GPU runs this one: a packed addition
+        # batch of 256 rows takes 11-57 ms of Python on one core (the narrow widths of a curriculum's start
+        # the slowest), more than a compiled step of the table's size, so one process would hold the GPU
+        # back. The batches stay the same, a function of the step alone, whatever the number of processes.
+        workers = loader_workers()
+        return DataLoader(batches, batch_size=None, num_workers=workers, prefetch_factor=max(2, 8 // workers),
+                          pin_memory=True, persistent_workers=True, worker_init_fn=loader_worker_init)
 
     def val_dataloader(self) -> DataLoader | list:
         if self.cfg.task == "fineweb":

@@ -5,6 +5,8 @@ Every rank of a DDP run executes this; only rank zero writes files and the regis
 
 from __future__ import annotations
 
+import os
+
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field
@@ -81,6 +83,26 @@ def check_placement(cfg: RunConfig) -> None:
             raise ConfigError("train.cuda_graphs needs a CUDA GPU; this run trains on the CPU")
 
 
+CACHE_VARIABLES = {"TORCHINDUCTOR_CACHE_DIR": "inductor", "TRITON_CACHE_DIR": "triton"}
+
+
+def compile_caches(results: Path) -> dict[str, str]:
+    """Point torch.compile's and Triton's on-disk caches at `<results>/cache/` unless the environment already
+    names them: every run under one results folder (one machine's campaign, or a results folder carried from
+    one machine to the next) reuses the kernels and graphs the first run of a shape compiled. Returns the
+    variables set. Read lazily by Inductor and Triton, so setting them before the first compilation suffices."""
+    chosen = {}
+    for variable, folder in CACHE_VARIABLES.items():
+        if not os.environ.get(variable):
+            path = results / "cache" / folder
+            try:
+                path.mkdir(parents=True, exist_ok=True)
+            except OSError:  # an unwritable results folder is reported where the run writes; keep the defaults
+                continue
+            os.environ[variable] = chosen[variable] = str(path)
+    return chosen
+
+
 def run_training(
     cfg: RunConfig,
     out: str | Path | None = None,
@@ -111,6 +133,8 @@ def run_training(
     run_id = config_hash(cfg)
     results = Path(results).resolve() if results is not None else results_root()
     run = run_dir_for(run_id, out, results)
+    if cfg.train.compile:
+        compile_caches(results)
     # Rank zero holds the folder; the other ranks are its own children.
     with RunLock(run) if rank_zero_only.rank == 0 else nullcontext():
         if not stop_on_interrupt:

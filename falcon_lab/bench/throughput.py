@@ -1,0 +1,168 @@
+"""`lab bench throughput`: what a table's run costs, row by row, from process start to exit.
+
+Each row trains as its campaign trains it (`lab train --preset <campaign preset> --mixer <row>`, the preset's
+settings for that row included) in its own process, alone, timed from the process's start to its exit: the
+price of one run of the table, imports, compilation, every evaluation and the last checkpoint included. From
+the run's own `metrics.csv` (elapsed and evaluation seconds at every logged step) come:
+
+- `step_ms`: the median time of a training step between logged steps, evaluation taken out;
+- `compile_s`: the first logged step's elapsed time less its steps at `step_ms` (compilation, autotuning and
+  the first passes' allocation: what a run pays before it runs at speed);
+- `eval_s`: the seconds spent evaluating during training; `other_s`: the rest of `wall_s` (start-up, the data's
+  first batches, the final evaluation and writing the run);
+- `mfu`: the step's model FLOPs (falcon_lab/bench/flops.py) over `step_ms`, a fraction of the GPU's bf16 peak.
+
+The runs share one results folder, so their compile caches (`<results>/cache`, set by `lab train`) are shared:
+`--repeat 2` trains every row twice (the second run under another seed) to show what a run of an already compiled
+shape pays. `val_acc` and `ood_mean` (the best step's, by validation accuracy, earliest among ties) let a faster
+run be checked against the recorded ones. Writes `throughput.csv` and `throughput.md` after every run.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from falcon_lab.bench.train import _read_rows, _text, _write_csv
+from falcon_lab.runs import atomic_write_text, device_name, git_state, now
+
+COLUMNS = ("row", "seed", "status", "steps", "wall_s", "step_ms", "mfu", "compile_s", "eval_s", "other_s",
+           "tokens_per_s", "tflop", "val_acc", "ood_mean", "gpu", "run_id", "message")
+
+
+def _float(value: Any) -> float | None:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def timings(metrics: list[dict[str, str]]) -> dict[str, float | None]:
+    """step_ms, compile_s and eval_s from a run's logged rows (step, elapsed_s, eval_s)."""
+    points = [(s, e, _float(r.get("eval_s")) or 0.0) for r in metrics
+              if (s := _float(r.get("step"))) is not None and (e := _float(r.get("elapsed_s"))) is not None]
+    if not points:
+        return {"step_ms": None, "compile_s": None, "eval_s": None}
+    per_step = [((e1 - e0) - (v1 - v0)) / (s1 - s0) for (s0, e0, v0), (s1, e1, v1) in zip(points, points[1:])
+                if s1 > s0]
+    step_s = statistics.median(per_step) if per_step else None
+    first_step, first_elapsed, first_eval = points[0]
+    compile_s = None if step_s is None else max(0.0, first_elapsed - first_eval - first_step * step_s)
+    return {"step_ms": None if step_s is None else step_s * 1e3, "compile_s": compile_s, "eval_s": points[-1][2]}
+
+
+def best_scores(evals: list[dict[str, str]]) -> dict[str, float | None]:
+    """val_acc and ood_mean at the best step by validation accuracy (the earliest among ties)."""
+    best = None
+    for row in evals:
+        acc = _float(row.get("val_acc"))
+        if acc is not None and (best is None or acc > best[0]):
+            best = (acc, _float(row.get("ood_mean")))
+    return {"val_acc": None if best is None else best[0], "ood_mean": None if best is None else best[1]}
+
+
+def summarise(row: str, seed: int, run_dir: Path, returncode: int | str, wall_s: float, tail: str,
+              tflop: float | None, gpu: str | None) -> dict[str, Any]:
+    """One line of throughput.csv from a finished (or failed) run folder."""
+    from falcon_lab.bench.flops import peak_flops
+
+    metrics = _read_rows(run_dir / "metrics.csv")
+    found = timings(metrics)
+    step_ms = found["step_ms"]
+    peak = peak_flops(gpu)
+    last = metrics[-1] if metrics else {}
+    eval_s = found["eval_s"]
+    elapsed = _float(last.get("elapsed_s"))
+    return {
+        "row": row, "seed": seed,
+        "status": "ok" if returncode == 0 else ("timeout" if returncode == "timeout" else f"failed ({returncode})"),
+        "steps": int(float(last["step"])) if last else 0,
+        "wall_s": round(wall_s, 1),
+        "step_ms": None if step_ms is None else round(step_ms, 2),
+        "mfu": None if (step_ms is None or peak is None or tflop is None) else round(tflop * 1e12 / (step_ms / 1e3)
+                                                                                      / peak, 4),
+        "compile_s": None if found["compile_s"] is None else round(found["compile_s"], 1),
+        "eval_s": None if eval_s is None else round(eval_s, 1),
+        "other_s": None if elapsed is None else round(wall_s - elapsed, 1),
+        "tokens_per_s": _float(last.get("tokens_per_s")),
+        "tflop": None if tflop is None else float(f"{tflop:.4g}"),
+        **best_scores(_read_rows(run_dir / "evals.csv")),
+        "gpu": gpu or "cpu", "run_id": run_dir.name,
+        "message": "" if returncode == 0 else (tail.strip().splitlines() or [""])[-1][:200],
+    }
+
+
+def step_tflop(row: str, preset: str, task: str, overrides: Sequence[str]) -> float:
+    """The row's training-step model TFLOP under its campaign preset (built on the CPU, one batch)."""
+    from falcon_lab.bench.flops import step_flops
+    from falcon_lab.config import load_config
+    from falcon_lab.reproduce.names import train_preset
+    from falcon_lab.train.data import train_batch
+    from falcon_lab.train.module import LabModule
+
+    base, settings = train_preset(preset, row)
+    cfg = load_config(base, overrides=[f"task={task}", f"mixer={row}", *settings, *overrides])
+    model = LabModule(cfg).model
+    ids, _ = train_batch(cfg, cfg.train.max_steps // 2, 0, 1)
+    return step_flops(model, cfg, ids).total / 1e12
+
+
+def run(rows: Sequence[str], *, preset: str, task: str, out: Path, overrides: Sequence[str] = (),
+        repeat: int = 1, seed: int = 0, timeout_s: float | None = None,
+        echo: Callable[[str], None] = print) -> list[dict[str, Any]]:
+    """Train each row `repeat` times (seeds seed, seed + 1, ...) under `out/results`; write the tables into `out`."""
+    out.mkdir(parents=True, exist_ok=True)
+    results = out / "results"
+    gpu = None
+    try:
+        import torch
+
+        gpu = device_name() if torch.cuda.is_available() else None
+    except ImportError:  # pragma: no cover - torch is a dependency
+        pass
+    lines: list[dict[str, Any]] = []
+    tflops = {row: step_tflop(row, preset, task, overrides) for row in rows}  # a bad row is refused before any run
+    extra = [a for item in overrides for a in ("--set", item)]
+    for i in range(repeat):
+        for row in rows:
+            run_seed = seed + i
+            run_dir = results / "runs" / f"{row}-s{run_seed}"
+            cmd = [sys.executable, "-m", "falcon_lab", "train", "--task", task, "--mixer", row, "--preset", preset,
+                   "--seed", str(run_seed), "--out", str(run_dir), "--results", str(results), "--no-progress", *extra]
+            echo(f"$ {shlex.join(['lab', *cmd[3:]])}")
+            start = time.perf_counter()
+            try:
+                proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s,
+                                      env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                returncode, stdout, stderr = proc.returncode, proc.stdout, proc.stderr
+            except subprocess.TimeoutExpired as err:
+                returncode = "timeout"
+                stdout, stderr = _text(err.stdout), _text(err.stderr) + f"\nstopped after {timeout_s} s"
+            wall = time.perf_counter() - start
+            (out / f"{row}-s{run_seed}.log").write_text(stdout + stderr)
+            line = summarise(row, run_seed, run_dir, returncode, wall, stderr or stdout, tflops[row], gpu)
+            lines.append(line)
+            echo("  " + "  ".join(f"{k} {line[k]}" for k in ("status", "wall_s", "step_ms", "mfu", "compile_s",
+                                                             "eval_s", "val_acc", "ood_mean")))
+            _write_csv(out / "throughput.csv", lines, COLUMNS)
+            atomic_write_text(out / "throughput.md", markdown(lines, preset, task))
+    return lines
+
+
+def markdown(lines: list[dict[str, Any]], preset: str, task: str) -> str:
+    git = git_state()
+    head = ["# What a run of the table costs, row by row", "",
+            f"- preset `{preset}`, task {task}: each row as its campaign trains it, alone, process start to exit",
+            f"- device: {device_name()}", f"- commit: {git['commit']}{' (dirty)' if git['dirty'] else ''}",
+            f"- date: {now()}", f"- command: `{shlex.join(['lab', *sys.argv[1:]])}`",
+            "- columns: falcon_lab/bench/throughput.py", "",
+            "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    body = ["| " + " | ".join("" if line.get(k) is None else str(line[k]) for k in COLUMNS) + " |" for line in lines]
+    return "\n".join(head + body) + "\n"

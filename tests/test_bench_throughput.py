@@ -1,0 +1,51 @@
+"""`lab bench throughput`: a row's run timed from process start to exit, and its timings read off metrics.csv."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from falcon_lab.bench.throughput import COLUMNS, best_scores, timings
+from falcon_lab.cli import app
+
+
+def test_timings_take_evaluation_out_of_the_steps() -> None:
+    rows = [{"step": "10", "elapsed_s": "31.0", "eval_s": "0"},       # 30 s before step 1, then 0.1 s a step
+            {"step": "20", "elapsed_s": "32.0", "eval_s": "0"},
+            {"step": "30", "elapsed_s": "35.0", "eval_s": "2.0"},     # 2 s of evaluation in between
+            {"step": "40", "elapsed_s": "36.0", "eval_s": "2.0"}]
+    found = timings(rows)
+    assert found["step_ms"] == pytest.approx(100.0)
+    assert found["compile_s"] == pytest.approx(30.0)
+    assert found["eval_s"] == 2.0
+    assert timings([]) == {"step_ms": None, "compile_s": None, "eval_s": None}
+
+
+def test_best_scores_take_the_earliest_best_step() -> None:
+    evals = [{"val_acc": "50", "ood_mean": "1"}, {"val_acc": "99", "ood_mean": "20"}, {"val_acc": "99", "ood_mean": "30"}]
+    assert best_scores(evals) == {"val_acc": 99.0, "ood_mean": 20.0}
+
+
+def test_a_row_is_timed_from_process_start_to_exit(tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, ["bench", "throughput", "--mixers", "transformer", "--preset", "addition-tiny",
+                                      "--set", "train.max_steps=12", "--set", "train.log_every=2",
+                                      "--set", "train.val_every=6", "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    (line,) = list(csv.DictReader((tmp_path / "throughput.csv").open()))
+    assert tuple(line) == COLUMNS
+    assert line["row"] == "transformer" and line["status"] == "ok" and line["steps"] == "12" and line["gpu"] == "cpu"
+    wall, step_ms, compile_s = float(line["wall_s"]), float(line["step_ms"]), float(line["compile_s"])
+    assert step_ms > 0 and compile_s >= 0 and float(line["eval_s"]) > 0 and float(line["other_s"]) > 0
+    assert wall > 12 * step_ms / 1e3 + float(line["eval_s"])
+    assert line["mfu"] == "" and float(line["tflop"]) > 0  # no bf16 peak claimed for a CPU
+    assert line["val_acc"] != ""
+    assert "| transformer | 0 | ok |" in (tmp_path / "throughput.md").read_text()
+
+
+def test_an_unknown_row_is_refused_in_one_line(tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, ["bench", "throughput", "--mixers", "nope", "--out", str(tmp_path / "o")])
+    assert result.exit_code == 2 and result.output.startswith("lab bench throughput: unknown mixer nope")
+    assert result.output.count("\n") == 1 and not (tmp_path / "o").exists()
