@@ -8,7 +8,9 @@ ranges). Validation and OOD samples come from their own seeded streams, never th
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 import torch
@@ -76,16 +78,31 @@ def _records_by_width(split: str, widths: range, n_per_length: int, seed: int) -
     return by_n
 
 
+@lru_cache(maxsize=8)
+def _split_batches(split: str, widths: range, n_per_length: int, seed: int,
+                   batch_size: int) -> tuple[dict[int, int], tuple[tuple[torch.Tensor, torch.Tensor], ...]]:
+    """A split's records in width order as teacher-forced batches of `batch_size` rows, and how many records each
+    width has. The same at every evaluation of a run: made once a process (their making took as long as the
+    passes over them)."""
+    by_n = _records_by_width(split, widths, n_per_length, seed)
+    ordered = [r for n in sorted(by_n) for r in by_n[n]]
+    batches = tuple(teacher_forced_batch(ordered[i:i + batch_size]) for i in range(0, len(ordered), batch_size))
+    return {n: len(by_n[n]) for n in sorted(by_n)}, batches
+
+
 @torch.no_grad()
-def teacher_forced(model: nn.Module, records: list[dict], device: torch.device,
-                   batch_size: int = 256) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+def teacher_forced(model: nn.Module, records: list[dict] | None, device: torch.device, batch_size: int = 256,
+                   batches: Sequence[tuple[torch.Tensor, torch.Tensor]] | None = None,
+                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Whole-suffix correctness, right tokens, scored tokens and the summed cross-entropy (nats) of the scored
-    tokens for each record. The scores stay on the device until the last batch: the host queues each pass
-    without waiting for the one before."""
+    tokens for each record (or each row of the teacher-forced `batches` given in their place). The scores stay
+    on the device until the last batch: the host queues each pass without waiting for the one before."""
+    if batches is None:
+        assert records is not None, "teacher_forced needs records or their batches"
+        batches = [teacher_forced_batch(records[i:i + batch_size]) for i in range(0, len(records), batch_size)]
     whole, right, total, loss = [], [], [], []
-    for i in range(0, len(records), batch_size):
-        input_ids, labels = teacher_forced_batch(records[i:i + batch_size])
-        logits = model(input_ids.to(device)).float()
+    for input_ids, labels in batches:
+        logits = model(input_ids.to(device, non_blocking=True)).float()
         labels = labels.to(device)
         acc = suffix_accuracy(logits, labels)
         whole.append(acc.whole_correct)
@@ -151,19 +168,19 @@ def evaluate_addition(model: nn.Module, *, n_per_length: int = 100, seed: int = 
         for split, widths in (("val", val_widths), ("ood", ood_widths)):
             if len(widths) == 0:
                 continue
-            by_n = _records_by_width(split, widths, n_per_length, seed)
-            ordered = [r for n in sorted(by_n) for r in by_n[n]]
-            whole, right, total, loss = teacher_forced(model, ordered, device, batch_size)
+            counts, batches = _split_batches(split, widths, n_per_length, seed, batch_size)
+            whole, right, total, loss = teacher_forced(model, None, device, batches=batches)
             if split == "val":
                 val_loss = loss.sum().item() / max(total.sum().item(), 1)
             start = 0
-            for n in sorted(by_n):
-                part = slice(start, start + len(by_n[n]))
+            for n, count in counts.items():
+                part = slice(start, start + count)
                 start = part.stop
                 tf[n] = 100.0 * whole[part].float().mean().item()
                 tok[n] = 100.0 * right[part].sum().item() / max(total[part].sum().item(), 1)
-                if free_running:
-                    free[n] = 100.0 * greedy(model, by_n[n], device).float().mean().item()
+            if free_running:
+                for n, records in sorted(_records_by_width(split, widths, n_per_length, seed).items()):
+                    free[n] = 100.0 * greedy(model, records, device).float().mean().item()
     finally:
         model.train(was_training)
     return AdditionReport(teacher_forced=tf, per_token=tok, free_running=free, val_widths=val_widths,
