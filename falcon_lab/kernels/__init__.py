@@ -11,8 +11,13 @@ from falcon_lab.kernels.falcon import (
     TIMINGS,
     FastWeightState,
     RuleConfig,
+    RuleSpec,
     fast_weight_rule,
     fast_weight_step,
+    register_rule,
+    rule_spec,
+    rule_specs,
+    unregister_rule,
 )
 from falcon_lab.kernels.linear_attention import linear_attention
 
@@ -23,8 +28,13 @@ __all__ = [
     "TIMINGS",
     "FastWeightState",
     "RuleConfig",
+    "RuleSpec",
     "fast_weight_rule",
     "fast_weight_step",
     "gated_delta_rule",
     "linear_attention",
+    "register_rule",
+    "rule_spec",
+    "rule_specs",
+    "unregister_rule",
 ]
