@@ -136,8 +136,7 @@ def rule_ops(rules: Sequence[str]) -> list[Op]:
 
 
 def _gated_delta(x: dict[str, Tensor], backend: str = "triton") -> Tensor:
-    from falcon_lab.kernels import gated_delta_rule
-    from falcon_lab.kernels.regression.gated_delta import gated_delta_triton
+    from falcon_lab.kernels import gated_delta_rule, gated_delta_triton
 
     op = gated_delta_triton if backend == "triton" else partial(gated_delta_rule, backend=backend)
     return op(x["q"], x["k"], x["v"], x["g"], x["beta"], scale=x["q"].shape[-1] ** -0.5, chunk_size=CHUNK)[0]
