@@ -98,6 +98,7 @@ class DeltaNet(Mixer):
     falcon-1 chunk form; Gated DeltaNet's WY chunk form, which takes no packed sequences, gets them one to a row."""
 
     resets_at_samples = True
+    spec = RULE
 
     def __init__(self, d_model: int, n_heads: int, opts: DeltaNetOptions, name: str = "deltanet") -> None:
         super().__init__()
