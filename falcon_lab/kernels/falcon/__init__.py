@@ -10,5 +10,5 @@ from falcon_lab.kernels.common.state import FastWeightState, fresh_state
 from falcon_lab.kernels.falcon.api import fast_weight_rule, fast_weight_step
 
 __all__ = ["ALIGNMENTS", "BACKENDS", "RULES", "TIMINGS", "FastWeightState", "RuleConfig", "RuleSpec",
-           "decayed_attention", "fast_weight_rule", "fast_weight_step", "fresh_state", "register_rule", "rule_spec", "rule_specs", "rules",
-           "unregister_rule"]
+           "decayed_attention", "fast_weight_rule", "fast_weight_step", "fresh_state", "register_rule", "rule_spec",
+           "rule_specs", "rules", "unregister_rule"]
