@@ -18,12 +18,12 @@ from typing import Any
 
 import yaml
 
+from falcon_lab.task import SEQUENCE_TASKS, TASKS, task_of, tasks
 from falcon_lab.typed import ConfigError, build, check_value, hint_of, merge, parse_text, set_dotted, yaml_problem
 
 PRESETS_DIR = Path(__file__).resolve().parent / "presets"
-TASKS = ("addition", "random", "fineweb", "mqar", "parity", "permutation")
-# The synthetic tasks of falcon_lab.tasks.synthetic: a length axis, trained on data.lengths, tested on data.test_lengths.
-SEQUENCE_TASKS = ("mqar", "parity", "permutation")
+# TASKS: the registered tasks (falcon_lab.task); SEQUENCE_TASKS: those with a length axis, trained on data.lengths and
+# tested on data.test_lengths (the synthetic tasks of falcon_lab.tasks.synthetic and any registered like them).
 CURRICULA = ("linear",)
 PRECISIONS = ("auto", "32-true", "bf16-mixed", "16-mixed", "64-true")
 STRATEGIES = ("auto", "ddp", "ddp_find_unused_parameters_true")
@@ -349,8 +349,7 @@ def validate(cfg: RunConfig) -> None:
     if m.abacus is not None:
         if m.abacus < 0:
             raise ConfigError(f"model.abacus must be null (off) or >= 0 (the largest offset), got {m.abacus}")
-        if cfg.task != "addition":
-            raise ConfigError(f"model.abacus (digit positions) is for task addition, not {cfg.task!r}")
+        _model_option(cfg, "model.abacus", "model.abacus (digit positions)")
     from falcon_lab.mixers.positions import ABACUS_EMBEDS
 
     if m.abacus_embed not in ABACUS_EMBEDS:
@@ -386,8 +385,7 @@ def validate(cfg: RunConfig) -> None:
         raise ConfigError(f"eval.abacus_offset={offset} must lie in 0..model.abacus (the offsets seen in "
                           f"training; model.abacus is {m.abacus})")
     if m.isolate_samples:
-        if cfg.task != "addition":
-            raise ConfigError(f"model.isolate_samples is for task addition (samples end with EOS), not {cfg.task!r}")
+        _model_option(cfg, "model.isolate_samples", "model.isolate_samples", " (samples end with EOS)")
         from falcon_lab.mixers import MIXERS, masks_samples
 
         if cfg.mixer in MIXERS and not masks_samples(cfg.mixer) and t.cuda_graphs:
@@ -401,6 +399,7 @@ def validate(cfg: RunConfig) -> None:
 
 def _validate_data(cfg: RunConfig) -> None:
     d = cfg.data
+    task = task_of(cfg.task)
     lo, hi = d.widths
     if not 1 <= lo <= hi:
         raise ConfigError(f"data.widths must satisfy 1 <= lo <= hi, got {list(d.widths)}")
@@ -408,7 +407,8 @@ def _validate_data(cfg: RunConfig) -> None:
         if d.curriculum not in CURRICULA:
             raise ConfigError(f"data.curriculum={d.curriculum!r} is not accepted; "
                               f"accepted: null, {', '.join(CURRICULA)}")
-        key, (first, last) = ("data.lengths", d.lengths) if cfg.task in SEQUENCE_TASKS else ("data.widths", (lo, hi))
+        key = task.curriculum_range or "data.widths"
+        first, last = getattr(d, key.removeprefix("data."))
         if not first <= d.start_width <= last:
             raise ConfigError(f"data.start_width={d.start_width} must lie in {key} [{first}, {last}] "
                               f"(data.curriculum ramps its upper end from there)")
@@ -416,26 +416,19 @@ def _validate_data(cfg: RunConfig) -> None:
             raise ConfigError(f"data.ramp_steps must be >= 1, got {d.ramp_steps}")
     if d.seq_len is not None and d.seq_len < 1:
         raise ConfigError(f"data.seq_len must be >= 1 or null, got {d.seq_len}")
-    if cfg.task == "addition":
-        from falcon_lab.tasks.addition import positions_needed
-
-        need = positions_needed(hi)
-        if d.packing and d.seq_len is None:
-            raise ConfigError(f"data.packing needs data.seq_len (>= {need} for widths up to {hi})")
-        if d.seq_len is not None and d.seq_len < need:
-            raise ConfigError(f"data.seq_len={d.seq_len} is too short for width {hi}; accepted: >= {need}")
-    elif cfg.task in SEQUENCE_TASKS:
-        _validate_sequence_task(cfg)
-    if cfg.task != "addition" and d.packing:
-        raise ConfigError(f"data.packing applies to task 'addition' only; accepted for {cfg.task!r}: false")
-    if cfg.task not in ("addition", *SEQUENCE_TASKS) and d.curriculum is not None:
-        raise ConfigError(f"data.curriculum applies to addition and the synthetic tasks "
+    task.check(cfg)  # the task's own options
+    if not task.packs and d.packing:
+        packing = [t.name for t in tasks() if t.packs]
+        raise ConfigError(f"data.packing applies to task {' and '.join(map(repr, packing))} only; accepted for "
+                          f"{cfg.task!r}: false")
+    if task.curriculum_range is None and d.curriculum is not None:
+        ramped = [t.name for t in tasks() if t.curriculum_range is not None and t.name not in SEQUENCE_TASKS]
+        raise ConfigError(f"data.curriculum applies to {', '.join(ramped)} and the synthetic tasks "
                           f"({', '.join(SEQUENCE_TASKS)}) only; accepted for {cfg.task!r}: null")
-    if cfg.task == "fineweb" and not d.path:
-        raise ConfigError("task 'fineweb' needs data.path, the folder of token shards made by `lab data fineweb`")
     e = cfg.eval
-    if e.enabled and cfg.task not in ("addition", *SEQUENCE_TASKS):
-        raise ConfigError(f"eval.enabled applies to the tasks addition, {', '.join(SEQUENCE_TASKS)}; accepted for "
+    if e.enabled and not task.evaluates:
+        evaluated = [t.name for t in tasks() if t.evaluates]
+        raise ConfigError(f"eval.enabled applies to the tasks {', '.join(evaluated)}; accepted for "
                           f"{cfg.task!r}: false")
     if e.n_per_length < 1:
         raise ConfigError(f"eval.n_per_length must be >= 1, got {e.n_per_length}")
@@ -444,35 +437,11 @@ def _validate_data(cfg: RunConfig) -> None:
                           f"got {e.free_per_length}")
 
 
-def _validate_sequence_task(cfg: RunConfig) -> None:
-    """The options of a synthetic task: its lengths, its held-out lengths beyond them, its own options."""
-    from falcon_lab.tasks.synthetic import GROUPS, check_lengths, make_task
-
-    d = cfg.data
-    if cfg.task == "permutation" and d.group not in GROUPS:
-        raise ConfigError(f"data.group={d.group!r} is not accepted; accepted: {', '.join(GROUPS)}")
-    try:
-        task = make_task(cfg.task, vocab_size=d.vocab_size, tokens_per_pair=d.tokens_per_pair, group=d.group)
-    except ValueError as err:
-        raise ConfigError(f"data.{err}") from None
-    if cfg.task == "mqar" and min(d.lengths[0], d.test_lengths[0]) < task.min_length:
-        key = "data.lengths" if d.lengths[0] < task.min_length else "data.test_lengths"
-        raise ConfigError(f"{key} {list(getattr(d, key[5:]))} starts below {task.min_length}: an MQAR sequence needs "
-                          f"data.tokens_per_pair={d.tokens_per_pair} tokens for one pair; accepted: lengths >= "
-                          f"{task.min_length} (the preset mqar-tiny trains on 16-32)")
-    try:
-        lo, hi = check_lengths(d.lengths, "data.lengths", task.min_length)
-        test_lo, test_hi = check_lengths(d.test_lengths, "data.test_lengths", task.min_length)
-        for n in (hi, test_hi):
-            task.check_length(n)
-    except ValueError as err:
-        raise ConfigError(str(err)) from None
-    if test_lo <= hi:
-        raise ConfigError(f"data.test_lengths {list(d.test_lengths)} must be held out: longer than every train "
-                          f"length (data.lengths {list(d.lengths)}); accepted: a range starting at {hi + 1} or above")
-    if d.seq_len is not None and d.seq_len < hi:
-        raise ConfigError(f"data.seq_len={d.seq_len} is shorter than the longest train length {hi}; accepted: "
-                          f">= {hi}, or null")
+def _model_option(cfg: RunConfig, key: str, what: str, why: str = "") -> None:
+    """ConfigError unless the run's task gives the model the input ``key`` sets (``Task.model_options``)."""
+    if key not in task_of(cfg.task).model_options:
+        takers = [t.name for t in tasks() if key in t.model_options]
+        raise ConfigError(f"{what} is for task {' or '.join(takers)}{why}, not {cfg.task!r}")
 
 
 def _validate_mixer(cfg: RunConfig) -> None:

@@ -135,3 +135,17 @@ def test_run_id_follows_what_is_computed_not_where() -> None:
 def test_defaults_follow_the_paper_optimiser() -> None:
     o = RunConfig().optim
     assert o.betas == (0.9, 0.95) and o.grad_clip == 1.0
+
+
+@pytest.mark.parametrize("preset, task, mixer, settings, run_id", [
+    ("parity-tiny", "parity", "falcon-1", (), "59594b70df"),
+    ("mqar-tiny", "mqar", "deltanet", (), "2148985655"),
+    ("permutation-tiny", "permutation", "falcon-2a", ("data.group=A5",), "e9fda74b69"),
+    ("tiny", "random", "falcon-3", (), "d91e5665e7"),
+    ("tiny", "addition", "falcon-1a.3", ("model.abacus=0", "model.isolate_samples=true"), "27b0c4e1d4"),
+    ("parity-tiny", "parity", "falcon-3a.3", ("data.curriculum=linear", "data.start_width=2"), "e57cfac5c8"),
+])
+def test_run_ids_of_every_task_and_rule_family_stay_as_recorded(preset, task, mixer, settings, run_id) -> None:
+    """The ids of runs on each task, through the rule and task registries, are the ids these configs had before
+    them: a run id is a hash of the configuration alone."""
+    assert config_hash(load_config(preset, overrides=list(settings), task=task, mixer=mixer)) == run_id

@@ -1,15 +1,16 @@
-"""The layout of falcon_lab/kernels/: folders that import one way, one dispatch table, one set of fused chunk sizes."""
+"""The layout of falcon_lab/kernels/: folders that import one way, one spec per rule, one set of fused chunk sizes."""
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import torch
 
-from falcon_lab.kernels import RULES, fast_weight_rule
+from falcon_lab.kernels import RULES, fast_weight_rule, rule_spec, rule_specs
 from falcon_lab.kernels.common import grid
 from falcon_lab.kernels.common.config import BACKENDS, CHUNK_SIZES, FUSED_RULES, RuleConfig
 from falcon_lab.kernels.falcon import dispatch
@@ -60,13 +61,28 @@ def test_folders_import_one_way() -> None:
     assert not cycles, f"import cycles through {cycles}: {graph}"
 
 
-def test_one_table_covers_every_rule_and_backend() -> None:
-    """Every (rule, backend) has one entry; the fused rules are the table's."""
-    expected = {(rule, backend) for rule in RULES for backend in BACKENDS}
-    assert set(dispatch.FORMS) == expected
-    assert set(FUSED_RULES) == {rule for rule, backend in dispatch.FORMS if backend == "triton"}
-    for rule, backend in dispatch.FORMS:
-        assert callable(dispatch.form(rule, backend))
+def test_every_rule_spec_covers_every_backend() -> None:
+    """Every registered rule has a function for every backend, held by its spec; the fused rules are the specs'
+    with a triton form; the six rules are declared in one module, with their forms imported there."""
+    assert tuple(RULES) == ("falcon-1", "falcon-2", "falcon-3", "falcon-1a", "falcon-2a", "falcon-3a")
+    assert set(FUSED_RULES) == {spec.name for spec in rule_specs() if spec.triton is not None}
+    for rule in RULES:
+        for backend in BACKENDS:
+            fn = dispatch.form(rule, backend)
+            assert callable(fn) and fn is rule_spec(rule).form(backend)
+    assert {spec.name for spec in rule_specs() if spec.recurrent.__module__.endswith(".naive")} == set(RULES)
+    text = (KERNELS / "falcon" / "dispatch.py").read_text()
+    assert "importlib" not in text and "import_module" not in text
+
+
+def test_no_layer_decides_a_rule_trait_by_its_name() -> None:
+    """The kernels and mixers ask the rule's spec: no ``rule ==`` / ``rule in`` branch outside the declarations."""
+    pattern = re.compile(r"rule ?(==|!=|in |not in)")
+    found = [f"{path.relative_to(KERNELS.parent)}:{n}" for folder in ("kernels", "mixers")
+             for path in (KERNELS.parent / folder).rglob("*.py")
+             for n, line in enumerate(path.read_text().splitlines(), 1)
+             if pattern.search(line) and "for rule in" not in line]
+    assert not found, found
 
 
 def test_chunk_sizes_are_defined_once() -> None:
@@ -91,7 +107,7 @@ def test_the_fused_kernels_take_the_chunk_sizes_and_no_other() -> None:
         cuda = SimpleNamespace(is_cuda=True, dtype=torch.bfloat16, shape=(1, 8, 2, 64))
         picks = {chunk: dispatch.auto_backend(cuda, cuda, RuleConfig(rule=rule), chunk)
                  for chunk in (8, *CHUNK_SIZES, 128)}
-        fused = "chunk" if rule in dispatch.NOT_AUTO else "triton"
+        fused = "triton" if rule_spec(rule).auto else "chunk"
         assert picks == {8: "chunk", 16: fused, 32: fused, 64: fused, 128: "chunk"}, (rule, picks)
 
 

@@ -27,25 +27,36 @@ from falcon_lab.reproduce.addition_rows import DEFAULT_SEEDS, ROW_SETTINGS
 from falcon_lab.reproduce.jobs import Job, Outcome
 from falcon_lab.reproduce.launch import Campaign, run_campaign
 from falcon_lab.mixers import MIXERS, default_options
+from falcon_lab.task import LengthTask, task_of
 
 # The mixers ablated by default: the paper's recurrent Falcon rows, then the recurrent baselines.
 DEFAULT_MIXERS = ("falcon-1a.3", "falcon-3a.3", "falcon-1.3", "deltanet", "gated-deltanet", "mamba2", "retnet")
-TASKS = ("addition", *SEQUENCE_TASKS)
+ADDITION = "addition"  # the task of the addition campaign's presets (falcon_lab.reproduce.addition)
+
+
+def ablated_tasks() -> tuple[str, ...]:
+    """The tasks the ablation runs on: the addition campaign's, and every registered task with a length axis."""
+    return (ADDITION, *SEQUENCE_TASKS)
 
 
 def check_task(task: str) -> str:
     """`task` if the ablation runs on it; ValueError naming the accepted ones."""
-    if task not in TASKS:
-        raise ValueError(f"unknown task {task!r}; the ablation runs on: {', '.join(TASKS)}")
+    if task not in ablated_tasks():
+        raise ValueError(f"unknown task {task!r}; the ablation runs on: {', '.join(ablated_tasks())}")
     return task
+
+
+def length_task(task: str) -> LengthTask | None:
+    """The registered task `task` when it has a length axis (a synthetic task's campaign); None for addition's."""
+    found = task_of(task)
+    return found if isinstance(found, LengthTask) else None
 
 
 def task_preset(task: str, preset: str | None) -> str:
     """The preset the ablation's runs start from: the addition campaign's (`paper` by default), or a synthetic
-    task's lab preset (`<task>-tiny` by default)."""
-    if task == "addition":
-        return preset or "paper"
-    return preset or f"{task}-tiny"
+    task's lab preset (its campaign's, `<task>-tiny`, by default)."""
+    spec = length_task(task)
+    return preset or (spec.preset if spec is not None else "paper")
 
 
 def ablatable_mixers() -> list[str]:
@@ -94,14 +105,15 @@ def plan(preset: str, mixers: Sequence[str], seeds: int, max_steps: int | None =
     Raises ValueError for a bad task, preset, seed count or an override of the options the cells set, and
     ConfigError for a bad override."""
     check_task(task)
-    name, settings = check_preset(preset) if task == "addition" else (preset, ())
+    spec = length_task(task)
+    name, settings = check_preset(preset) if spec is None else (preset, spec.settings)
     if seeds < 1:
         raise ValueError(f"--seeds must be >= 1, got {seeds}")
     jobs = []
     for seed in range(seeds):
         for mixer in mixers:
             for cell in CELLS:
-                own = row_settings(preset, mixer) if task == "addition" else []
+                own = row_settings(preset, mixer) if spec is None else []
                 cfg = load_config(name, overrides=[*settings, *own, *overrides, *cell_overrides(mixer, cell)],
                                   task=task, mixer=mixer, train__max_steps=max_steps, train__seed=seed)
                 job = Job(cfg, label=f"{mixer} {cell.name}")
@@ -115,9 +127,10 @@ def plan(preset: str, mixers: Sequence[str], seeds: int, max_steps: int | None =
 def default_out(preset: str, results: Path, task: str = "addition") -> Path:
     """Where the tables go: `<results>/ablation` for addition's paper preset, `<results>/ablation/<preset>`
     for another, `<results>/ablation/<task>` for a synthetic task's tiny preset (`<task>/<preset>` else)."""
-    if task != "addition":
+    spec = length_task(task)
+    if spec is not None:
         base = results / "ablation" / task
-        return base if preset == f"{task}-tiny" else base / preset
+        return base if preset == spec.preset else base / preset
     return results / "ablation" if preset == "paper" else results / "ablation" / preset
 
 
@@ -132,7 +145,8 @@ def ablate_alignment(preset: str | None = "paper", mixers: Sequence[str] | None 
     `out`, rewriting them after every run."""
     check_task(task)
     preset = task_preset(task, preset)
-    default_seeds = DEFAULT_SEEDS.get(preset, 1) if task == "addition" else 3
+    synthetic = length_task(task) is not None
+    default_seeds = 3 if synthetic else DEFAULT_SEEDS.get(preset, 1)
     seeds = default_seeds if seeds is None else seeds
     mixers = list(DEFAULT_MIXERS) if mixers is None else list(mixers)
     results = Path(results).resolve() if results is not None else results_root()
@@ -152,7 +166,7 @@ def ablate_alignment(preset: str | None = "paper", mixers: Sequence[str] | None 
     everything = sorted(jobs + others, key=lambda j: (j.cfg.train.seed, shown.index(j.cfg.mixer),
                                                       CELLS.index(cell_of(j))))
     out = Path(out).resolve() if out is not None else default_out(preset, results, task)
-    writer = write_tables if task == "addition" else write_sequence_tables
+    writer = write_sequence_tables if synthetic else write_tables
     return run_campaign(jobs, everything, writer, results, out, gpus, command, on_done,
                         per_gpu=per_gpu, table_only=table_only,
                         gpus_per_run=gpus_per_run)

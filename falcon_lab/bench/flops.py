@@ -70,8 +70,6 @@ def attended(ids: Any, eos: int | None, apart: bool) -> float:
 
 def step_flops(model: Any, cfg: Any, ids: Any) -> StepFlops:
     """FLOPs of a training step of `model` (a LanguageModel) built from the run config `cfg` on the batch `ids`."""
-    from falcon_lab.tasks.addition import EOS
-
     tokens = int(ids.numel())
     params = model.num_parameters(exclude_embeddings=True)
     if model.lm_head is None:  # the tied head multiplies by the embedding: it counts once
@@ -81,10 +79,12 @@ def step_flops(model: Any, cfg: Any, ids: Any) -> StepFlops:
     mixer = cfg.mixer
     if mixer == "transformer":
         apart = bool(getattr(m, "isolate_samples", False))
-        per_token = 4 * d * attended(ids, EOS if cfg.task == "addition" else None, apart)
+        inputs = model.positions.cfg if getattr(model, "positions", None) is not None else None
+        per_token = 4 * d * attended(ids, getattr(inputs, "sample_end", None), apart)
     else:
         dk = dv = d // heads
-        rule = mixer.split(".")[0]
-        reads = 3 if rule in ("falcon-1", "falcon-2", "falcon-3", "deltanet", "gated-deltanet") else 2
+        # a regression rule (and DeltaNet, on falcon-1's op) reads the state before its write as well
+        spec = model.blocks[0].mixer.spec
+        reads = 3 if spec is not None and spec.regression else 2
         per_token = heads * (reads * 2 * dk * dv + 2 * CHUNK * (dk + dv))
     return StepFlops(tokens, params, 6.0 * params * tokens, 3.0 * per_token * layers * tokens)

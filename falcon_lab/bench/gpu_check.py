@@ -23,10 +23,13 @@ from multiprocessing import get_context
 import torch
 import torch.nn.functional as F
 
+from falcon_lab.kernels.common.spec import RuleNames, rule_spec
+
 CHECK_SHAPES = [(8, 2048, 12, 64), (1, 16384, 16, 128)]
 TIME_SHAPES = [(8, 2048, 12, 64), (4, 4096, 16, 128), (1, 16384, 16, 128)]
 SMOKE_SHAPES = [(1, 80, 2, 16)]  # --smoke: the whole script at a tiny size (CPU, Triton's interpreter)
-RULES = ("falcon-1", "falcon-2")
+RULES = RuleNames(lambda spec: spec.family == "regression")  # the rules on the regression kernels: falcon-1, falcon-2
+FLA_DELTA = "fla delta"  # fla's chunk_delta_rule, profiled beside the rules
 # launch variants of the latency-bound sequential kernels, timed beside the defaults
 SWEEP = [("falcon-1", ("f1_state", "f1_dstate"), dict(BV=32, num_warps=4)),
          ("falcon-1", ("f1_state", "f1_dstate"), dict(BV=16, num_warps=4)),
@@ -45,7 +48,7 @@ def draw(rule: str, shape, dtype: torch.dtype, seed: int):
     q = F.normalize(torch.randn(B, T, H, D, device=DEVICE, generator=g), dim=-1)
     k = F.normalize(torch.randn(B, T, H, D, device=DEVICE, generator=g), dim=-1)
     v = torch.randn(B, T, H, D, device=DEVICE, generator=g)
-    bshape = (B, T, H, D) if rule in ("falcon-2", "falcon-2a") else (B, T, H)
+    bshape = (B, T, H, D) if rule_spec(rule).per_channel else (B, T, H)
     beta = 0.1 + 1.8 * torch.rand(bshape, device=DEVICE, generator=g)
     lam = 0.2 * torch.rand(B, T, H, device=DEVICE, generator=g)
     S0 = torch.randn(B, H, D, D, device=DEVICE, generator=g) / D ** 0.5
@@ -76,7 +79,7 @@ def check(rule: str, shape, dtype: torch.dtype, seed: int) -> dict:
     grads_out = (torch.randn(B, T, H, D, device=DEVICE, generator=g, dtype=torch.float64),
                  torch.randn(B, H, D, D, device=DEVICE, generator=g, dtype=torch.float64))
     # the chunk form's per-channel decay tiles grow with the chunk: 16 keeps falcon-2's reference in memory
-    ref = forward_backward(rule, xs, torch.float64, "chunk", 16 if rule == "falcon-2" else 64, grads_out)
+    ref = forward_backward(rule, xs, torch.float64, "chunk", 16 if rule_spec(rule).per_channel else 64, grads_out)
     out = forward_backward(rule, xs, dtype, "triton", 64, grads_out)
     names = ["o", "S", "dq", "dk", "dv", "dbeta", "dlam", "dS0"]
     errs = {n: rel(a, b) for n, a, b in zip(names, out, ref)}
@@ -132,12 +135,12 @@ def bench_fla(shape) -> dict:
     return out
 
 
-def profile(rule: str, shape) -> list:
-    """Device time per kernel over one bf16 forward+backward: where the time goes. ``rule="fla delta"``
-    profiles fla's chunk_delta_rule (falcon-1 at λ = 0) the same way, to set the two side by side."""
+def profile(op: str, shape) -> list:
+    """Device time per kernel over one bf16 forward+backward of the rule ``op``: where the time goes.
+    ``op=FLA_DELTA`` profiles fla's chunk_delta_rule (falcon-1 at λ = 0) the same way, to set the two side by side."""
     from falcon_lab.kernels import fast_weight_rule
 
-    if rule == "fla delta":
+    if op == FLA_DELTA:
         from fla.ops.delta_rule import chunk_delta_rule
 
         B, T, H, _ = shape
@@ -148,10 +151,10 @@ def profile(rule: str, shape) -> list:
         def call():
             return chunk_delta_rule(*leaves)
     else:
-        leaves = [t.to(torch.bfloat16).requires_grad_() for t in draw(rule, shape, torch.bfloat16, 0)[:5]]
+        leaves = [t.to(torch.bfloat16).requires_grad_() for t in draw(op, shape, torch.bfloat16, 0)[:5]]
 
         def call():
-            return fast_weight_rule(*leaves, rule=rule, backend="triton")
+            return fast_weight_rule(*leaves, rule=op, backend="triton")
     do = torch.randn_like(leaves[2])
     for _ in range(2):
         o, _ = call()
@@ -253,7 +256,7 @@ def run(out: str | os.PathLike, *, commit: str = "unknown", skip_check: bool = F
     if not smoke and not quick:
         with_fla = importlib.util.find_spec("fla") is not None
         for shape in (time_shapes[0], time_shapes[-1]):
-            for rule in RULES + (("fla delta",) if with_fla else ()):
+            for rule in RULES + ((FLA_DELTA,) if with_fla else ()):
                 guarded({"profile_ms": rule, "shape": shape}, lambda: {"kernels": profile(rule, shape)})
     for rule, names, variant in sweep:
         tr.LAUNCH_OVERRIDES.update({name: variant for name in names})

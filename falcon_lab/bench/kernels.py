@@ -43,13 +43,13 @@ import sys
 import time
 from pathlib import Path
 
+from falcon_lab.kernels import RULES
 from falcon_lab.runs import atomic_write_text
 from falcon_lab.bench.ops import CHUNK, F2_FORMS, Op, Shape, anchor_ops, rule_chunk_ops, rule_ops, torch_chunk_op
 
 BANDWIDTH = 4.3e12  # bytes/s
 PEAK_FLOPS = 790e12  # bf16 dense FLOP/s
 SHAPES: tuple[Shape, ...] = ((8, 2048, 12, 64), (4, 4096, 16, 128), (1, 16384, 16, 128))
-RULES = ("falcon-1", "falcon-2", "falcon-3", "falcon-1a", "falcon-2a", "falcon-3a")
 DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 MODES = ("fwd", "fwd+bwd")
 N_SETS = 3

@@ -7,12 +7,15 @@ Ops whose code is absent (a kernel not built yet, fla not installed) say why ins
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Sequence
 from functools import partial
 from typing import Callable, NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+
+from falcon_lab.kernels import RuleSpec, rule_spec, rule_specs
 
 Shape = tuple[int, int, int, int]
 CHUNK = 64
@@ -29,6 +32,8 @@ class Op(NamedTuple):
     call: Callable[[dict[str, Tensor]], Tensor]
     anchor: bool = False
     refuses: Callable[[str], str | None] | None = None  # refuses(mode): why the op would refuse that mode, if it would
+    rule: str | None = None  # the registered rule a row times (None: an anchor)
+    lam_positive: bool = True  # the row's ridge: λ > 0, or λ = 0
 
 
 def _gen(seed: int) -> torch.Generator:
@@ -62,12 +67,32 @@ def _module_missing(module: str, what: str) -> Callable[[], str | None]:
 # falcon-2's rows, one a form of its per-column solve (falcon_lab.kernels.regression.triton_launch.F2_SOLVE): "falcon-2" is
 # the default, the per-column inverses (before 2026-12-05 the rows named "falcon-2" timed the substitution)
 F2_FORMS = {"falcon-2": "inverses", "falcon-2 outputs apart": "outputs-apart", "falcon-2 substitution": "sequential"}
+# Gated DeltaNet's rule on falcon-1's kernels (falcon_lab/kernels/regression/gated_delta.py), fla's inputs and scale
+GATED = "gated delta rule"
+# the rules timed in more than one row (name, λ > 0): falcon-1 with λ = 0 and λ > 0, the latter followed by the
+# gated delta rule on its kernels (beside fla's own); falcon-2 with each of its solves. Any other rule: one row of
+# its own name, λ > 0
+ROWS: dict[str, tuple[tuple[str, bool], ...]] = {
+    "falcon-1": (("falcon-1 λ=0", False), ("falcon-1 λ>0", True), (GATED, True)),
+    "falcon-2": tuple((name, True) for name in F2_FORMS),
+}
+
+
+def flop_family(spec: RuleSpec) -> str:
+    """Which FLOP count of ``falcon_lab.bench.kernels.flops`` applies to a rule, from its spec's traits."""
+    if not spec.regression:
+        return "linear_window" if spec.windowed else "linear"
+    return "delta_window" if spec.windowed else "delta_per_channel" if spec.per_channel else "delta"
+
+
+def _fused_missing(spec: RuleSpec) -> Callable[[], str | None]:
+    return lambda: None if spec.triton is not None else f"{spec.name} has no fused form"
 
 
 def _falcon(rule: str, lam_positive: bool, f2_solve: str | None = None) -> tuple[Callable, Callable]:
     """Inputs and call of one Falcon rule on ``backend="triton"`` through the public op; ``f2_solve``: the form of
     falcon-2's per-column solve (``falcon_lab.kernels.regression.triton_launch.F2_SOLVE``; None: the default's)."""
-    per_channel = rule in ("falcon-2", "falcon-2a")
+    per_channel = rule_spec(rule).per_channel
 
     def make(shape: Shape, dtype: torch.dtype, seed: int) -> dict[str, Tensor]:
         B, T, H, D = shape
@@ -92,44 +117,32 @@ def _falcon(rule: str, lam_positive: bool, f2_solve: str | None = None) -> tuple
     return make, call
 
 
-def rule_ops(rules: tuple[str, ...]) -> list[Op]:
-    """falcon-1 (λ = 0 and λ > 0), falcon-2, falcon-3 (B = 4), falcon-1a, falcon-2a, falcon-3a (B = 4) on
-    backend="triton", and with falcon-1 the gated delta rule on its kernels."""
-    regression = _module_missing("falcon_lab.kernels.regression.fused", "not built (falcon_lab/kernels/regression/fused.py)")
-    inner = _module_missing("falcon_lab.kernels.inner_product.fused", "not built")
-    window = _module_missing("falcon_lab.kernels.window.triton_falcon3_launch", "not built")
-    rows = [("falcon-1", "falcon-1 λ=0", False, "delta", regression),
-            ("falcon-1", "falcon-1 λ>0", True, "delta", regression),
-            ("falcon-2", "falcon-2", True, "delta_per_channel", regression),
-            ("falcon-2", "falcon-2 outputs apart", True, "delta_per_channel", regression),
-            ("falcon-2", "falcon-2 substitution", True, "delta_per_channel", regression),
-            ("falcon-3", "falcon-3", True, "delta_window", window),
-            ("falcon-1a", "falcon-1a", True, "linear", inner),
-            ("falcon-2a", "falcon-2a", True, "linear", inner),
-            ("falcon-3a", "falcon-3a", True, "linear_window", inner)]
+def rule_ops(rules: Sequence[str]) -> list[Op]:
+    """Every registered rule named in ``rules`` on backend="triton", in the registry's order, one row each but
+    those of ``ROWS`` (falcon-1 with λ = 0 and λ > 0 and the gated delta rule on its kernels, falcon-2's three
+    solves); falcon-3 and falcon-3a at B = 4."""
     ops = []
-    for rule, name, lam_positive, family, missing in rows:
-        if rule in rules:
-            make, call = _falcon(rule, lam_positive, f2_solve=F2_FORMS.get(name))
-            ops.append(Op(name, family, missing, make, call))
-        if name == "falcon-1 λ>0" and rule in rules:  # the baseline on falcon-1's kernels, beside fla's own
-            ops.append(Op(GATED, "delta", regression, _delta_make(True), _gated_delta))
+    for spec in rule_specs():
+        if spec.name not in rules:
+            continue
+        missing = _fused_missing(spec)
+        for name, lam_positive in ROWS.get(spec.name, ((spec.name, True),)):
+            if name == GATED:
+                ops.append(Op(GATED, "delta", missing, _delta_make(True), _gated_delta, rule=spec.name))
+                continue
+            make, call = _falcon(spec.name, lam_positive, f2_solve=F2_FORMS.get(name))
+            ops.append(Op(name, flop_family(spec), missing, make, call, rule=spec.name, lam_positive=lam_positive))
     return ops
 
 
-# Gated DeltaNet's rule on falcon-1's kernels (falcon_lab/kernels/regression/gated_delta.py), fla's inputs and scale
-GATED = "gated delta rule"
-
-
 def _gated_delta(x: dict[str, Tensor], backend: str = "triton") -> Tensor:
-    from falcon_lab.kernels import gated_delta_rule
-    from falcon_lab.kernels.regression.gated_delta import gated_delta_triton
+    from falcon_lab.kernels import gated_delta_rule, gated_delta_triton
 
     op = gated_delta_triton if backend == "triton" else partial(gated_delta_rule, backend=backend)
     return op(x["q"], x["k"], x["v"], x["g"], x["beta"], scale=x["q"].shape[-1] ** -0.5, chunk_size=CHUNK)[0]
 
 
-def rule_chunk_ops(rules: tuple[str, ...]) -> list[Op]:
+def rule_chunk_ops(rules: Sequence[str]) -> list[Op]:
     """The same rows as ``rule_ops`` on this project's PyTorch chunk form (``backend="chunk"``, autograd
     backward): what the Triton kernels are measured against for the "≥ 20× the PyTorch chunk form" target."""
     ops = []
@@ -138,11 +151,11 @@ def rule_chunk_ops(rules: tuple[str, ...]) -> list[Op]:
             continue
         if op.name == GATED:
             ops.append(Op(f"{GATED} PyTorch chunk", op.family, op.missing, op.make,
-                          lambda x: _gated_delta(x, backend="chunk")))
+                          lambda x: _gated_delta(x, backend="chunk"), rule=op.rule))
             continue
-        make, call = _falcon(op.name.split()[0], "λ=0" not in op.name)
-        ops.append(Op(f"{op.name} PyTorch chunk", op.family, _module_missing("falcon_lab.kernels.falcon.dispatch", "not built"),
-                      make, lambda x, call=call: call(x, backend="chunk")))
+        make, call = _falcon(op.rule, op.lam_positive)
+        ops.append(Op(f"{op.name} PyTorch chunk", op.family, lambda: None, make,
+                      lambda x, call=call: call(x, backend="chunk"), rule=op.rule, lam_positive=op.lam_positive))
     return ops
 
 

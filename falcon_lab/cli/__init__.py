@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 
 from falcon_lab import __version__
+from falcon_lab.plugins import PluginError, load_plugins
 
 GROUPS = ("data", "train", "eval", "sweep", "reproduce", "ablate", "plot", "bench", "report", "runs")
 
@@ -37,10 +38,21 @@ def _root(
     """falcon-lab: Falcon fast-weight rules, their baselines, training, sweeps and plots."""
 
 
+# The plugins of $LAB_PLUGINS (falcon_lab.plugins) register their rules and tasks before the groups list them; a
+# plugin that fails is reported by `main`, before any command runs.
+try:
+    load_plugins()
+    _plugin_error: PluginError | None = None
+except PluginError as _err:
+    _plugin_error = _err
+
 for _name in GROUPS:
     app.add_typer(importlib.import_module(f"falcon_lab.cli.{_name}").app, name=_name)
 
 
 def main() -> None:
     """Entry point of the `lab` console script."""
+    if _plugin_error is not None:
+        typer.echo(f"lab: {_plugin_error}", err=True)
+        raise SystemExit(2)
     app()

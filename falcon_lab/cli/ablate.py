@@ -34,16 +34,17 @@ def alignment(
     mixer and cell the table's numbers and their difference from the mixer's default cell. Finished runs are
     skipped and unfinished ones resume; a mixer's default cell is the run `lab reproduce addition` (or `lab
     reproduce <task>`) makes."""
-    from falcon_lab.ablate.alignment import ablate_alignment, check_task, parse_mixers
+    from falcon_lab.ablate.alignment import ablate_alignment, check_task, length_task, parse_mixers
+    from falcon_lab.task import SEQUENCE_TASKS
 
     def chosen_inputs():
         check_task(task)
-        if task != "addition" and preset != "paper":
+        if length_task(task) is not None and preset != "paper":
             raise ValueError(f"--preset {preset} is an addition campaign preset; a synthetic task runs its tiny "
                              f"preset ({task}-tiny: change it with --set)")
         return parse_mixers(mixers), campaign.slots()
 
-    synthetic = task != "addition"
+    synthetic = task in SEQUENCE_TASKS
     command = remake_campaign(["lab", "ablate", "alignment"],
                               [("--task", task if synthetic else None), ("--preset", None if synthetic else preset),
                                ("--mixers", mixers), ("--seeds", seeds)], campaign.max_steps, set_,

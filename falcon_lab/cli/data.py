@@ -154,8 +154,10 @@ def _sequence_data(task_name: str, split: str, lengths: str, n_per_length: int, 
     first `show` (without their token ids)."""
     import json
 
+    from falcon_lab.config import DataConfig
     from falcon_lab.paths import results_path
-    from falcon_lab.tasks.synthetic import SPLITS, eval_samples, make_task, options_of
+    from falcon_lab.task import task_of
+    from falcon_lab.tasks.synthetic import SPLITS, eval_samples, options_of
 
     command = f"lab data {task_name}"
     try:
@@ -165,7 +167,7 @@ def _sequence_data(task_name: str, split: str, lengths: str, n_per_length: int, 
         if n_per_length < 1:
             raise ValueError(f"--n-per-length must be >= 1, got {n_per_length}")
         try:
-            task = make_task(task_name, **options)  # type: ignore[arg-type]
+            task = task_of(task_name).make(DataConfig(**options))  # type: ignore[arg-type]
         except ValueError as err:
             raise ValueError(f"--{str(err).replace('_', '-')}") from None
         header = {"task": task_name, **options_of(task), "split": split, "seed": seed}
@@ -248,3 +250,27 @@ def mqar(
     """Multi-query associative recall (zoology): key-value pairs, then each key asked once."""
     _sequence_data("mqar", split, lengths, n_per_length, seed, out, show, vocab_size=vocab_size,
                    tokens_per_pair=tokens_per_pair)
+
+
+def _length_task_command(name: str, summary: str) -> None:
+    """Register `lab data <name>` for a registered task with a length axis that has no command of its own (a
+    plugin's task): its samples at the task's default options."""
+
+    def command(split: SplitOption = "val", lengths: LengthsOption = "1-16", n_per_length: PerLengthOption = 4,
+                seed: SeedOption = 0, show: ShowOption = 3, out: OutOption = None) -> None:
+        _sequence_data(name, split, lengths, n_per_length, seed, out, show)
+
+    command.__doc__ = summary or f"Samples of the task {name}."
+    app.command(name=name)(command)
+
+
+def _register_length_tasks() -> None:
+    from falcon_lab.task import LengthTask, tasks
+
+    have = {c.name or c.callback.__name__ for c in app.registered_commands}
+    for task in tasks():
+        if isinstance(task, LengthTask) and task.name not in have:
+            _length_task_command(task.name, task.summary)
+
+
+_register_length_tasks()

@@ -146,9 +146,14 @@ def _sequence_command(task: str, help_text: str) -> None:
     app.command(name=task)(command)
 
 
-_sequence_command("parity", "Running parity over the mixers (preset parity-tiny): accuracy on the train lengths and "
-                            "the held-out ones.")
-_sequence_command("mqar", "Multi-query associative recall over the mixers (preset mqar-tiny): recall on the train "
-                          "lengths and on longer ones with more pairs.")
-_sequence_command("permutation", "Composition of permutations of five elements over the mixers (preset "
-                                 "permutation-tiny).")
+def _register_length_tasks() -> None:
+    """`lab reproduce <task>` for every registered task with a length axis (``falcon_lab.task.LengthTask``)."""
+    from falcon_lab.task import LengthTask, tasks
+
+    for task in tasks():
+        if isinstance(task, LengthTask):
+            _sequence_command(task.name, f"{task.summary[:1].upper()}{task.summary[1:]} over the mixers (preset "
+                                         f"{task.preset}): accuracy on the train lengths and the held-out ones.")
+
+
+_register_length_tasks()

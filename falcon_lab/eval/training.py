@@ -5,18 +5,13 @@ from __future__ import annotations
 
 from lightning.pytorch.callbacks import Callback
 
-from falcon_lab.config import SEQUENCE_TASKS, RunConfig
-from falcon_lab.eval.callback import AdditionEvaluation
-from falcon_lab.eval.length_callback import LengthEvaluation
+from falcon_lab.config import RunConfig
 from falcon_lab.runs import RunDir
+from falcon_lab.task import task_of
 
 
 def evaluation_callbacks(cfg: RunConfig, run: RunDir) -> list[Callback]:
-    """The evaluation callbacks a run's configuration asks for: none unless `eval.enabled`."""
-    e = cfg.eval
-    if cfg.task in SEQUENCE_TASKS and e.enabled:
-        return [LengthEvaluation.of(cfg, run)]
-    if not (cfg.task == "addition" and e.enabled):
-        return []
-    return [AdditionEvaluation(run, cfg.train.val_every, e.n_per_length, e.free_per_length, e.seed,
-                               widths=e.widths, held_out_from=e.held_out_from, ties=e.best_ties)]
+    """The evaluation callbacks a run's configuration asks for: its task's (``Task.evaluations``), none unless
+    `eval.enabled`."""
+    task = task_of(cfg.task)
+    return task.evaluations(cfg, run) if cfg.eval.enabled and task.evaluates else []

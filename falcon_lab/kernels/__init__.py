@@ -11,10 +11,18 @@ from falcon_lab.kernels.falcon import (
     TIMINGS,
     FastWeightState,
     RuleConfig,
+    RuleSpec,
+    decayed_attention,
     fast_weight_rule,
     fast_weight_step,
+    register_rule,
+    rule_spec,
+    rule_specs,
+    unregister_rule,
 )
 from falcon_lab.kernels.linear_attention import linear_attention
+from falcon_lab.kernels.regression.gated_delta import gated_delta_triton
+from falcon_lab.kernels.regression.gated_delta import refusal as gated_delta_refusal
 
 __all__ = [
     "ALIGNMENTS",
@@ -23,8 +31,16 @@ __all__ = [
     "TIMINGS",
     "FastWeightState",
     "RuleConfig",
+    "RuleSpec",
+    "decayed_attention",
     "fast_weight_rule",
     "fast_weight_step",
+    "gated_delta_refusal",
     "gated_delta_rule",
+    "gated_delta_triton",
     "linear_attention",
+    "register_rule",
+    "rule_spec",
+    "rule_specs",
+    "unregister_rule",
 ]

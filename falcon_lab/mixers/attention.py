@@ -18,7 +18,7 @@ from typing import Any
 
 from torch import Tensor, nn
 
-from falcon_lab.kernels import RULES
+from falcon_lab.kernels import RULES, rule_spec
 from falcon_lab.mixers.falcon import VARIANTS, FalconMixer, FalconOptions
 from falcon_lab.mixers.options import parse_options
 
@@ -34,8 +34,10 @@ class FalconAttention(nn.Module):
     def __init__(self, hidden_size: int, num_heads: int, rule: str = "falcon-1a", variant: str | None = "3",
                  **options: Any) -> None:
         super().__init__()
-        if rule not in RULES:
-            raise ValueError(f"FalconAttention: rule {rule!r} is not one of {', '.join(RULES)}")
+        try:
+            rule_spec(rule)
+        except ValueError:
+            raise ValueError(f"FalconAttention: rule {rule!r} is not one of {', '.join(RULES)}") from None
         if variant is not None and variant not in VARIANTS:
             raise ValueError(f"FalconAttention: variant {variant!r} is not one of {', '.join(VARIANTS)} (or None)")
         name = rule if variant is None else f"{rule}.{variant}"

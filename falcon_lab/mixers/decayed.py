@@ -3,8 +3,8 @@
     S_t = exp(g_t) S_{t−1} + x_t v_tᵀ,    o_t = scale · S_tᵀ q_t (RAW)  or  scale · S_{t−1}ᵀ q_t (RBW),
 
 x_t = k_t (same-time) or k_{t−1} (shifted). ``backend="triton"`` (and ``"auto"`` on a GPU) runs falcon-1a's fused
-chunk kernels with their gates given as they are, η_t = 1 and log γ_t = g_t
-(``falcon_lab.kernels.inner_product.fused.decayed_attention``, exact: no floor on the carry), the scale folded into q; the
+chunk kernels with their gates given as they are, η_t = 1 and log γ_t = g_t (the public op
+``falcon_lab.kernels.decayed_attention``, exact: no floor on the carry; ``RULE``), the scale folded into q; the
 others are ``falcon_lab.kernels.linear_attention``'s PyTorch forms. ``"auto"`` takes the kernels for bf16 and fp16 inputs
 only: fp32 inputs (Mamba-2 forms its scan's inputs in fp32) run their products at IEEE fp32, and at the same-time
 table's shape Mamba-2's training step took 774 GPU ms on them against 250 on the chunk form (one H200,
@@ -21,7 +21,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from falcon_lab.kernels import linear_attention
+from falcon_lab.kernels import decayed_attention, linear_attention, rule_spec
 from falcon_lab.kernels.common import packed
 from falcon_lab.kernels.common.checks import interpreting
 from falcon_lab.kernels.common.config import CHUNK_SIZES, FUSED_MAX_HEAD_DIM
@@ -30,6 +30,7 @@ from falcon_lab.kernels.linear_attention import BACKENDS as LINEAR_ATTENTION_BAC
 from falcon_lab.mixers.layers import SampleRows, chunk_for, sample_bounds
 
 BACKENDS = ("auto", *LINEAR_ATTENTION_BACKENDS, "triton")
+RULE = rule_spec("falcon-1a")  # the Falcon rule whose fused kernels the "triton" backend shares
 FUSED_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 HALF = (torch.bfloat16, torch.float16)  # the dtypes backend="auto" runs on the kernels
 
@@ -110,8 +111,6 @@ def _fused(q: Tensor, k: Tensor, v: Tensor, g: Tensor, scale: float, alignment: 
            chunk_size: int, cu_seqlens: Tensor | None = None) -> Tensor:
     """Fresh sequences on falcon-1a's kernels (η = 1, log γ = g, S0 = 0), packed along T of a batch of one with
     ``cu_seqlens``: o in q's dtype."""
-    from falcon_lab.kernels.inner_product.fused import decayed_attention  # Triton is imported on first use only
-
     if alignment == "shifted":  # a fresh sequence: its first token writes nothing
         k = torch.cat([torch.zeros_like(k[:, :1]), k[:, :-1]], dim=1)
         if cu_seqlens is not None:

@@ -23,11 +23,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from falcon_lab.kernels import fast_weight_rule, gated_delta_rule
+from falcon_lab.kernels import fast_weight_rule, gated_delta_refusal, gated_delta_rule, gated_delta_triton, rule_spec
 from falcon_lab.kernels.common import packed
 from falcon_lab.kernels.delta import DELTA_BACKENDS
-from falcon_lab.kernels.regression.gated_delta import gated_delta_triton
-from falcon_lab.kernels.regression.gated_delta import refusal as gated_delta_refusal
 from falcon_lab.mixers.layers import (Mixer, RMSNorm, SampleRows, ShortConv, chunk_for, dt_bias_init, full_precision,
                            l2_norm, residual_out, sample_bounds, short_conv_step)
 from falcon_lab.mixers.options import check_bool, check_int, check_kernel_choices, check_range, head_dim_of
@@ -37,6 +35,7 @@ from falcon_lab.mixers.options import check_bool, check_int, check_kernel_choice
 # fused kernels, "auto" those on a GPU where they take the inputs (else the WY chunk form); the gated rule runs
 # the same kernels with its decay inside the residual (falcon_lab/kernels/regression/gated_delta.py)
 FUSED_BACKENDS = ("triton", "auto")
+RULE = rule_spec("falcon-1")  # the Falcon rule whose op DeltaNet runs (and whose kernels Gated DeltaNet shares)
 
 
 @dataclass
@@ -99,6 +98,7 @@ class DeltaNet(Mixer):
     falcon-1 chunk form; Gated DeltaNet's WY chunk form, which takes no packed sequences, gets them one to a row."""
 
     resets_at_samples = True
+    spec = RULE
 
     def __init__(self, d_model: int, n_heads: int, opts: DeltaNetOptions, name: str = "deltanet") -> None:
         super().__init__()
@@ -171,13 +171,13 @@ class DeltaNet(Mixer):
         with full_precision(q):
             if samples is not None:  # every sample of every row one packed sequence of a batch of one
                 q, k, v, beta = (t.flatten(0, 1)[None] for t in (q, k, v, beta))
-                o, _ = fast_weight_rule(q * scale, k, v, eta=beta, lam=torch.zeros_like(beta), rule="falcon-1",
+                o, _ = fast_weight_rule(q * scale, k, v, eta=beta, lam=torch.zeros_like(beta), rule=RULE.name,
                                         alignment=self.opts.alignment, timing=self.opts.timing,
                                         backend=backend if fused else "chunk", chunk_size=self.opts.chunk_size,
                                         cu_seqlens=sample_bounds(samples))
                 return o[0].unflatten(0, samples.shape), None
             if fused:  # falcon-1's op, the inputs in their own dtype as the Falcon mixers give them
-                return fast_weight_rule(q * scale, k, v, eta=beta, lam=torch.zeros_like(beta), rule="falcon-1",
+                return fast_weight_rule(q * scale, k, v, eta=beta, lam=torch.zeros_like(beta), rule=RULE.name,
                                         alignment=self.opts.alignment, timing=self.opts.timing, backend=backend,
                                         chunk_size=self.opts.chunk_size, initial_state=state,
                                         output_final_state=state is not None)

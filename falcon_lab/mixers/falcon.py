@@ -48,7 +48,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from falcon_lab.kernels import BACKENDS, fast_weight_rule, fast_weight_step
+from falcon_lab.kernels import BACKENDS, RuleSpec, fast_weight_rule, fast_weight_step, rule_spec
 from falcon_lab.kernels.common.checks import check_rule_options, check_sequence_options
 from falcon_lab.mixers.layers import (Mixer, RMSNorm, ShortConv, full_precision, l2_norm, residual_out, rms_norm,
                            sample_bounds, short_conv_step)
@@ -56,7 +56,6 @@ from falcon_lab.mixers.options import check_bool, check_choice, check_int, check
 
 GAINS = ("ctx_beta", "ctx_eta", "const_beta")
 ETA_BOUNDS = ("auto", "ridge", "energy")
-REGRESSION_RULES = ("falcon-1", "falcon-2", "falcon-3")
 RIDGES = ("ctx_lambda", "const_lambda")
 QK_NORMS = ("rmsnorm", "l2", "none")
 RULE_DTYPES = ("input", "float32")
@@ -125,7 +124,8 @@ class FalconOptions:
 
 
 class FalconMixer(Mixer):
-    """Multi-head fast-weight layer running ``rule`` (one of ``kernels.RULES``); see the module docstring.
+    """Multi-head fast-weight layer running ``rule`` (a registered rule's name or its ``RuleSpec``: every trait
+    the layer needs, the gates' shape and ctxη's bound, is the spec's); see the module docstring.
 
     ``forward(x, samples)`` with ``samples [B, L]`` (isolated samples: the sample of its row each token belongs
     to) restarts the fast weights and the short convolutions at every sample: the rows' samples go to the rule
@@ -133,17 +133,18 @@ class FalconMixer(Mixer):
 
     resets_at_samples = True
 
-    def __init__(self, d_model: int, n_heads: int, opts: FalconOptions, rule: str, name: str) -> None:
+    def __init__(self, d_model: int, n_heads: int, opts: FalconOptions, rule: str | RuleSpec, name: str) -> None:
         super().__init__()
-        self.rule, self.opts, self.n_heads = rule, opts, n_heads
+        self.spec = spec = rule_spec(rule)
+        self.rule, self.opts, self.n_heads = spec.name, opts, n_heads
         self.head_dim = D = head_dim_of(name, d_model, n_heads, opts.head_dim)
         inner = n_heads * D
-        self.per_channel = rule in ("falcon-2", "falcon-2a")
+        self.per_channel = spec.per_channel
         # falcon-3's chunk form solves one (C·B) × (C·B) block-triangular system per chunk and head, and
         # autograd keeps it: at B = 8 and C = 64 that is 512 × 512 per chunk. Shorter chunks keep C·B near
         # window_block; the result is the same (up to rounding), the memory and time fall (the rules sweep ran
         # out of memory at B = 8 with C = 64: records/sweeps/rules/report.md).
-        self.chunk_size = (min(opts.chunk_size, max(4, opts.window_block // opts.window)) if rule == "falcon-3"
+        self.chunk_size = (min(opts.chunk_size, max(4, opts.window_block // opts.window)) if spec.chunk_by_window
                            else opts.chunk_size)
         self.q_proj = nn.Linear(d_model, inner, bias=False)
         self.k_proj = nn.Linear(d_model, inner, bias=False)
@@ -163,17 +164,16 @@ class FalconMixer(Mixer):
         # the key energy the QK-norm gives (ctxη's unit of step size)
         self.energy_ref = 1.0 if opts.qk_norm == "l2" else float(D)
         # ctxη bounded with the ridge where the ridge moves the transition's eigenvalue (the regression rules)
-        self.eta_bound = (("ridge" if rule in REGRESSION_RULES else "energy") if opts.eta_bound == "auto"
-                          else opts.eta_bound)
+        self.eta_bound = spec.gain_bound if opts.eta_bound == "auto" else opts.eta_bound
 
     def _rule_options(self) -> dict:
         o = self.opts
         return {"rule": self.rule, "window": o.window, "eps": o.eps, "decay_floor": o.decay_floor,
                 "scale_coupled_ridge": o.scale_coupled_ridge, "alignment": o.alignment, "timing": o.timing}
 
-    def _drive(self, gain: Tensor, suffix: str = "") -> dict:
-        """The gates' first tensor as the op takes it: the gain β (ctxβ, constant β), or the step size η (ctxη)."""
-        return {("eta" if self.opts.gain == "ctx_eta" else "beta") + suffix: gain}
+    def _beta_eta(self, gain: Tensor) -> tuple[Tensor | None, Tensor | None]:
+        """The gates' first tensor as the op takes it, (β, None) for ctxβ and constant β, (None, η) for ctxη."""
+        return (None, gain) if self.opts.gain == "ctx_eta" else (gain, None)
 
     def _rule_inputs(self, *ts: Tensor) -> tuple[Tensor, ...]:
         """The rule's inputs in ``rule_dtype``: half-precision ones cast to float32 where it says so."""
@@ -241,8 +241,9 @@ class FalconMixer(Mixer):
             cu_seqlens = sample_bounds(samples)
             q, k, v, gain, lam = (t.flatten(0, 1)[None] for t in (q, k, v, gain, lam))
         q, k, v, gain, lam = self._rule_inputs(q, k, v, gain, lam)
+        beta, eta = self._beta_eta(gain)
         with full_precision(q):
-            o, _ = fast_weight_rule(q, k, v, lam=lam, **self._drive(gain), backend=self.opts.backend,
+            o, _ = fast_weight_rule(q, k, v, beta=beta, lam=lam, eta=eta, backend=self.opts.backend,
                                     chunk_size=self.chunk_size, cu_seqlens=cu_seqlens, **self._rule_options())
         return o if samples is None else o[0].unflatten(0, samples.shape)
 
@@ -262,8 +263,9 @@ class FalconMixer(Mixer):
         q, k, v = self._featurise(q, k, v)
         gain, lam = self._gates(x)
         q, k, v, gain, lam = self._rule_inputs(q, k, v, gain, lam)
+        beta, eta = self._beta_eta(gain)
         with full_precision(q):
-            o, state = fast_weight_rule(q, k, v, lam=lam, **self._drive(gain), backend=self.opts.backend,
+            o, state = fast_weight_rule(q, k, v, beta=beta, lam=lam, eta=eta, backend=self.opts.backend,
                                         chunk_size=self.chunk_size, initial_state=cache["state"],
                                         output_final_state=True, **self._rule_options())
         return self._output(o, x), {"conv": windows, "state": state}
@@ -278,8 +280,9 @@ class FalconMixer(Mixer):
         (q, k, v), convs = short_conv_step(self.convs, (q, k, v), cache["conv"])
         q, k, v = self._featurise(q, k, v)
         gain, lam = self._gates(x_t)
+        beta, eta = self._beta_eta(gain)
         with full_precision(q):
-            o, state = fast_weight_step(cache["state"], q, k, v, lam_t=lam, **self._drive(gain, "_t"),
+            o, state = fast_weight_step(cache["state"], q, k, v, beta_t=beta, lam_t=lam, eta_t=eta,
                                         **self._rule_options())
         return self._output(o, x_t), {"conv": convs, "state": state}
 

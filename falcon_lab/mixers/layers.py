@@ -213,7 +213,12 @@ class Mixer(nn.Module, ABC):
 
     Generation: ``cache = init_cache(batch, device, dtype)``, then ``y_t, cache = step(x_t, cache)`` with
     ``x_t [B, d_model]``; stepping token by token equals ``forward`` over the same tokens.
+
+    ``spec``: the rule (``falcon_lab.kernels.RuleSpec``) whose op the mixer runs or shares, None for a mixer of
+    its own op (attention).
     """
+
+    spec: Any = None
 
     @abstractmethod
     def forward(self, x: Tensor) -> Tensor:

@@ -3,16 +3,19 @@
 ``build_mixer(name, d_model, n_heads, **options)`` builds one; a registry name is a mixer class plus a
 preset of option defaults (the paper's ``.1/.2/.3`` variants are presets of the Falcon mixer). Options
 given explicitly override the preset; unknown names and options raise a one-line ValueError.
+
+``MIXERS`` is read live: every rule registered with ``falcon_lab.kernels.register_rule`` is a mixer of its own
+name (the ``.3`` defaults), beside the baselines and the paper's evaluated variants.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from falcon_lab.kernels import RULES
+from falcon_lab.kernels import RuleSpec, rule_spec, rule_specs
 from falcon_lab.mixers.deltanet import DeltaNet, DeltaNetOptions, GatedDeltaNetOptions
 from falcon_lab.mixers.falcon import VARIANTS, FalconMixer, FalconOptions
 from falcon_lab.mixers.layers import Mixer
@@ -41,25 +44,28 @@ class MixerBuilder:
         return dataclasses.asdict(parse_options(self.name, self.options, dict(self.preset)))
 
 
-def _falcon(rule: str) -> Callable[[int, int, FalconOptions, str], Mixer]:
+def _falcon(spec: RuleSpec) -> Callable[[int, int, FalconOptions, str], Mixer]:
     def make(d_model: int, n_heads: int, opts: FalconOptions, name: str) -> Mixer:
-        return FalconMixer(d_model, n_heads, opts, rule, name)
+        return FalconMixer(d_model, n_heads, opts, spec, name)
     make.resets_at_samples = FalconMixer.resets_at_samples  # type: ignore[attr-defined]
     return make
 
 
+# the paper's evaluated variants (rule, variant): registry names ``falcon-1a.1`` ...
+PAPER_VARIANTS = (("falcon-1a", "1"), ("falcon-1a", "2"), ("falcon-1a", "3"), ("falcon-3a", "3"), ("falcon-1", "3"))
+
+
 def _falcon_entries() -> list[MixerBuilder]:
-    """The six rules with the ``.3`` defaults, then the paper's evaluated variants."""
-    entries = [MixerBuilder(rule, _falcon(rule), FalconOptions, summary=f"{rule} fast weights, .3 defaults")
-               for rule in RULES]
-    for rule, variant in (("falcon-1a", "1"), ("falcon-1a", "2"), ("falcon-1a", "3"), ("falcon-3a", "3"),
-                          ("falcon-1", "3")):
-        entries.append(MixerBuilder(f"{rule}.{variant}", _falcon(rule), FalconOptions, VARIANTS[variant],
+    """Every registered rule with the ``.3`` defaults, then the paper's evaluated variants."""
+    entries = [MixerBuilder(spec.name, _falcon(spec), FalconOptions, summary=f"{spec.name} fast weights, .3 defaults")
+               for spec in rule_specs()]
+    for rule, variant in PAPER_VARIANTS:
+        entries.append(MixerBuilder(f"{rule}.{variant}", _falcon(rule_spec(rule)), FalconOptions, VARIANTS[variant],
                                     summary=f"{rule} fast weights, paper variant .{variant}"))
     return entries
 
 
-def _entries() -> list[MixerBuilder]:
+def _baseline_entries() -> list[MixerBuilder]:
     return [
         MixerBuilder("transformer", Attention, TransformerOptions,
                      summary="softmax attention with RoPE (SDPA), KV cache for generation"),
@@ -71,11 +77,32 @@ def _entries() -> list[MixerBuilder]:
                      summary="delta rule with ℓ2-normalised q/k, β = σ(·), short conv, output norm"),
         MixerBuilder("gated-deltanet", DeltaNet, GatedDeltaNetOptions,
                      summary="gated delta rule: DeltaNet plus a Mamba-style forget gate and output gate"),
-        *_falcon_entries(),
     ]
 
 
-MIXERS: dict[str, MixerBuilder] = {b.name: b for b in _entries()}
+_BASELINES = _baseline_entries()
+
+
+class _Mixers(Mapping[str, MixerBuilder]):
+    """The registry, read at each use: the baselines, then a builder for every registered rule and variant."""
+
+    def _table(self) -> dict[str, MixerBuilder]:
+        specs = rule_specs()
+        if getattr(self, "_specs", None) != specs:  # rebuilt only when a rule was registered or removed
+            self._specs, self._built = specs, {b.name: b for b in (*_BASELINES, *_falcon_entries())}
+        return self._built
+
+    def __getitem__(self, name: str) -> MixerBuilder:
+        return self._table()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._table())
+
+    def __len__(self) -> int:
+        return len(self._table())
+
+
+MIXERS: Mapping[str, MixerBuilder] = _Mixers()
 
 
 def masks_samples(name: str) -> bool:

@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from falcon_lab.mixers.decayed import BACKENDS as DECAYED_BACKENDS
+from falcon_lab.mixers.decayed import RULE as DECAYED_RULE
 from falcon_lab.mixers.decayed import decayed_linear_attention, decayed_over_samples
 from falcon_lab.mixers.layers import Mixer, full_precision, residual_out, rms_norm, rotary, sample_places
 from falcon_lab.mixers.options import check_bool, check_int, check_kernel_choices, check_range, head_dim_of
@@ -59,6 +60,7 @@ class Retention(Mixer):
     """Multi-scale retention; see the module docstring."""
 
     resets_at_samples = True
+    spec = DECAYED_RULE  # falcon-1a: its fused kernels run the decayed linear attention (mixers/decayed.py)
 
     def __init__(self, d_model: int, n_heads: int, opts: RetNetOptions, name: str = "retnet") -> None:
         super().__init__()

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from falcon_lab.config import RunConfig, config_hash
+from falcon_lab.task import task_of
 
 
 @dataclass(frozen=True)
@@ -39,13 +40,7 @@ def outcome_line(outcome: Outcome) -> str:
     if outcome.status == "failed":
         return f"{head} failed after {outcome.seconds:.0f} s: {outcome.message}"
     took = "finished before" if outcome.status == "skipped" else f"{outcome.status} in {outcome.seconds:.0f} s"
-    if job.cfg.task == "addition":  # the run's validation and held-out widths (the paper's 1-32 and 33-48)
-        e = job.cfg.eval
-        first, last = e.held_out_from, e.widths[1]
-        names = (("best_val_acc", f"val{e.widths[0]}-{first - 1}"), ("best_ood_mean", f"mean{first}-{last}"),
-                 (f"best_acc@{first}", f"@{first}"), (f"best_acc@{last}", f"@{last}"))
-    else:
-        names = (("best_val_acc", "val"), ("best_ood_mean", "held-out"))
+    names = task_of(job.cfg.task).outcome_scores(job.cfg)
     scores = "  ".join(f"{name} {m[key]:.1f}" for key, name in names if m.get(key) is not None)
     step = f"best step {m['best_step']:.0f}  " if m.get("best_step") is not None else ""
     return f"{head} {took}  {step}{scores}"

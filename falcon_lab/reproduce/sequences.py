@@ -17,6 +17,7 @@ from typing import Any
 import pandas as pd
 
 from falcon_lab.config import SEQUENCE_TASKS, load_config
+from falcon_lab.task import LengthTask, task_of
 from falcon_lab.eval.callback import evals_path, pick_best, read_evals
 from falcon_lab.paths import results_root
 from falcon_lab.reproduce.addition_table import (
@@ -41,23 +42,29 @@ METRICS = (("val_acc", "val_acc", "val. acc."), ("val_token_acc", "val_token_acc
            ("reach", "reach", "reach"))
 
 
-def check_task(task: str) -> str:
-    """`task` if it is a synthetic task; ValueError naming the accepted ones."""
-    if task not in SEQUENCE_TASKS:
+def check_task(task: str) -> LengthTask:
+    """The registered task `task` if it has a length axis (``falcon_lab.task.LengthTask``); ValueError naming the
+    accepted ones."""
+    found = task_of(task) if task in SEQUENCE_TASKS else None
+    if not isinstance(found, LengthTask):
         raise ValueError(f"unknown task {task!r}; accepted: {', '.join(SEQUENCE_TASKS)}")
-    return task
+    return found
 
 
 def parse_rows(text: str | None) -> list[str]:
-    """Mixers named in a comma-separated list (all rows for None); ValueError naming the accepted ones."""
+    """Mixers named in a comma-separated list (all rows for None): the table's rows, or any other mixer of the
+    registry (a rule registered since, say); ValueError naming the accepted ones."""
+    from falcon_lab.mixers import MIXERS
+
     if text is None:
         return list(ROWS)
     names = [n.strip() for n in text.split(",") if n.strip()]
     if not names:
         raise ValueError(f"--rows is empty; accepted: {', '.join(ROWS)}")
     for name in names:
-        if name not in ROWS:
-            raise ValueError(f"unknown row {name!r}; accepted: {', '.join(ROWS)}")
+        if name not in ROWS and name not in MIXERS:
+            raise ValueError(f"unknown row {name!r}; accepted: {', '.join(ROWS)}, or any mixer of `lab train "
+                             f"--mixer`")
     return list(dict.fromkeys(names))
 
 
@@ -65,10 +72,10 @@ def plan(task: str, rows: Sequence[str], seeds: int, max_steps: int | None = Non
          overrides: Sequence[str] = ()) -> list[Job]:
     """One job per (seed, row), seed by seed. ValueError for a bad task or seed count, ConfigError for a bad
     override."""
-    check_task(task)
+    spec = check_task(task)
     if seeds < 1:
         raise ValueError(f"--seeds must be >= 1, got {seeds}")
-    return [Job(load_config(f"{task}-tiny", overrides=list(overrides), task=task, mixer=row,
+    return [Job(load_config(spec.preset, overrides=[*spec.settings, *overrides], task=task, mixer=row,
                             train__max_steps=max_steps, train__seed=seed), label=row)
             for seed in range(seeds) for row in rows]
 
@@ -110,8 +117,7 @@ def write_tables(jobs: Sequence[Job], results: Path, out: Path, command: str) ->
                       *(format_cell(record[f"{c}_mean"], record[f"{c}_std"], 1) for _, c, _ in METRICS)])
     cfg = jobs[0].cfg
     d = cfg.data
-    options = {"mqar": f", vocabulary {d.vocab_size}, one pair per {d.tokens_per_pair} tokens",
-               "permutation": f", group {d.group}"}.get(cfg.task, "")
+    options = task_of(cfg.task).table_options(cfg)
     text = (f"# {cfg.task}: accuracy at the best step (train lengths {d.lengths[0]}–{d.lengths[1]}, held out "
             f"{d.test_lengths[0]}–{d.test_lengths[1]})\n\n{provenance_sentence(jobs, runs, command)}\n\n"
             f"Preset `{cfg.preset}`: d_model {cfg.model.d_model}, {cfg.model.n_layers} layers, {cfg.model.n_heads} "

@@ -17,40 +17,29 @@ import lightning.pytorch as pl
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
-from falcon_lab.config import DEFAULT_RANDOM_SEQ_LEN, SEQUENCE_TASKS, RunConfig
-from falcon_lab.tasks.addition import VOCAB_SIZE, generate_records, make_batch, positions_needed, teacher_forced_batch
-from falcon_lab.tasks.addition.curriculum import linear_widths
-from falcon_lab.tasks.fineweb import ShardSet, val_windows
-from falcon_lab.tasks.fineweb import train_batch as fineweb_batch
-from falcon_lab.tasks.random_tokens import random_token_batch
-from falcon_lab.tasks.synthetic import SequenceTask, eval_samples, make_task, pad_batch
-from falcon_lab.tasks.synthetic import make_batch as sequence_batch
+from falcon_lab.config import RunConfig
+from falcon_lab.task import task_of
+from falcon_lab.tasks.fineweb import ShardSet
+from falcon_lab.tasks.synthetic import SequenceTask
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 
 
 def vocab_size(cfg: RunConfig) -> int:
     """Vocabulary size the task needs."""
-    if cfg.task in SEQUENCE_TASKS:
-        return sequence_task(cfg).vocab_size
-    return VOCAB_SIZE if cfg.task == "addition" else cfg.data.vocab_size
+    return task_of(cfg.task).vocab_size(cfg)
 
 
 def sequence_task(cfg: RunConfig) -> SequenceTask:
-    """The synthetic task (mqar, parity, permutation) of the run, with its data.* options."""
-    d = cfg.data
-    return make_task(cfg.task, vocab_size=d.vocab_size, tokens_per_pair=d.tokens_per_pair, group=d.group)
+    """The generator of the run's task with a length axis (``falcon_lab.task.LengthTask``), with its data.* options."""
+    return task_of(cfg.task).generator(cfg)
 
 
 def seq_len(cfg: RunConfig) -> int:
     """Positions per row: data.seq_len, or the task's natural length."""
     if cfg.data.seq_len is not None:
         return cfg.data.seq_len
-    if cfg.task == "addition":
-        return positions_needed(cfg.data.widths[1])
-    if cfg.task in SEQUENCE_TASKS:
-        return cfg.data.lengths[1]
-    return DEFAULT_RANDOM_SEQ_LEN
+    return task_of(cfg.task).seq_len(cfg)
 
 
 @lru_cache(maxsize=4)
@@ -61,42 +50,19 @@ def fineweb_shards(path: str, split: str, length: int, vocab: int) -> ShardSet:
 
 def train_widths(cfg: RunConfig, step: int) -> tuple[int, int]:
     """The addition width range of `step`'s batch: data.widths, or the curriculum's range at `step`."""
-    d = cfg.data
-    if d.curriculum == "linear":
-        return linear_widths(step, d.widths, d.start_width, d.ramp_steps)
-    return d.widths
+    return task_of("addition").train_widths(cfg, step)
 
 
 def train_lengths(cfg: RunConfig, step: int) -> tuple[int, int]:
     """A synthetic task's length range at `step`: data.lengths, or the curriculum's range at `step` (its longest
     length ramped from data.start_width, as addition's widest width is)."""
-    d = cfg.data
-    if d.curriculum == "linear":
-        return linear_widths(step, d.lengths, d.start_width, d.ramp_steps)
-    return d.lengths
+    return task_of(cfg.task).train_lengths(cfg, step)
 
 
 def train_batch(cfg: RunConfig, step: int, rank: int, world_size: int) -> Batch:
     """(input_ids, labels) of `step` for `rank`: [batch_size / world_size, seq_len] int64 each (isolated
     addition samples keep their packed rows: the model keeps them apart, `falcon_lab.mixers.positions`)."""
-    local = cfg.train.batch_size // world_size
-    if cfg.task == "addition":
-        d = cfg.data
-        # seq_len stays that of the widest width, so every step's batch has the same shape
-        batch = make_batch(cfg.train.seed, step, local, train_widths(cfg, step), seq_len(cfg), d.packing,
-                           rank=rank)
-        return batch.input_ids, batch.labels
-    if cfg.task in SEQUENCE_TASKS:
-        return sequence_batch(sequence_task(cfg), cfg.train.seed, step, local, train_lengths(cfg, step), seq_len(cfg),
-                              rank)
-    if cfg.task == "fineweb":
-        shards = fineweb_shards(cfg.data.path, "train", seq_len(cfg), vocab_size(cfg))
-        return fineweb_batch(shards, cfg.train.batch_size, cfg.train.seed, step, rank, world_size)
-    # The random stream is drawn per step for the global batch, then sliced, so that its rows do
-    # not depend on the number of ranks either.
-    ids, labels = random_token_batch(vocab_size(cfg), seq_len(cfg), cfg.train.batch_size, cfg.train.seed, step)
-    rows = slice(rank * local, (rank + 1) * local)
-    return ids[rows].contiguous(), labels[rows].contiguous()
+    return task_of(cfg.task).train_batch(cfg, step, rank, world_size)
 
 
 class TrainBatches(IterableDataset):
@@ -119,37 +85,18 @@ class TrainBatches(IterableDataset):
 
 
 class ValBatches(IterableDataset):
-    """The fixed in-distribution validation set of addition (the val split, data.val_per_length per
-    width) or of a synthetic task (data.val_per_length per train length), in batches of at most
-    batch_size rows; every rank evaluates all of it."""
+    """The task's fixed validation set (``Task.val_batches``: addition's val split, data.val_per_length per
+    width; a synthetic task's data.val_per_length per train length; FineWeb's first data.val_windows windows of
+    its val shard), in batches of at most batch_size rows; every rank evaluates all of it."""
 
     def __init__(self, cfg: RunConfig) -> None:
-        size = cfg.train.batch_size
-        if cfg.task in SEQUENCE_TASKS:
-            task, (lo, hi) = sequence_task(cfg), cfg.data.lengths
-            samples = [s for n in range(lo, hi + 1)
-                       for s in eval_samples(task, "val", n, cfg.data.val_per_length, cfg.train.seed)]
-            self.batches = [pad_batch(samples[i:i + size]) for i in range(0, len(samples), size)]
-            return
-        records = list(generate_records("val", cfg.data.widths, cfg.data.val_per_length, cfg.train.seed))
-        self.batches = [teacher_forced_batch(records[i:i + size]) for i in range(0, len(records), size)]
+        self.batches = task_of(cfg.task).val_batches(cfg) or []
 
     def __iter__(self) -> Iterator[Batch]:
         return iter(self.batches)
 
 
-class ShardValBatches(IterableDataset):
-    """The first data.val_windows non-overlapping windows of the FineWeb-Edu val shard, in batches of
-    at most batch_size rows; every rank evaluates all of them."""
-
-    def __init__(self, cfg: RunConfig) -> None:
-        shards = fineweb_shards(cfg.data.path, "val", seq_len(cfg), vocab_size(cfg))
-        windows = val_windows(shards, cfg.data.val_windows)
-        size = cfg.train.batch_size
-        self.batches = [shards.rows(windows[i:i + size]) for i in range(0, len(windows), size)]
-
-    def __iter__(self) -> Iterator[Batch]:
-        return iter(self.batches)
+ShardValBatches = ValBatches  # FineWeb's validation set, its task's as every task's
 
 
 def loader_workers() -> int:
@@ -189,8 +136,6 @@ class LabData(pl.LightningDataModule):
                           pin_memory=True, persistent_workers=True, worker_init_fn=loader_worker_init)
 
     def val_dataloader(self) -> DataLoader | list:
-        if self.cfg.task == "fineweb":
-            return DataLoader(ShardValBatches(self.cfg), batch_size=None)
-        if self.cfg.task in ("addition", *SEQUENCE_TASKS):
-            return DataLoader(ValBatches(self.cfg), batch_size=None)
-        return []
+        if not task_of(self.cfg.task).validates:  # random tokens: nothing to validate
+            return []
+        return DataLoader(ValBatches(self.cfg), batch_size=None)

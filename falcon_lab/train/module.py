@@ -29,11 +29,11 @@ import torch.nn.functional as F
 
 from falcon_lab.config import RunConfig, from_dict, to_dict
 from falcon_lab.train import graphs
+from falcon_lab.task import task_of
 from falcon_lab.train.data import seq_len, vocab_size
 from falcon_lab.train.optim import make_optimizer
 from falcon_lab.mixers import LanguageModel, LMConfig, PositionsConfig
 from falcon_lab.tasks.addition import IGNORE_INDEX, suffix_accuracy
-from falcon_lab.tasks.addition.vocab import DIGIT_0, EOS, EQUALS
 
 
 class NonFiniteError(RuntimeError):
@@ -52,22 +52,9 @@ def lm_config(cfg: RunConfig) -> Any:
 
 
 def positions(cfg: RunConfig) -> PositionsConfig | None:
-    """The model's input features for this run (`model.abacus`, `model.isolate_samples`); None without them."""
-    m = cfg.model
-    features: dict[str, Any] = {}
-    if m.abacus is not None:
-        # Indices for answers of up to max(128, twice the trained width) digits at evaluation, past any offset.
-        features = {"abacus": m.abacus, "abacus_size": m.abacus + 2 + max(128, 2 * cfg.data.widths[1]),
-                    "digit_ids": (DIGIT_0, DIGIT_0 + 9), "answer_marker": EQUALS,
-                    "abacus_eval_offset": cfg.eval.abacus_offset, "abacus_ahead": m.abacus_ahead,
-                    "abacus_embed": m.abacus_embed, "abacus_shift_frac": float(m.abacus_shift_frac),
-                    # counted in forward passes: a step is train.accumulate of them
-                    "abacus_start": m.abacus_start * cfg.train.accumulate}
-    if m.isolate_samples:
-        # The packed rows stay: attention masks them, the recurrent mixers restart at each sample, any other
-        # mixer mixes each sample on a row of its own (falcon_lab.mixers.positions).
-        features["sample_end"] = EOS
-    return PositionsConfig(**features) if features else None
+    """The model's input features for this run, the task's (``Task.model_inputs``: addition's digit positions and
+    isolated samples); None without them."""
+    return task_of(cfg.task).model_inputs(cfg)
 
 
 def token_loss_sum(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

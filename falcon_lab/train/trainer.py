@@ -14,7 +14,8 @@ from lightning.pytorch.strategies import DDPStrategy, Strategy
 from torch.nn import Module
 from torch.nn.parallel import DistributedDataParallel
 
-from falcon_lab.config import SEQUENCE_TASKS, ConfigError, RunConfig, config_hash
+from falcon_lab.config import ConfigError, RunConfig, config_hash
+from falcon_lab.task import task_of
 from falcon_lab.runs import RunDir
 from falcon_lab.train.callbacks import LinePrinter, MetricsLogger, StepCheckpoint, StepProgressBar
 from falcon_lab.train.checkpoint_io import AtomicCheckpointIO
@@ -106,7 +107,7 @@ def make_loggers(cfg: RunConfig, run: RunDir) -> list[Logger]:
 
 def has_validation(cfg: RunConfig) -> bool:
     """Whether the task has a validation set (random tokens have nothing to validate)."""
-    return cfg.task in ("addition", "fineweb", *SEQUENCE_TASKS)
+    return task_of(cfg.task).validates
 
 
 def make_trainer(

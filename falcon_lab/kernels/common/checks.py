@@ -10,8 +10,8 @@ import torch
 from torch import Tensor
 
 from falcon_lab.kernels.common import packed
-from falcon_lab.kernels.common.config import (ALIGNMENTS, CHUNK_SIZES, FUSED_MAX_HEAD_DIM, FUSED_MAX_WINDOW,
-                                   FUSED_MIN_DECAY_FLOOR_PER_CHANNEL, FUSED_RULES, TIMINGS, RuleConfig)
+from falcon_lab.kernels.common.config import (ALIGNMENTS, CHUNK_SIZES, FUSED_MAX_HEAD_DIM, FUSED_RULES, TIMINGS,
+                                              RuleConfig)
 from falcon_lab.kernels.common.state import FastWeightState, fresh_state
 
 
@@ -70,7 +70,8 @@ def fused_refusal(q: Tensor, v: Tensor, cfg: RuleConfig, chunk_size: int, packed
     decay floor, falcon-3's window up to ``FUSED_MAX_WINDOW``, CUDA tensors (or Triton's interpreter). Packed
     sequences (``packed``) are taken by every rule: falcon-3 and falcon-3a lay them one to a row
     (``falcon_lab.kernels.falcon.api``)."""
-    if cfg.rule not in FUSED_RULES:
+    spec = cfg.spec
+    if spec.triton is None:
         return f"backend='triton' covers {', '.join(FUSED_RULES)}; for {cfg.rule} use backend='chunk'"
     fused_dtypes = (torch.bfloat16, torch.float16, torch.float32)
     if q.dtype not in fused_dtypes:
@@ -85,13 +86,15 @@ def fused_refusal(q: Tensor, v: Tensor, cfg: RuleConfig, chunk_size: int, packed
     if max(q.shape[-1], v.shape[-1]) > FUSED_MAX_HEAD_DIM:
         return (f"backend='triton' takes Dk, Dv up to {FUSED_MAX_HEAD_DIM}; got Dk={q.shape[-1]}, "
                 f"Dv={v.shape[-1]}")
-    if cfg.rule == "falcon-2a" and cfg.decay_floor < FUSED_MIN_DECAY_FLOOR_PER_CHANNEL:
-        return (f"falcon-2a on backend='triton' needs decay_floor >= {FUSED_MIN_DECAY_FLOOR_PER_CHANNEL} (its "
+    floor = spec.fused_min_decay_floor
+    if floor is not None and cfg.decay_floor < floor:
+        return (f"{cfg.rule} on backend='triton' needs decay_floor >= {floor} (its "
                 f"16-token blocks factor the per-channel carry around their midpoint), got {cfg.decay_floor}; use "
                 f"backend='chunk' for smaller floors")
-    if cfg.rule == "falcon-3" and cfg.window > FUSED_MAX_WINDOW:
-        return (f"backend='triton' for falcon-3 takes a window up to {FUSED_MAX_WINDOW} (a chunk of its kernels "
-                f"holds at most {FUSED_MAX_WINDOW} window slots), got window={cfg.window}; use backend='chunk'")
+    widest = spec.fused_max_window
+    if widest is not None and cfg.window > widest:
+        return (f"backend='triton' for {cfg.rule} takes a window up to {widest} (a chunk of its kernels "
+                f"holds at most {widest} window slots), got window={cfg.window}; use backend='chunk'")
     if not (q.is_cuda or interpreting()):
         return "backend='triton' needs CUDA tensors (or TRITON_INTERPRET=1 for Triton's CPU interpreter)"
     return None

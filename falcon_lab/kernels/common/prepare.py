@@ -69,13 +69,13 @@ def prepare(k: Tensor, v: Tensor, beta: Tensor, lam: Tensor, cfg: RuleConfig, st
     mask_w = windows(valid_ext, W).to(x_ext.dtype)  # [B, T, W]
     n_pairs = mask_w.sum(-1)  # B_t
     n = n_pairs.clamp(min=1.0)[..., None]
-    if cfg.rule == "falcon-3":
+    if cfg.windowed and cfg.regression:  # falcon-3
         if top_eigenvalue is None:
             raise ValueError("falcon-3's step size needs top_eigenvalue (falcon_lab/kernels/window/eigen.py)")
         xw = windows(x_ext, W).transpose(2, 3)  # [B, T, H, W, Dk]
         gram = xw @ xw.transpose(-1, -2)  # the small W×W Gram shares its top eigenvalue with XᵀX
         energy = top_eigenvalue(gram) / n  # μ_t
-    elif cfg.rule == "falcon-3a":
+    elif cfg.windowed:  # falcon-3a
         # ‖x‖² [B, T+W−1, H] through the norm: neither pass writes an array of x's size but the gradient itself
         sq = torch.linalg.vector_norm(x_ext, dim=-1).square()
         energy = windows(sq, W).sum(2) / n  # Ē_t (invalid slots hold x = 0)

@@ -24,7 +24,7 @@ from falcon_lab.kernels.falcon import dispatch
 def _config(rule: str, window: int, eps: float, decay_floor: float, scale_coupled_ridge: bool, alignment: str,
             timing: str, beta: Tensor | None, eta: Tensor | None) -> tuple[RuleConfig, Tensor]:
     """The checked rule configuration, and the tensor that drives the step: the gain β, or η itself."""
-    check_choice("rule", rule, RULES)
+    check_choice("rule", rule, RULES)  # the registered rules (falcon_lab.kernels.common.spec)
     check_sequence_options(alignment=alignment, timing=timing)
     check_rule_options(window=window, eps=eps, decay_floor=decay_floor)
     if (beta is None) == (eta is None):
@@ -93,12 +93,11 @@ def _run(q: Tensor, k: Tensor, v: Tensor, gain: Tensor, lam: Tensor, cfg: RuleCo
     """Checked inputs to the form of (rule, backend): the fused forms take them in their own dtype (and packed
     sequences whole, but for the window rules'), the others in the compute dtype (and packed sequences apart)."""
     dtype = compute_dtype(q.dtype)
-    if (backend == "triton" and cfg.rule == "falcon-3a" and bounds is not None and initial_state is None
+    packed_form = cfg.spec.triton_packed
+    if (backend == "triton" and packed_form is not None and bounds is not None and initial_state is None
             and not output_final_state):
         # fresh packed sequences, outputs alone (a model's isolated samples): one row, no padding
-        from falcon_lab.kernels.window.fused import triton_falcon3a_packed
-
-        return triton_falcon3a_packed(q, k, v, gain, lam, cfg, chunk_size, cu_seqlens), None
+        return packed_form(q, k, v, gain, lam, cfg, chunk_size, cu_seqlens), None
     if backend == "triton" and cfg.windowed and bounds is not None:
         # falcon-3/3a's kernels carry one window tail per row, not per packed sequence: the sequences go one to a
         # row (``_packed``), padded at their ends, through the same kernels

@@ -18,11 +18,9 @@ from falcon_lab.kernels.common.state import FastWeightState
 def write(cfg: RuleConfig, S: Tensor, xw: Tensor, vw: Tensor, valid: Tensor, eta: Tensor, gamma: Tensor) -> Tensor:
     """One write of the newest pair (x_t, y_t). S ``[B, H, Dk, Dv]``; xw/vw the window ``[B, H, 1, D]``."""
     x, y = xw[:, :, -1], vw[:, :, -1]
-    if cfg.rule == "falcon-1a":
-        return gamma[..., None, None] * S + eta[..., None, None] * outer(x, y)
-    if cfg.rule == "falcon-2a":
+    if cfg.per_channel:  # falcon-2a
         return gamma[..., None, :] * S + outer(x, eta * y)
-    raise ValueError(f"the inner-product oracle runs falcon-1a and falcon-2a, got {cfg.rule!r}")
+    return gamma[..., None, None] * S + eta[..., None, None] * outer(x, y)
 
 
 def recurrent_inner_product(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, lam: Tensor, cfg: RuleConfig,

@@ -19,11 +19,9 @@ def write(cfg: RuleConfig, S: Tensor, xw: Tensor, vw: Tensor, valid: Tensor, eta
     """One write of the newest pair (x_t, y_t). S ``[B, H, Dk, Dv]``; xw/vw the window ``[B, H, 1, D]``."""
     x, y = xw[:, :, -1], vw[:, :, -1]
     r = y - read(S, x)
-    if cfg.rule == "falcon-1":
-        return gamma[..., None, None] * S + eta[..., None, None] * outer(x, r)
-    if cfg.rule == "falcon-2":
+    if cfg.per_channel:  # falcon-2
         return gamma[..., None, :] * S + outer(x, eta * r)
-    raise ValueError(f"the regression oracle runs falcon-1 and falcon-2, got {cfg.rule!r}")
+    return gamma[..., None, None] * S + eta[..., None, None] * outer(x, r)
 
 
 def recurrent_regression(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, lam: Tensor, cfg: RuleConfig,

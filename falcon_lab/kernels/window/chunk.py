@@ -37,7 +37,7 @@ def _chunked(t: Tensor, chunk: int, dims: int) -> Tensor:
 def chunk_falcon3(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, lam: Tensor, cfg: RuleConfig,
                   state: FastWeightState, fresh: bool, chunk_size: int = 64) -> tuple[Tensor, FastWeightState]:
     """Falcon-3 over ``[B, T, H, D]`` inputs, chunk by chunk. Returns (o ``[B, T, H, Dv]``, final state)."""
-    if cfg.rule != "falcon-3":
+    if not (cfg.windowed and cfg.regression):
         raise ValueError(f"chunk_falcon3 runs rule 'falcon-3' only, got {cfg.rule!r}")
     T, Dv = q.shape[1], v.shape[-1]
     prep = prepare(k, v, beta, lam, cfg, state, fresh, top_eigenvalue)

@@ -67,7 +67,7 @@ def triton_falcon3a(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, lam: Tensor, 
                     cu_seqlens: Tensor | None = None) -> tuple[Tensor, FastWeightState]:
     """falcon-3a over ``[B, T, H, D]`` inputs in their own dtype from a float32 ``state``; o in q's dtype. The form
     takes no ``cu_seqlens`` (one window tail a row): ``fast_weight_rule`` lays packed sequences one to a row."""
-    if cfg.rule != "falcon-3a":
+    if not (cfg.windowed and not cfg.regression):
         raise ValueError(f"triton_falcon3a runs rule 'falcon-3a' only, got {cfg.rule!r}")
     if cu_seqlens is not None:
         raise ValueError("triton_falcon3a takes no cu_seqlens; fast_weight_rule lays packed sequences one to a row")
@@ -149,7 +149,7 @@ def triton_falcon3(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, lam: Tensor, c
     kernels' chunk holds min(chunk_size · WP, 64) slot rows (WP: the window padded to a power of two), so
     64 / WP tokens at the default. The form takes no ``cu_seqlens`` (one window tail a row): ``fast_weight_rule``
     lays packed sequences one to a row."""
-    if cfg.rule != "falcon-3":
+    if not (cfg.windowed and cfg.regression):
         raise ValueError(f"triton_falcon3 runs rule 'falcon-3' only, got {cfg.rule!r}")
     if cu_seqlens is not None:
         raise ValueError("triton_falcon3 takes no cu_seqlens; fast_weight_rule lays packed sequences one to a row")

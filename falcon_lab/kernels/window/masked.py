@@ -20,7 +20,7 @@ from falcon_lab.kernels.window.solve import block_exit, block_read, entry_drive,
 def masked_falcon3(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, lam: Tensor, cfg: RuleConfig,
                    state: FastWeightState, fresh: bool) -> tuple[Tensor, FastWeightState]:
     """Falcon-3 over ``[B, T, H, D]`` inputs in one masked pass. Returns (o ``[B, T, H, Dv]``, final state)."""
-    if cfg.rule != "falcon-3":
+    if not (cfg.windowed and cfg.regression):
         raise ValueError(f"masked_falcon3 runs rule 'falcon-3' only, got {cfg.rule!r}")
     prep = prepare(k, v, beta, lam, cfg, state, fresh, top_eigenvalue)
     xw, vw, a, log_gamma = window_inputs(prep, cfg.span)

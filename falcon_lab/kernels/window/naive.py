@@ -23,7 +23,7 @@ def energy(cfg: RuleConfig, xw: Tensor, valid: Tensor) -> Tensor:
     """μ_t (falcon-3) or Ē_t (falcon-3a), ``[B, H]``. xw: ``[B, H, W, Dk]`` (zero in invalid slots); valid:
     ``[B, 1, W]``."""
     n = valid.sum(-1).clamp(min=1.0)
-    if cfg.rule == "falcon-3":
+    if cfg.regression:  # falcon-3: the top eigenvalue of the window's XᵀX
         gram = xw @ xw.transpose(-1, -2)  # the small W×W Gram shares its top eigenvalue with XᵀX
         return torch.linalg.eigvalsh(gram)[..., -1] / n  # a few matrices per token: no batching limit
     return ((xw * xw).sum(-1) * valid).sum(-1) / n
@@ -33,13 +33,11 @@ def write(cfg: RuleConfig, S: Tensor, xw: Tensor, vw: Tensor, valid: Tensor, eta
     """One step on the window's pairs. S ``[B, H, Dk, Dv]``; xw/vw ``[B, H, W, D]``; valid ``[B, 1, W]``."""
     n = valid.sum(-1).clamp(min=1.0)[..., None, None]  # B_t
     w = valid[..., None]  # invalid slots contribute nothing
-    if cfg.rule == "falcon-3":
+    if cfg.regression:  # falcon-3
         residuals = vw - torch.einsum("bhkv,bhwk->bhwv", S, xw)  # v_j − S_{t−1}ᵀ x_j
         drive = torch.einsum("bhwk,bhwv->bhkv", xw * w, residuals)
-    elif cfg.rule == "falcon-3a":
+    else:  # falcon-3a
         drive = torch.einsum("bhwk,bhwv->bhkv", xw * w, vw)
-    else:
-        raise ValueError(f"the window oracle runs falcon-3 and falcon-3a, got {cfg.rule!r}")
     return gamma[..., None, None] * S + (eta[..., None, None] / n) * drive
 
 

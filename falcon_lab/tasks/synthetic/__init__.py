@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from falcon_lab.tasks import SYNTHETIC_TASK_NAMES
 from falcon_lab.tasks.synthetic.common import (
     IGNORE_INDEX,
     PAD,
@@ -37,7 +38,7 @@ from falcon_lab.tasks.synthetic.mqar import MQAR
 from falcon_lab.tasks.synthetic.parity import Parity
 from falcon_lab.tasks.synthetic.permutation import GROUPS, Permutation
 
-TASK_NAMES = ("mqar", "parity", "permutation")
+TASK_NAMES = SYNTHETIC_TASK_NAMES
 
 
 def make_task(name: str, *, vocab_size: int = 256, tokens_per_pair: int = 8, group: str = "S5") -> SequenceTask:
