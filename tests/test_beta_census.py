@@ -1,5 +1,5 @@
-"""The eigenvalue census of records/tasks/beta/study.py (also read by records/tasks/eta_bound/study.py and
-records/device/census.py): its hooks wrap each mixer's rule with the rule's own signature, so a model still runs
+"""The eigenvalue census of records/tasks/beta/study.py (the census of the parity-40 records):
+its hooks wrap each mixer's rule with the rule's own signature, so a model still runs
 with them in place and every write's eigenvalue along its key is collected."""
 
 from __future__ import annotations

@@ -78,7 +78,7 @@ def test_commands_write_under_the_results_folder_and_leave_records_alone(
         ("plot", "addition", "--table", str(results / "addition" / "tiny"), "--train-widths", "1-8"),
         ("bench", "train", "--preset", "tiny", "--mixers", "transformer", "--max-steps", "2"),
         ("bench", "step", "--preset", "tiny", "--mixers", "transformer", "--steps", "1"),
-        ("runs", "merge", str(REPO_ROOT / "records" / "addition" / "packed-8000" / "runs")),
+        ("runs", "merge", str(REPO_ROOT / "records" / "addition" / "nope-6000-ema" / "runs")),
         ("report", "runs"),
         # two of the report's sections: the others draw a figure per records folder, 90 s on one core, and
         # write where these do (test_report_all draws every section from a small copy of the records)

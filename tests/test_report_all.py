@@ -19,12 +19,12 @@ from falcon_lab.paths import REPO_ROOT
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 RECORDS = REPO_ROOT / "records"
 # What the fixture copies from the real records: small tables of each kind the report reads.
-COPIED = ("addition/table.csv", "addition/table.md", "addition/per_width.csv",
+COPIED = ("addition/same-time/table.csv", "addition/same-time/table.md", "addition/same-time/per_width.csv",
           "addition/tiny/table.csv", "addition/tiny/table.md", "addition/tiny/per_width.csv",
           "addition/tiny/progress.csv",
           "ablation/tiny/alignment.csv", "ablation/tiny/alignment.md", "ablation/tiny/alignment_per_width.csv",
           "sweeps/regime-transformer/trials.csv", "sweeps/regime-transformer/report.md",
-          "sweeps/regime-transformer/findings.md", "bench/kernels.csv")
+          "sweeps/regime-transformer/findings.md", "bench/kernels-2026-12-05/kernels.csv")
 
 
 def invoke(*args: str) -> tuple[int, str]:
@@ -74,9 +74,12 @@ def test_lab_report_all_writes_every_section_with_its_provenance_and_figures(rec
     assert headings == ["1. Addition: Table 3 beside the paper", "2. Alignment ablation: timing × write pairing",
                         "3. Accuracy by width: curves and heat maps", "4. Sweeps", "5. Kernels beside fla"]
     # 1: Table 3 beside the paper, with the record's own command, commits, GPU and date
-    assert "| Falcon-1A.3 (QK-RMSNorm, ctxη-ctxλ) | 1/1 | 99.8 | 9.8 | 85.9 | 0.0 |" in text
-    assert ("Command: `lab reproduce addition --preset paper --seeds 1`. Commit: runs trained at 8bc3b56b5275, "
-            "bc0dde8; table written at bb5068475774. GPU: NVIDIA H200 x1. Date: 2026-11-30T00:28:53+00:00.") in text
+    assert ("| Falcon-1A.3 (QK-RMSNorm, ctxη, λ̄ = 0; same-time writes, no output gate) | 3/3 | 99.8 | 100.0 ± 0.0 "
+            "| 85.9 | 34.8 ± 4.6 | 100.0 | 99.3 ± 1.2 | 69.0 | 0.0 ± 0.0 |") in text
+    assert ("Command: `lab reproduce addition --preset same-time --results /tmp/st --out records/addition/same-time`. "
+            "Commit: runs trained at 16dedb6, 2da8e26, 3d85ec9, 41d6f29, 554ef6c, 674188d, 6bdcac8, 81c0410, aef2957, "
+            "c16d0fc, c1db995, e9424eb; table written at aef2957a0522. GPU: NVIDIA H100 80GB HBM3 x1; NVIDIA H200 x1. "
+            "Date: 2026-12-06T04:11:42+00:00.") in text
     assert "`records/addition/tiny` (4 of 4 runs): best val. acc. Transformer (NoPE) 91.7 ± 8.2" in text
     assert "GPU: none (CPU: AMD EPYC)" in text
     assert ("`records/addition/regime`: Regimes on one H200 (read in `records/addition/regime/README.md`). "
@@ -90,12 +93,12 @@ def test_lab_report_all_writes_every_section_with_its_provenance_and_figures(rec
     assert "plain bullet" not in text
     # 4: the sweep's headlines and best trial; 5: the kernels, whose kernels.md is missing here
     assert "Best: Trial 24: val_token_acc = 32.34." in text and "**No trial learned the task.**" in text
-    assert "| 4x4096x16x128 | falcon-1a | fwd+bwd | 1.166 | 0.44 | 0.33 | ok |" in text
+    assert "| 4x4096x16x128 | falcon-1a | fwd+bwd | 1.204 | 0.55 | — | ok |" in text
     assert "Command: not recorded. Commit: not recorded. GPU: not recorded. Date: not recorded." in text
     # every figure linked relatively and drawn, one per kind at least
     links = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", text)
     assert links and all(not Path(link).is_absolute() and (results / link).is_file() for link in links)
-    for figure in ("report/addition/per_width.png", "report/addition/tiny/per_width.png",
+    for figure in ("report/addition/same-time/per_width.png", "report/addition/tiny/per_width.png",
                    "report/addition/tiny/progress.png", "report/addition/tiny/positions/positions.png",
                    "report/ablation/tiny/alignment.png", "report/ablation/tiny/alignment_per_width.png",
                    "report/sweeps/regime-transformer/slice.png", "report/sweeps/regime-transformer/contour.png",

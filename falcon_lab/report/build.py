@@ -71,17 +71,27 @@ def read_csv(path: Path) -> pd.DataFrame:
     return pd.read_csv(path, dtype=str, keep_default_na=False)
 
 
-def addition_folders(records: Path) -> list[Path]:
-    """The addition tables under records/addition: the top-level table first, then every folder holding
-    a table.csv, by name."""
+TABLE3 = "same-time"  # records/addition/<TABLE3>/: the table of record beside the paper's Table 3
+
+
+def table3_folder(records: Path) -> Path:
+    """The folder of the table shown beside the paper's Table 3: `addition/same-time/` where it holds a table.csv,
+    else a table.csv at the top of `addition/` (the older layout)."""
     root = records / "addition"
-    top = [root] if (root / "table.csv").is_file() else []
-    return top + sorted(p.parent for p in root.glob("*/table.csv"))
+    return root / TABLE3 if (root / TABLE3 / "table.csv").is_file() else root
+
+
+def addition_folders(records: Path) -> list[Path]:
+    """The addition tables under records/addition: Table 3's first, then every other folder holding a
+    table.csv, by name."""
+    table3 = table3_folder(records)
+    top = [table3] if (table3 / "table.csv").is_file() else []
+    return top + sorted(p.parent for p in (records / "addition").glob("*/table.csv") if p.parent != table3)
 
 
 def section_addition(b: Builder) -> list[str]:
     """1. Table 3 beside the paper, and every other addition regime the records hold."""
-    root = b.records / "addition"
+    root = table3_folder(b.records)
     lines = ["## 1. Addition: Table 3 beside the paper", ""]
     if not (root / "table.csv").is_file():
         return lines + [f"No `{b.shown(root / 'table.csv')}` in the records.", ""]
@@ -98,7 +108,7 @@ def section_addition(b: Builder) -> list[str]:
         source = prov.of_table(folder / "table.md", b.shown(folder / "table.md"))
         lines.append(f"- `{b.shown(folder)}` ({runs} of {planned} runs): best val. acc. {best_of(frame, 'val_acc')}; "
                      f"best held-out mean {best_of(frame, 'ood_mean')}. {source.markdown()}")
-    for readme in sorted(root.glob("*/README.md")):
+    for readme in sorted((b.records / "addition").glob("*/README.md")):
         if (readme.parent / "table.csv").is_file():
             continue
         source = prov.of_runs(readme.parent, readme, b.shown(readme))
@@ -251,10 +261,13 @@ def section_sweeps(b: Builder) -> list[str]:
 
 
 def section_kernels(b: Builder) -> list[str]:
-    """5. The kernels' times beside fla's (records/bench/kernels.csv)."""
+    """5. The kernels' times beside fla's: the newest records/bench/kernels-<date>/kernels.csv (or
+    records/bench/kernels.csv, the older layout)."""
     from falcon_lab.plots.kernels import plot_kernels
 
-    csv, md = b.records / "bench" / "kernels.csv", b.records / "bench" / "kernels.md"
+    dated = sorted((b.records / "bench").glob("kernels-*/kernels.csv"))
+    csv = dated[-1] if dated else b.records / "bench" / "kernels.csv"
+    md = csv.with_name("kernels.md")
     lines = ["## 5. Kernels beside fla", ""]
     if not csv.is_file():
         return lines + [f"No `{b.shown(csv)}` in the records.", ""]

@@ -1,12 +1,12 @@
-"""The gain-range study (`run.sh` beside this file) on running parity or, from `TASK=permutation`'s runs, S5
-composition: a table over seeds, a table per run and a figure of accuracy by length, and, from each run's best
-weights, where its transitions' eigenvalues along the written key went on the held-out lengths. Eigenvalue of a
-write (per token, head and layer): falcon-1 (regression) γ − η‖x‖², with η = β/(‖x‖² + λ + ε) for ctxβ or the
-emitted η for ctxη, λ = λ̄‖x‖², γ = 1 − min(ηλ, 1 − ε_γ); falcon-1a (inner product) γ alone; DeltaNet 1 − β (unit
-keys). A run without best weights (checkpoints/ never enter records/, nor come back from a device call) has no
-census: its columns read "n/a" (empty in the CSVs), and a row whose census covers only some of its seeds says how
-many. The task, the trained and held-out lengths and the machine come from the runs' config.yaml and
-provenance.json.
+"""The gain-range study (the runs of `lab experiment run tasks-beta-parity-40`, or any such grid) on running parity
+or, from a permutation grid's runs, S5 composition: a table over seeds, a table per run and a figure of accuracy by
+length, and, from each run's best weights, where its transitions' eigenvalues along the written key went on the
+held-out lengths. Eigenvalue of a write (per token, head and layer): falcon-1 (regression) γ − η‖x‖², with η =
+β/(‖x‖² + λ + ε) for ctxβ or the emitted η for ctxη, λ = λ̄‖x‖², γ = 1 − min(ηλ, 1 − ε_γ); falcon-1a (inner
+product) γ alone; DeltaNet 1 − β (unit keys). A run without best weights (checkpoints/ never enter records/, nor
+come back from a device call) has no census: its columns read "n/a" (empty in the CSVs), and a row whose census
+covers only some of its seeds says how many. The task, the trained and held-out lengths and the machine come from
+the runs' config.yaml and provenance.json.
 
     python records/tasks/beta/study.py [RESULTS [OUT]]   # RESULTS holds runs/ (default: this folder); OUT: where
         # table.md, table.csv, seeds.md, seeds.csv and lengths.png go (default: this folder)
@@ -46,8 +46,7 @@ TASKS = {"parity": "Running parity", "permutation": "S5 composition"}
 
 def hook_census(model: torch.nn.Module) -> list[torch.Tensor]:
     """Make every Falcon and DeltaNet mixer of `model` append, at each forward, every write's eigenvalue along its
-    key to the returned list (flattened over batch, token and head; per channel for falcon-2). Also used by
-    ../eta_bound/study.py and records/device/census.py."""
+    key to the returned list (flattened over batch, token and head; per channel for falcon-2)."""
     found: list[torch.Tensor] = []
     for m in model.modules():
         if isinstance(m, FalconMixer):
