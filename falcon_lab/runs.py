@@ -55,6 +55,12 @@ class RunDir:
         return self.checkpoints / "last.ckpt"
 
     @property
+    def previous_checkpoint(self) -> Path:
+        """The checkpoint before the last one, kept so that a resume can fall back on it when last.ckpt is
+        unreadable."""
+        return self.checkpoints / "previous.ckpt"
+
+    @property
     def failed_weights(self) -> Path:
         """The weights a run had when it failed on a non-finite loss or gradient (best.pt's layout)."""
         return self.checkpoints / "failed.pt"

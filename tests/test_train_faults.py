@@ -17,7 +17,7 @@ from lightning.pytorch.callbacks import Callback
 from typer.testing import CliRunner
 
 from falcon_lab.cli import app
-from falcon_lab.config import dump_yaml, load_config
+from falcon_lab.config import ConfigError, dump_yaml, load_config
 from falcon_lab.eval.run_weights import load_run_model
 from falcon_lab.runs import Registry, RunDir
 from falcon_lab.train import LabModule, RunFailed, run_training
@@ -254,3 +254,57 @@ def test_checkpoints_are_replaced_whole_or_not_at_all(tmp_path: Path) -> None:
         io.save_checkpoint({"step": 2, "w": torch.zeros(3), "bad": lambda: None}, path)  # cannot be pickled
     assert io.load_checkpoint(path, weights_only=True)["step"] == 1
     assert [p.name for p in path.parent.iterdir()] == ["last.ckpt"]
+
+
+def cut(path: Path, keep: float = 0.5) -> None:
+    """Truncate a file to a part of its length, as a full disk or a copy cut short leaves it."""
+    data = path.read_bytes()
+    path.write_bytes(data[:int(len(data) * keep)])
+
+
+def test_a_resume_past_a_truncated_checkpoint_keeps_every_row_and_starts_from_the_previous_one(
+        reference: Path, tmp_path: Path) -> None:
+    cfg = tiny()  # checkpoints at step 4 and, stopped, at 7
+    config, out = tmp_path / "config.yaml", tmp_path / "run"
+    config.write_text(dump_yaml(cfg))
+    first = run_training(cfg, out=out, results=tmp_path, progress=False, callbacks=[StopAt(7)])
+    assert first.status == "stopped"
+    run = RunDir(out)
+    assert torch.load(run.previous_checkpoint, weights_only=False)["global_step"] == 4
+    before = (out / "metrics.csv").read_text().splitlines()
+    assert max(losses(out)) == 7
+    cut(run.last_checkpoint)
+
+    result = CliRunner().invoke(app, ["train", "--config", str(config), "--out", str(out),
+                                      "--results", str(tmp_path), "--no-progress"])
+    assert result.exit_code == 0, result.output
+    assert "Traceback" not in result.output
+    warning = [line for line in result.stderr.splitlines() if line]
+    assert len(warning) == 1 and "last.ckpt cannot be read" in warning[0]
+    assert "resuming from previous.ckpt (step 4)" in warning[0]
+    assert "finished (resumed at step 4, 12 steps)" in result.stdout
+    assert (run.checkpoints / "last.ckpt.unreadable").exists()  # set aside, not deleted
+    after = (out / "metrics.csv").read_text().splitlines()
+    assert after[:5] == before[:5]  # the header and the rows of steps 1-4, as written
+    assert_same_curve(out, reference, 12)  # steps 5-7 written again onto the same curve, then 8-12
+    tokens = [r["tokens"] for r in read_metrics(out / "metrics.csv") if "tokens" in r]
+    expected = [r["tokens"] for r in read_metrics(reference / "metrics.csv") if "tokens" in r]
+    assert tokens == expected  # the column continues from the restored step
+    resumes = json.loads(run.provenance.read_text())["resumes"]
+    assert [r["resumed_from_step"] for r in resumes] == [4]
+
+
+def test_a_failed_start_leaves_the_metrics_file_as_it_was(tmp_path: Path) -> None:
+    cfg = tiny()
+    out = tmp_path / "run"
+    run_training(cfg, out=out, results=tmp_path, progress=False, callbacks=[StopAt(5)])
+    run = RunDir(out)
+    before = (out / "metrics.csv").read_bytes()
+    state = run.read_state()
+    run.last_checkpoint.write_bytes(b"")
+    cut(run.previous_checkpoint, 0.9)
+    with pytest.raises(ConfigError, match=r"last.ckpt cannot be read \(the file is empty.*previous.ckpt cannot be "
+                                          r"read .*move the folder"):
+        run_training(cfg, out=out, results=tmp_path, progress=False)
+    assert (out / "metrics.csv").read_bytes() == before
+    assert run.read_state() == state

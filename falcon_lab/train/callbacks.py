@@ -21,6 +21,7 @@ from lightning.pytorch.callbacks import Callback, RichProgressBar
 from falcon_lab.compact import open_text, readable
 from falcon_lab.console import say
 from falcon_lab.runs import atomic_write_text
+from falcon_lab.train.checkpoint_io import save_keeping_previous
 from falcon_lab.train.clock import add_eval_time
 
 COLUMNS = ("step", "loss", "lr", "grad_norm", "tokens_per_s", "tokens", "elapsed_s", "eval_s", "val_loss",
@@ -36,8 +37,8 @@ def check_finite(pl_module: pl.LightningModule) -> None:
 
 
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:
-    """Rows of a metrics.csv (or its compacted metrics.csv.gz) as dicts of floats (step as int); empty cells are
-    absent."""
+    """Rows of a metrics.csv (or its compacted metrics.csv.gz) as dicts of floats (step and tokens as ints); empty
+    cells are absent."""
     path = readable(path)  # a finished run's record may keep it gzipped (falcon_lab.compact)
     if not path.exists():
         return []
@@ -46,6 +47,8 @@ def read_metrics(path: str | Path) -> list[dict[str, Any]]:
         for raw in csv.DictReader(f):
             row: dict[str, Any] = {k: float(v) for k, v in raw.items() if k in COLUMNS and v not in ("", None)}
             row["step"] = int(row["step"])
+            if "tokens" in row:  # a count: written back as it was read
+                row["tokens"] = int(row["tokens"])
             rows.append(row)
     return rows
 
@@ -64,20 +67,27 @@ class MetricsLogger(Callback):
 
     The file is rewritten whole through a temporary file and os.replace, at every checkpoint step,
     after validation, at the end, and at most every `flush_seconds` in between, so a reader or a
-    crash never sees half a line. On resume, rows after the restored step are dropped: the resumed
-    run writes them again.
+    crash never sees half a line. Nothing is written before training starts (a run that fails to start leaves
+    the file as it was). On resume the rows after the restored step are kept until the resumed run writes
+    its own row of their step: the file is never shorter than before, and `tokens` continues from the
+    restored step.
     """
 
     def __init__(self, path: str | Path, log_every: int, flush_every: int, flush_seconds: float = 15.0) -> None:
         self.path, self.log_every, self.flush_every = Path(path), log_every, flush_every
         self.flush_seconds = flush_seconds
         self.rows: list[dict[str, Any]] = []
+        self.ahead: list[dict[str, Any]] = []  # rows of an earlier session past the restored step
+        self.started = False
         self._t_log: float | None = None
         self._t_val = 0.0
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         start = trainer.global_step
-        self.rows = [r for r in read_metrics(self.path) if r["step"] <= start] if start else []
+        held = read_metrics(self.path)
+        self.rows = [r for r in held if r["step"] <= start]
+        self.ahead = [r for r in held if r["step"] > start]
+        self.started = True
         last = next((r for r in reversed(self.rows) if "tokens" in r), {})
         self.tokens = int(last.get("tokens", 0))
         self._elapsed0 = float(last.get("elapsed_s", 0.0))
@@ -98,7 +108,7 @@ class MetricsLogger(Callback):
             evaluating = getattr(pl_module, "eval_seconds", 0.0)
             rate = (self.tokens - self._tokens_log) / max(now - self._t_log - (evaluating - self._eval_log), 1e-9)
             self._t_log, self._tokens_log, self._eval_log = now, self.tokens, evaluating
-            self.rows.append({
+            self.add({
                 "step": step, "loss": float(pl_module.last_loss), "lr": pl_module.last_lr,
                 "grad_norm": float(pl_module.last_grad_norm), "tokens_per_s": rate, "tokens": self.tokens,
                 "elapsed_s": self._elapsed0 + now - self._t0, "eval_s": self._eval0 + evaluating,
@@ -123,10 +133,16 @@ class MetricsLogger(Callback):
             return
         step = trainer.global_step
         if not self.rows or self.rows[-1]["step"] != step:
-            self.rows.append({"step": step})
+            self.add({"step": step})
         self.rows[-1].update(pl_module.val_metrics)
         self.to_loggers(trainer, {"step": step, **pl_module.val_metrics})
         self.flush(trainer)
+
+    def add(self, row: dict[str, Any]) -> None:
+        """Append a row, dropping the earlier session's rows up to its step (this session writes them again)."""
+        while self.ahead and self.ahead[0]["step"] <= row["step"]:
+            self.ahead.pop(0)
+        self.rows.append(row)
 
     @staticmethod
     def to_loggers(trainer: pl.Trainer, row: dict[str, Any]) -> None:
@@ -144,31 +160,36 @@ class MetricsLogger(Callback):
         self.flush(trainer)
 
     def flush(self, trainer: pl.Trainer) -> None:
-        """Rewrite the file atomically (rank zero only)."""
+        """Rewrite the file atomically (rank zero only, once training has started)."""
         self._t_flush = time.perf_counter()
-        if not trainer.is_global_zero:
+        if not trainer.is_global_zero or not self.started:
             return
         out = io.StringIO()
         writer = csv.DictWriter(out, fieldnames=COLUMNS, lineterminator="\n")
         writer.writeheader()
-        for row in self.rows:
+        for row in [*self.rows, *self.ahead]:
             writer.writerow({k: (repr(v) if isinstance(v, float) else v) for k, v in row.items()})
         atomic_write_text(self.path, out.getvalue())
 
 
 class StepCheckpoint(Callback):
-    """Saves the whole training state to `path` every `every` optimiser steps (replacing the last
-    one), then calls `on_save(step)` on rank zero."""
+    """Saves the whole training state to `path` every `every` optimiser steps, then calls `on_save(step)` on
+    rank zero. The checkpoint it replaces becomes `previous` (when given), so two good ones are kept."""
 
-    def __init__(self, path: str | Path, every: int, on_save: Callable[[int], None] | None = None) -> None:
+    def __init__(self, path: str | Path, every: int, on_save: Callable[[int], None] | None = None,
+                 previous: str | Path | None = None) -> None:
         self.path, self.every, self.on_save = Path(path), every, on_save
+        self.previous = Path(previous) if previous is not None else None
 
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any,
                            batch: Any, batch_idx: int) -> None:
         step = trainer.global_step
         if step % self.every == 0:
             check_finite(pl_module)  # never replace the last good checkpoint with a flagged one
-            trainer.save_checkpoint(self.path, weights_only=False)
+            if self.previous is None:
+                trainer.save_checkpoint(self.path, weights_only=False)
+            else:
+                save_keeping_previous(trainer, self.path, self.previous)
             if self.on_save is not None and trainer.is_global_zero:
                 self.on_save(step)
 

@@ -19,6 +19,7 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_only
 
 from falcon_lab.config import ConfigError, RunConfig, config_hash, dump_yaml, from_dict, read_yaml, to_dict
+from falcon_lab.console import say
 from falcon_lab.paths import results_root
 from falcon_lab.runs import (
     Registry,
@@ -31,7 +32,7 @@ from falcon_lab.runs import (
     run_dir_for,
 )
 from falcon_lab.train.callbacks import StopOnInterrupt, read_metrics
-from falcon_lab.train.checkpoint_io import AtomicCheckpointIO
+from falcon_lab.train.checkpoint_io import AtomicCheckpointIO, resume_point, save_keeping_previous
 from falcon_lab.train.data import LabData
 from falcon_lab.train.module import LabModule, NonFiniteError
 from falcon_lab.train.trainer import check_logger, has_validation, make_trainer, resolve_accelerator, resolve_precision
@@ -115,7 +116,8 @@ def run_training(
 ) -> RunResult:
     """Train `cfg` in its run folder (`out`, else `<results>/runs/<id>`), recording it in
     `<results>/lab.db`. A finished run is skipped; an unfinished one resumes from its last
-    checkpoint. Raises RunFailed when training stops on a non-finite loss or gradient (the run is
+    checkpoint, or from the one before it when the last cannot be read (CheckpointError, a ConfigError,
+    when neither can, before anything is written). Raises RunFailed when training stops on a non-finite loss or gradient (the run is
     marked failed and keeps its last good checkpoint); ConfigError when the folder holds another run;
     RunBusy when another process trains in that folder.
 
@@ -159,9 +161,17 @@ def _run_in_folder(cfg: RunConfig, run: RunDir, run_id: str, results: Path, call
     if state.get("status") == "finished":
         return RunResult(run_id, run.root, "skipped", state.get("steps", cfg.train.max_steps),
                          state.get("metrics", {}))
-    ckpt = run.last_checkpoint if run.last_checkpoint.exists() else None
-    resumed_from = state.get("steps", 0) if ckpt else None
+    # Every checkpoint is loaded whole before anything of the run is touched: an unreadable last one is set
+    # aside (kept) and the run resumes from the one before it.
+    point = resume_point(run.last_checkpoint, run.previous_checkpoint)
+    ckpt, resumed_from = point.path, point.step
     rank0 = rank_zero_only.rank == 0
+    if point.skipped is not None and rank0:
+        aside = run.last_checkpoint.with_name(run.last_checkpoint.name + ".unreadable")
+        if run.last_checkpoint.exists():
+            os.replace(run.last_checkpoint, aside)
+        say(f"lab train: {point.skipped}; kept as {aside.name}, resuming from {ckpt.name} (step {resumed_from})",
+            err=True)
     registry = Registry(results / "lab.db") if rank0 else None
 
     pl.seed_everything(cfg.train.seed, workers=True, verbose=False)
@@ -185,7 +195,7 @@ def _run_in_folder(cfg: RunConfig, run: RunDir, run_id: str, results: Path, call
                 # What a resumed run whose checkpoint is its last step still owes (the evaluations).
                 getattr(callback, "complete", lambda *_: None)(trainer, module)
         if step % cfg.train.ckpt_every:
-            trainer.save_checkpoint(run.last_checkpoint, weights_only=False)
+            save_keeping_previous(trainer, run.last_checkpoint, run.previous_checkpoint)
             if rank0:
                 saved(step)
         if has_validation(cfg) and step % cfg.train.val_every and step == cfg.train.max_steps:

@@ -119,7 +119,7 @@ def make_trainer(
 ) -> pl.Trainer:
     """A Trainer that runs `train.max_steps` optimiser steps, validates every `train.val_every`,
     writes `run.metrics` (and the loggers of `make_loggers`) and checkpoints `run.last_checkpoint` every
-    `train.ckpt_every` (atomically).
+    `train.ckpt_every` (atomically, the one before kept as `run.previous_checkpoint`).
 
     `progress`: a rich progress bar (True), one printed line per validation interval (False), or
     the bar only when stdout is a terminal (None). `on_checkpoint(step)` runs on rank zero after
@@ -136,7 +136,7 @@ def make_trainer(
         progress = sys.stdout.isatty()
     ours: list[Callback] = [
         MetricsLogger(run.metrics, t.log_every, flush_every=t.ckpt_every),
-        StepCheckpoint(run.last_checkpoint, t.ckpt_every, on_checkpoint),
+        StepCheckpoint(run.last_checkpoint, t.ckpt_every, on_checkpoint, previous=run.previous_checkpoint),
         StepProgressBar(t.log_every) if progress else LinePrinter(t.val_every),
     ]
     validate = has_validation(cfg)
