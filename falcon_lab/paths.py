@@ -21,9 +21,15 @@ def in_checkout() -> bool:
 
 def results_root() -> Path:
     """The folder every command writes under: $LAB_RESULTS, else the checkout's `results/` when lab
-    runs from a source checkout, else `./results`."""
+    runs from a source checkout, else `./results`. ConfigError when $LAB_RESULTS names a file."""
     if os.environ.get("LAB_RESULTS"):
-        return Path(os.environ["LAB_RESULTS"]).resolve()
+        root = Path(os.environ["LAB_RESULTS"]).resolve()
+        if root.exists() and not root.is_dir():
+            from falcon_lab.typed import ConfigError
+
+            raise ConfigError(f"LAB_RESULTS={os.environ['LAB_RESULTS']} is a file, not a folder; point it at a "
+                              f"folder (made if missing)")
+        return root
     if in_checkout():
         return REPO_ROOT / "results"
     return Path("results").resolve()

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from falcon_lab.paths import REPO_ROOT, results_root
+from falcon_lab.typed import ConfigError
 from falcon_lab.tasks.files import atomic_write, atomic_write_text, file_mode  # noqa: F401 (lab's writers import them here)
 
 
@@ -212,20 +213,28 @@ COLUMNS = {
 }
 
 
+class RegistryError(ConfigError):
+    """The registry file cannot be read as one (a damaged or foreign file); the message is one line."""
+
+
 class Registry:
     """The SQLite table `runs` at `path`: one row per run id, upserted as the run progresses.
 
     Each call opens its own short connection, so concurrent runs and readers only wait on SQLite's
-    lock (up to `timeout` seconds).
+    lock (up to `timeout` seconds). RegistryError when `path` is not a database that can be read.
     """
 
     def __init__(self, path: str | Path, timeout: float = 30.0) -> None:
         self.path, self.timeout = Path(path), timeout
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self._connect() as db:
-            # Identifiers are quoted: `commit` is an SQL keyword.
-            columns = ", ".join(f'"{name}" {kind}' for name, kind in COLUMNS.items())
-            db.execute(f"CREATE TABLE IF NOT EXISTS runs ({columns})")
+        try:
+            with self._connect() as db:
+                # Identifiers are quoted: `commit` is an SQL keyword.
+                columns = ", ".join(f'"{name}" {kind}' for name, kind in COLUMNS.items())
+                db.execute(f"CREATE TABLE IF NOT EXISTS runs ({columns})")
+        except sqlite3.DatabaseError as err:
+            raise RegistryError(f"the run registry {self.path} cannot be read ({err}); move it aside to start a new one "
+                                f"(`lab runs merge RUNS_FOLDER` indexes run folders into it)") from None
 
     def _connect(self) -> sqlite3.Connection:
         db = sqlite3.connect(self.path, timeout=self.timeout)

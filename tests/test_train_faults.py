@@ -303,7 +303,7 @@ def test_a_failed_start_leaves_the_metrics_file_as_it_was(tmp_path: Path) -> Non
     state = run.read_state()
     run.last_checkpoint.write_bytes(b"")
     cut(run.previous_checkpoint, 0.9)
-    with pytest.raises(ConfigError, match=r"last.ckpt cannot be read \(the file is empty.*previous.ckpt cannot be "
+    with pytest.raises(ConfigError, match=r"last.ckpt cannot be read \(the file is empty\).*previous.ckpt cannot be "
                                           r"read .*move the folder"):
         run_training(cfg, out=out, results=tmp_path, progress=False)
     assert (out / "metrics.csv").read_bytes() == before

@@ -51,8 +51,18 @@ for _name in GROUPS:
 
 
 def main() -> None:
-    """Entry point of the `lab` console script."""
+    """Entry point of the `lab` console script. A ConfigError no command caught (a registry or $LAB_RESULTS
+    that cannot be used, found deep in a command) is bad input too: one line on stderr, exit code 2."""
+    import sys
+
+    from falcon_lab.typed import ConfigError
+
     if _plugin_error is not None:
         typer.echo(f"lab: {_plugin_error}", err=True)
         raise SystemExit(2)
-    app()
+    try:
+        app()
+    except ConfigError as err:
+        group = next((word for word in sys.argv[1:2] if word in GROUPS), None)
+        typer.echo(f"lab{f' {group}' if group else ''}: {err}", err=True)
+        sys.exit(2)

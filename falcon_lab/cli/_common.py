@@ -25,9 +25,11 @@ def remake_command(words: Iterable[str], options: Iterable[tuple[str, object | N
 
 
 def unwritable(path: Path) -> str | None:
-    """Why no folder can be made and written at `path` (None when one can), found without creating anything:
-    the nearest part of it that exists must be a folder this process may write in."""
+    """Why no folder can be made and written at `path` (None when one can), found leaving nothing behind: the
+    nearest part of it that exists must be a folder this process may write in, and one that takes a new folder
+    (a folder made there and removed at once: permissions alone do not tell, /proc takes none even from root)."""
     import os
+    import tempfile
 
     probe = path.absolute()
     while not probe.exists() and probe != probe.parent:
@@ -36,6 +38,10 @@ def unwritable(path: Path) -> str | None:
         return f"{probe} is a file, not a folder"
     if not os.access(probe, os.W_OK | os.X_OK):
         return f"{probe} is not writable"
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".lab-probe-", dir=probe))
+    except OSError as err:
+        return f"{probe} takes no new folder ({err.strerror})"
     return None
 
 

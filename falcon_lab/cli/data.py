@@ -1,7 +1,7 @@
 """`lab data`: generate the datasets of the two tracks, and samples of the synthetic tasks."""
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, NoReturn
 
 import typer
 
@@ -35,8 +35,7 @@ def addition(
         typer.echo(f"lab data addition: {err}", err=True)
         raise typer.Exit(code=2) from None
     except OSError as err:
-        typer.echo(f"lab data addition: cannot write {path}: {err.strerror}", err=True)
-        raise typer.Exit(code=1) from None
+        cannot_write("lab data addition", path, err)
     typer.echo(f"wrote {count} {split} records (seed {seed}) to {path}")
 
 
@@ -184,9 +183,18 @@ def _sequence_data(task_name: str, split: str, lengths: str, n_per_length: int, 
     try:
         atomic_write_text(path, "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in records))
     except OSError as err:
-        typer.echo(f"{command}: cannot write {path}: {err.strerror}", err=True)
-        raise typer.Exit(code=1) from None
+        cannot_write(command, path, err)
     typer.echo(f"wrote {len(records)} {split} samples (seed {seed}) to {path}")
+
+
+def cannot_write(command: str, path: Path, err: OSError) -> NoReturn:
+    """An output file that cannot be written: one line saying why (the part of its path in the way, where one
+    is), exit code 2."""
+    from falcon_lab.cli._common import unwritable
+
+    why = unwritable(Path(path).parent) or err.strerror or str(err)
+    typer.echo(f"{command}: cannot write {path}: {why}", err=True)
+    raise typer.Exit(code=2) from None
 
 
 def parse_range(option: str, text: str) -> tuple[int, int]:

@@ -53,32 +53,53 @@ def report_all(
 
 @app.command()
 def runs(
-    root: Annotated[Path | None, typer.Option(
-        help="Results folder holding lab.db; default $LAB_RESULTS or the checkout's results/.")] = None,
+    results: Annotated[Path | None, typer.Option(
+        "--results", "--root", help="Results folder holding lab.db; default $LAB_RESULTS or the checkout's results/ "
+                                    "(--root: its older name).")] = None,
     task: Annotated[str | None, typer.Option(help="Only runs of this task.")] = None,
     mixer: Annotated[str | None, typer.Option(help="Only runs of this mixer.")] = None,
     status: Annotated[str | None, typer.Option(help="Only runs in this state (running, finished, failed...).")] = None,
     csv: Annotated[Path | None, typer.Option(help="Also write the selected rows, every column, to this CSV.")] = None,
+    plain: Annotated[bool | None, typer.Option(
+        "--plain/--table", help="Plain rows, one a line with every cell whole and aligned, '-' for an empty one "
+                                "(default when stdout is not a terminal, as in a pipe), or a table drawn for a "
+                                "terminal's width.")] = None,
 ) -> None:
     """List runs from the registry with their metrics, commit and machine."""
-    from rich.console import Console
-    from rich.table import Table
+    import sys
 
+    from falcon_lab.config import ConfigError
     from falcon_lab.paths import results_root
     from falcon_lab.runs import Registry, atomic_write_text
 
-    db = (root if root is not None else results_root()) / "lab.db"
-    if not db.exists():
-        typer.echo(f"lab report runs: no registry at {db}; train a run first (lab train ...)", err=True)
-        raise typer.Exit(code=1)
+    try:
+        db = (results if results is not None else results_root()) / "lab.db"
+        if not db.exists():
+            typer.echo(f"lab report runs: no registry at {db}; train a run first (lab train ...)", err=True)
+            raise typer.Exit(code=1)
+        registry = Registry(db)
+    except ConfigError as err:
+        typer.echo(f"lab report runs: {err}", err=True)
+        raise typer.Exit(code=2) from None
     wanted = {"task": task, "mixer": mixer, "status": status}
-    rows = [r for r in Registry(db).rows() if all(v is None or r.get(k) == v for k, v in wanted.items())]
-    table = Table(title=f"{len(rows)} run(s) in {db}")
-    for col in SHOWN:
-        table.add_column(col, overflow="fold")
-    for r in rows:
-        table.add_row(*(_cell(col, r.get(col)) for col in SHOWN))
-    Console().print(table)
+    rows = [r for r in registry.rows() if all(v is None or r.get(k) == v for k, v in wanted.items())]
+    title = f"{len(rows)} run(s) in {db}"
+    if plain if plain is not None else not sys.stdout.isatty():
+        typer.echo(title)
+        cells = [list(SHOWN), *([_cell(col, r.get(col)) or "-" for col in SHOWN] for r in rows)]
+        widths = [max(len(line[i]) for line in cells) for i in range(len(SHOWN))]
+        for line in cells:
+            typer.echo("  ".join(cell.ljust(w) for cell, w in zip(line, widths)).rstrip())
+    else:
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table(title=title)
+        for col in SHOWN:
+            table.add_column(col, overflow="fold")
+        for r in rows:
+            table.add_row(*(_cell(col, r.get(col)) for col in SHOWN))
+        Console().print(table)
     if csv is not None:
         import pandas as pd
 

@@ -11,6 +11,7 @@ from torch import nn
 from falcon_lab.config import RunConfig, from_dict, read_yaml, validate
 from falcon_lab.eval.callback import best_weights_path
 from falcon_lab.runs import RunDir
+from falcon_lab.train.checkpoint_io import short_reason
 from falcon_lab.train.module import lm_config
 from falcon_lab.mixers import LanguageModel
 
@@ -53,7 +54,7 @@ def load_run_model(run_dir: str | Path, which: str = "best", device: torch.devic
     if not source.exists():
         hint = " (it is written by runs that evaluate addition, eval.enabled)" if which == "best" else ""
         raise ValueError(f"run {run.root} has no {source.relative_to(run.root)}{hint}")
-    saved = torch.load(source, map_location="cpu", weights_only=True)
+    saved = read_weights(source)
     if which in ("best", "failed"):
         state, step = saved["state_dict"], int(saved["step"])
     else:
@@ -62,5 +63,22 @@ def load_run_model(run_dir: str | Path, which: str = "best", device: torch.devic
         state = trained if which == "raw" else saved.get("ema_state_dict") or trained
         step = int(saved["global_step"])
     model = LanguageModel(lm_config(cfg))
-    model.load_state_dict(state)
+    try:
+        model.load_state_dict(state)
+    except RuntimeError as err:
+        raise ValueError(f"{source} does not hold this run's model ({short_reason(err)})") from None
     return RunModel(cfg, model.to(device).eval(), step, source, which)
+
+
+def read_weights(source: Path) -> dict:
+    """The checkpoint at `source`, read whole on the CPU; ValueError in one line when it cannot be (a file
+    cut short, empty or not a checkpoint)."""
+    if source.stat().st_size == 0:
+        raise ValueError(f"{source} cannot be read (the file is empty)")
+    try:
+        saved = torch.load(source, map_location="cpu", weights_only=True)
+    except Exception as err:  # a cut or damaged file fails in torch, zipfile or pickle, with any of their errors
+        raise ValueError(f"{source} cannot be read ({short_reason(err)})") from None
+    if not isinstance(saved, dict) or "state_dict" not in saved:
+        raise ValueError(f"{source} cannot be read: it holds no state_dict")
+    return saved

@@ -37,7 +37,7 @@ def checkpoint_problem(path: str | os.PathLike[str]) -> tuple[int | None, str | 
     path = Path(path)
     try:
         if path.stat().st_size == 0:
-            return None, "the file is empty (0 bytes)"
+            return None, "the file is empty"
         ckpt = torch.load(path, map_location="cpu", weights_only=False)
     except Exception as err:  # a cut or damaged file fails in torch, zipfile or pickle, with any of their errors
         return None, short_reason(err)
@@ -47,10 +47,10 @@ def checkpoint_problem(path: str | os.PathLike[str]) -> tuple[int | None, str | 
 
 
 def short_reason(err: BaseException) -> str:
-    """An exception as a few words on one line: its type and the first line of its message."""
+    """An exception as a few words on one line: its type and the first sentence of its message."""
     text = str(err).strip().splitlines()
-    first = text[0] if text else ""
-    return f"{type(err).__name__}: {first[:160]}" if first else type(err).__name__
+    first = text[0].split(". ")[0].rstrip(".")[:160] if text else ""
+    return f"{type(err).__name__}: {first}" if first else type(err).__name__
 
 
 @dataclass
