@@ -21,7 +21,6 @@ from falcon_lab.kernels.common.checks import (check_cu_seqlens, check_floating_o
 from falcon_lab.kernels.common.config import RuleConfig
 from falcon_lab.kernels.common.precision import autocast_off, compute_dtype
 from falcon_lab.kernels.common.state import FastWeightState
-from falcon_lab.kernels.regression.fused import triton_regression
 
 
 def config(alignment: str, timing: str) -> RuleConfig:
@@ -62,6 +61,9 @@ def gated_delta_triton(q: Tensor, k: Tensor, v: Tensor, g: Tensor | None, beta: 
     state, fresh = start_state(q, v, initial_state, compute_dtype(q.dtype),
                                batch=None if bounds is None else len(bounds) - 1)
     q = q * scale if scale != 1.0 else q
+    # Triton on first use only: a CPU install has none (pyproject's triton extra), and DeltaNet's mixer imports this
+    from falcon_lab.kernels.regression.fused import triton_regression
+
     # within CUDA's launch limits: rows or packed sequences in slices that fit (falcon_lab.kernels.common.grid)
     if bounds is None:
         parts = [triton_regression(*(t[i:j] for t in (q, k, v, beta, g)), cfg,
