@@ -101,15 +101,8 @@ StartWithinOption = Annotated[float | None, typer.Option(
 ResultsOption = Annotated[Path | None, typer.Option(
     help="Folder of runs/ and the registry lab.db; default $LAB_RESULTS or results/.", callback=writable_out)]
 # The addition campaign presets, as `lab reproduce addition` and `lab ablate alignment` both take them.
-ADDITION_PRESETS = {
-    "paper": "the paper's settings: 2000 steps, batch 256, ~10M parameters",
-    "packed": "the same with a curriculum over widths and rows packed with samples: where the models learn",
-    "packed-constant": "packed with no learning-rate decay",
-    "packed-exact": "packed with exact digit positions: fits widths 1-32, answers none past 32",
-    "exact-isolated": "packed-exact with each packed sample apart",
-    "isolated-offsets": "exact-isolated with half the samples' digit indices offset by 0-64",
-    "same-time": "isolated-offsets with the Falcon rows writing same-time pairs, no output gate, no ridge",
-    "tiny": "a CPU: widths 1-6 trained, 7-10 held out, in minutes"}
+# What each is lies in docs/addition.md and its lab preset's file; the help names only the two a user starts with.
+ADDITION_PRESETS = {"paper": "the paper's settings", "tiny": "tiny: a CPU, in minutes"}
 AdditionPresetOption = Annotated[str, typer.Option(callback=campaign_preset("addition"),
                                                    help=preset_help("addition", ADDITION_PRESETS))]
 

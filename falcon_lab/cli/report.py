@@ -36,13 +36,22 @@ def report_all(
     the alignment ablation, accuracy by width (curves and per-position heat maps), the sweeps' findings and
     the kernels beside fla; each section with the command, commit, GPU and date that made it. The figures
     are drawn from the records' CSV files into report/ beside REPORT.md; nothing is written into records/."""
+    import time
+
+    from falcon_lab.console import say
     from falcon_lab.paths import records_root, results_root
     from falcon_lab.report.build import SECTIONS, write_report
+
+    start = time.monotonic()
+
+    def progress(name: str, k: int, n: int) -> None:
+        # on stderr: stdout keeps the one line saying where the report is
+        say(f"[{time.monotonic() - start:.0f} s] section {k} of {n}: {name}", err=True)
 
     try:
         out = write_report(records if records is not None else records_root(),
                            results if results is not None else results_root(), positions=positions,
-                           sections=tuple(section) if section else SECTIONS)
+                           sections=tuple(section) if section else SECTIONS, on_section=progress)
     except ValueError as err:
         typer.echo(f"lab report: {err}", err=True)
         raise typer.Exit(code=2) from None

@@ -10,6 +10,12 @@ from falcon_lab.reproduce.names import preset_names
 
 app = typer.Typer(help="Train one mixer on one task with Lightning, on one or many GPUs.")
 
+# The registry's names (falcon_lab.mixers.MIXERS, which imports torch: too slow for `lab --help`), for the help of
+# --mixer; tests/test_cli.py holds them equal.
+MIXER_NAMES = ("transformer", "retnet", "mamba2", "deltanet", "gated-deltanet", "falcon-1", "falcon-1a", "falcon-2",
+               "falcon-2a", "falcon-3", "falcon-3a", "falcon-1a.1", "falcon-1a.2", "falcon-1a.3", "falcon-3a.3",
+               "falcon-1.3")
+
 
 def _quiet_lightning() -> None:
     """Keep Lightning's banners and known deprecation chatter out of the run's output."""
@@ -26,7 +32,9 @@ def _quiet_lightning() -> None:
 def train(
     task: Annotated[str | None, typer.Option(
         help="Task: addition, fineweb, random, mqar, parity or permutation (default: the preset's).")] = None,
-    mixer: Annotated[str | None, typer.Option(help="Mixer name from the registry, e.g. transformer.")] = None,
+    mixer: Annotated[str | None, typer.Option(
+        help=f"Mixer: {', '.join(MIXER_NAMES)} (default: the preset's, else transformer; the progress bar and the "
+             f"last line name it).")] = None,
     preset: Annotated[str | None, typer.Option(help=f"Size and schedule preset: {', '.join(preset_names())} (the "
                                                f"files in falcon_lab/presets and the presets of lab reproduce and lab "
                                                f"ablate).")] = None,
@@ -81,7 +89,8 @@ def train(
         return
     how = f"resumed at step {result.resumed_from}, " if result.resumed_from else ""
     metrics = "  ".join(f"{k} {result.metrics[k]:.4g}" for k in ("loss", "val_loss", "val_acc") if k in result.metrics)
-    say(f"run {result.run_id} {result.status} ({how}{result.steps} steps)  {metrics}  Folder: {result.run_dir}")
+    say(f"run {result.run_id} ({cfg.mixer} on {cfg.task}) {result.status} ({how}{result.steps} steps)  {metrics}  "
+        f"Folder: {result.run_dir}")
     if result.signum is not None:
         # Stopped by a signal, resumable: not a success for whatever waits on this command.
         raise typer.Exit(code=128 + result.signum)

@@ -215,9 +215,10 @@ def plot_progress(frame: pd.DataFrame, source: Path, path: Path, command: str,
             right.grid(False)
             draw_runs(right, mine, "val_acc", {row: DISTINCT[3]})
             right.set_ylim(-3, 103)
-            if ax is not axes[-1] and (axes.index(ax) + 1) % grid_columns(len(rows)):
-                right.tick_params(labelright=False, length=0)
-            else:
+            # every panel reads its own accuracy off its own right axis (each has its scale's ticks); the
+            # last panel of a row of panels names it
+            right.tick_params(axis="y", labelright=True, labelcolor=DISTINCT[3], labelsize="small")
+            if ax is axes[-1] or not (axes.index(ax) + 1) % grid_columns(len(rows)):
                 right.set_ylabel("val. acc. (%)", color=DISTINCT[3])
             seeds = mine["seed"].nunique()
             ax.set_title(f"{two_lines(names.get(row, row))}\n{seeds} seed{'s' if seeds > 1 else ''}",

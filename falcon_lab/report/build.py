@@ -279,9 +279,11 @@ def section_kernels(b: Builder) -> list[str]:
 
 
 def write_report(records: Path, results: Path, positions: bool = True, commit: str | None = None,
-                 date: str | None = None, sections: tuple[str, ...] = SECTIONS) -> Report:
+                 date: str | None = None, sections: tuple[str, ...] = SECTIONS,
+                 on_section: Callable[[str, int, int], None] | None = None) -> Report:
     """Write `<results>/REPORT.md` and its figures from `records`, the `sections` named (`SECTIONS`, kept in
-    their order); return what was written."""
+    their order); return what was written. `on_section(name, k, n)` is called as the k-th of n sections starts
+    (the command's progress lines)."""
     from falcon_lab.paths import inside_records
     from falcon_lab.runs import atomic_write_text, git_state, now
 
@@ -312,9 +314,11 @@ def write_report(records: Path, results: Path, positions: bool = True, commit: s
     build = {"addition": lambda: section_addition(b), "ablation": lambda: section_ablation(b),
              "widths": lambda: section_widths(b, positions), "sweeps": lambda: section_sweeps(b),
              "kernels": lambda: section_kernels(b)}
-    for name in SECTIONS:
-        if name in sections:
-            lines += build[name]()
+    chosen = [name for name in SECTIONS if name in sections]
+    for k, name in enumerate(chosen, 1):
+        if on_section is not None:
+            on_section(name, k, len(chosen))
+        lines += build[name]()
     if b.report.skipped:
         lines += ["## Not drawn", "", *(f"- `{name}`: {why}" for name, why in b.report.skipped.items()), ""]
     atomic_write_text(b.report.path, "\n".join(lines).rstrip() + "\n")

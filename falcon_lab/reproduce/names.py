@@ -111,5 +111,4 @@ def preset_help(track: str, what: dict[str, str]) -> str:
     """Help of a campaign's --preset option: each name with what `what` says of its key."""
     names = campaign_names(track)
     listed = ", ".join(f"{n} ({what[k]})" if k in what else n for n, k in names.items())
-    return (f"{listed}; the names lab train takes (the older {', '.join(names.values())} are accepted "
-            f"too).")
+    return f"{listed}: lab train takes the same names. Older names accepted: {', '.join(names.values())}."

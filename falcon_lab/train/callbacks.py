@@ -288,7 +288,9 @@ class StepProgressBar(RichProgressBar):
         return self.trainer.max_steps
 
     def _get_train_description(self, current_epoch: int) -> str:
-        return "train"
+        # what trains: the mixer and task (LabModule.cfg), "train" for another module
+        cfg = getattr(self.trainer.lightning_module, "cfg", None)
+        return f"{cfg.mixer} on {cfg.task}" if cfg is not None else "train"
 
     def get_metrics(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> dict[str, Any]:
         metrics = {**shown(pl_module), **super().get_metrics(trainer, pl_module)}

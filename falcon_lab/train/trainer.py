@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import warnings
 from collections.abc import Callable, Sequence
 
 import lightning.pytorch as pl
@@ -19,6 +20,14 @@ from falcon_lab.task import task_of
 from falcon_lab.runs import RunDir
 from falcon_lab.train.callbacks import LinePrinter, MetricsLogger, StepCheckpoint, StepProgressBar
 from falcon_lab.train.checkpoint_io import AtomicCheckpointIO
+
+
+# Two warnings every fit of the lab raises and no setting of ours can avoid: Lightning (2.6) wraps each loader in
+# a pytree leaf the way torch 2.13 deprecates, and counts one loader worker as too few (one is all the batches
+# need: they are made from the step alone, falcon_lab.train.data). Silenced where every trainer of the lab is
+# made, so that no caller (the command line, a campaign, a sweep, the tests) sees them.
+warnings.filterwarnings("ignore", message=".*treespec.*LeafSpec.*")
+warnings.filterwarnings("ignore", message=".*does not have many workers.*")
 
 
 def resolve_accelerator(cfg: RunConfig) -> str:
