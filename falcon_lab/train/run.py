@@ -6,7 +6,6 @@ Every rank of a DDP run executes this; only rank zero writes files and the regis
 from __future__ import annotations
 
 import os
-
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field

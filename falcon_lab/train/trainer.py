@@ -23,8 +23,8 @@ from falcon_lab.train.checkpoint_io import AtomicCheckpointIO
 
 
 # Two warnings every fit of the lab raises and no setting of ours can avoid: Lightning (2.6) wraps each loader in
-# a pytree leaf the way torch 2.13 deprecates, and counts one loader worker as too few (one is all the batches
-# need: they are made from the step alone, falcon_lab.train.data). Silenced where every trainer of the lab is
+# a pytree leaf the way torch 2.13 deprecates, and counts the loader's workers as too few (the few it has are
+# all the batches need: they are made from the step alone, falcon_lab.train.data). Silenced where every trainer of the lab is
 # made, so that no caller (the command line, a campaign, a sweep, the tests) sees them.
 warnings.filterwarnings("ignore", message=".*treespec.*LeafSpec.*")
 warnings.filterwarnings("ignore", message=".*does not have many workers.*")
