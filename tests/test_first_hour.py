@@ -71,7 +71,8 @@ def test_lab_report_says_which_section_it_draws(tmp_path: Path) -> None:
     records = tmp_path / "records"
     records.mkdir()
     proc = subprocess.run([sys.executable, "-m", "falcon_lab", "report", "all", "--records", str(records),
-                           "--results", str(tmp_path / "out"), "--section", "kernels", "--section", "sweeps"],
+                           "--results", str(tmp_path / "out"), "--section", "kernels", "--section", "sweeps",
+                           "--progress"],
                           cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert re.search(r"^\[\d+ s\] section 1 of 2: sweeps$", proc.stderr, re.M)
@@ -99,9 +100,32 @@ def test_every_progress_panel_shows_its_accuracy_axis(tmp_path: Path, monkeypatc
     plt.close(fig)
 
 
-def test_lab_eval_names_the_widths_the_run_trained_on() -> None:
-    from falcon_lab.cli.eval import columns
+def test_lab_eval_names_the_widths_the_run_trained_on(tmp_path: Path) -> None:
+    from falcon_lab.config import load_config
+    from falcon_lab.train import run_training
 
-    titles = dict(columns(range(1, 33), range(33, 49), (1, 8)))
-    assert titles["val_acc"] == "Val. acc. 1–32 (trained 1–8)"
-    assert dict(columns(range(1, 7), range(7, 11), (1, 6)))["val_acc"] == "Val. acc. 1–6"
+    cfg = load_config("addition-tiny", task="addition", overrides=["train.max_steps=2", "train.val_every=2",
+                                                                    "eval.n_per_length=1", "eval.free_per_length=0"])
+    from falcon_lab.eval.training import evaluation_callbacks
+
+    run_training(cfg, out=tmp_path / "run", results=tmp_path, progress=False, evaluations=evaluation_callbacks)
+    code, text = invoke("eval", "addition", "--run", str(tmp_path / "run"), "--per-n", "1", "--free-per-n", "0")
+    assert code == 0, text
+    header, _, row = text.strip().splitlines()[1:4]
+    cells = dict(zip(header.strip("| ").split(" | "), row.strip("| ").split(" | ")))
+    assert cells["Trained widths"] == "1–8" and "Val. acc. 1–32" in cells
+
+
+def test_a_run_raises_none_of_the_warnings_lightning_and_torch_raise_on_every_fit(tmp_path: Path) -> None:
+    import warnings
+
+    from falcon_lab.config import load_config
+    from falcon_lab.train import run_training
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        run_training(load_config("tiny", overrides=["train.max_steps=2"]), out=tmp_path / "run", results=tmp_path,
+                     progress=False)
+    known = ("LeafSpec", "does not have many workers", "script_method")
+    assert not [str(w.message) for w in caught if any(k in str(w.message) for k in known)]
+    assert not [str(w.message) for w in caught if issubclass(w.category, (FutureWarning, DeprecationWarning))]

@@ -34,12 +34,9 @@ def val_name(folder: Path) -> str:
     return f"{Path(folder).resolve().name or 'shards'}-val"
 
 
-def columns(val: range, held_out: range, trained: tuple[int, int] | None = None) -> tuple[tuple[str, str], ...]:
-    """(summary key, title) of the row printed, for a run's validation and held-out widths; with the widths it
-    `trained` on (data.widths) where they are not the validation widths, the validation titles say them too."""
+def columns(val: range, held_out: range) -> tuple[tuple[str, str], ...]:
+    """(summary key, title) of the row printed, for a run's validation and held-out widths."""
     v, o = f"{val.start}–{val.stop - 1}", f"{held_out.start}–{held_out.stop - 1}"
-    if trained is not None and tuple(trained) != (val.start, val.stop - 1):
-        v += f" (trained {trained[0]}–{trained[1]})"
     first, last = held_out.start, held_out.stop - 1
     return (("val_acc", f"Val. acc. {v}"), ("ood_mean", f"Mean {o}"), (f"acc@{first}", f"Acc@{first}"),
             (f"acc@{last}", f"Acc@{last}"), ("free_val_acc", f"Free-running val. acc. {v}"),
@@ -104,14 +101,16 @@ def addition(
                                                       val_widths=val, ood_widths=held_out, device=device),
                                 val, held_out)
         summary.update(free_val_acc=free["val_acc"], free_ood_mean=free["ood_mean"])
-    titles = columns(val, held_out, tuple(loaded.cfg.data.widths))
-    cells = [loaded.cfg.mixer, str(loaded.step)]
+    titles = columns(val, held_out)
+    # the widths trained on beside the validation widths, which the evaluation settings choose and may exceed them
+    lo, hi = loaded.cfg.data.widths
+    cells = [loaded.cfg.mixer, str(loaded.step), f"{lo}–{hi}"]
     cells += ["—" if summary.get(key) is None else f"{summary[key]:.1f}" for key, _ in titles]
     at = loaded.cfg.eval.abacus_offset
     offset = f"; digit positions at offset {at}" if loaded.cfg.model.abacus is not None else ""
     typer.echo(f"{run} ({which} weights: {loaded.source.name}, step {loaded.step}; {per_n} samples per width, "
                f"{free_per_n} free-running{offset})")
-    typer.echo("| " + " | ".join(["Mixer", "Step", *(title for _, title in titles)]) + " |")
+    typer.echo("| " + " | ".join(["Mixer", "Step", "Trained widths", *(title for _, title in titles)]) + " |")
     typer.echo("| " + " | ".join(["---"] * len(cells)) + " |")
     typer.echo("| " + " | ".join(cells) + " |")
     if positions is not None:

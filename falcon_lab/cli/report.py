@@ -17,7 +17,7 @@ SHOWN = ("id", "task", "mixer", "preset", "status", "steps", "final_loss", "fina
 @app.callback(invoke_without_command=True)
 def _default(ctx: typer.Context) -> None:
     if ctx.invoked_subcommand is None:
-        report_all(records=None, results=None, positions=True, section=None)
+        report_all(records=None, results=None, positions=True, section=None, progress=None)
 
 
 @app.command("all")
@@ -31,11 +31,15 @@ def report_all(
         help="Draw the per-position heat map of every run that kept a positions.csv (the longest part).")] = True,
     section: Annotated[list[str] | None, typer.Option(
         help="Only this section (repeatable): addition, ablation, widths, sweeps, kernels; default every one.")] = None,
+    progress: Annotated[bool | None, typer.Option(
+        "--progress/--no-progress", help="A line on stderr as each section starts, with the time so far (default: "
+                                         "when stderr is a terminal).")] = None,
 ) -> None:
     """REPORT.md from the records, in one command: Table 3 beside the paper and the other addition regimes,
     the alignment ablation, accuracy by width (curves and per-position heat maps), the sweeps' findings and
     the kernels beside fla; each section with the command, commit, GPU and date that made it. The figures
     are drawn from the records' CSV files into report/ beside REPORT.md; nothing is written into records/."""
+    import sys
     import time
 
     from falcon_lab.console import say
@@ -44,14 +48,16 @@ def report_all(
 
     start = time.monotonic()
 
-    def progress(name: str, k: int, n: int) -> None:
+    def say_section(name: str, k: int, n: int) -> None:
         # on stderr: stdout keeps the one line saying where the report is
         say(f"[{time.monotonic() - start:.0f} s] section {k} of {n}: {name}", err=True)
 
     try:
         out = write_report(records if records is not None else records_root(),
                            results if results is not None else results_root(), positions=positions,
-                           sections=tuple(section) if section else SECTIONS, on_section=progress)
+                           sections=tuple(section) if section else SECTIONS,
+                           on_section=say_section if (progress if progress is not None else sys.stderr.isatty())
+                           else None)
     except ValueError as err:
         typer.echo(f"lab report: {err}", err=True)
         raise typer.Exit(code=2) from None

@@ -34,7 +34,14 @@ from falcon_lab.train.callbacks import StopOnInterrupt, read_metrics
 from falcon_lab.train.checkpoint_io import AtomicCheckpointIO, resume_point, save_keeping_previous
 from falcon_lab.train.data import LabData
 from falcon_lab.train.module import LabModule, NonFiniteError
-from falcon_lab.train.trainer import check_logger, has_validation, make_trainer, resolve_accelerator, resolve_precision
+from falcon_lab.train.trainer import (
+    check_logger,
+    has_validation,
+    make_trainer,
+    resolve_accelerator,
+    resolve_precision,
+    without_known_warnings,
+)
 from falcon_lab.mixers import default_options
 
 
@@ -186,7 +193,8 @@ def _run_in_folder(cfg: RunConfig, run: RunDir, run_id: str, results: Path, call
     trainer = make_trainer(cfg, run, callbacks, progress, on_checkpoint=saved)
     data = LabData(cfg)
     try:
-        trainer.fit(module, datamodule=data, ckpt_path=ckpt)
+        with without_known_warnings():
+            trainer.fit(module, datamodule=data, ckpt_path=ckpt)
         step = trainer.global_step
         module.check_finite()
         if step >= cfg.train.max_steps:
@@ -198,7 +206,8 @@ def _run_in_folder(cfg: RunConfig, run: RunDir, run_id: str, results: Path, call
             if rank0:
                 saved(step)
         if has_validation(cfg) and step % cfg.train.val_every and step == cfg.train.max_steps:
-            trainer.validate(module, datamodule=data, verbose=False)
+            with without_known_warnings():
+                trainer.validate(module, datamodule=data, verbose=False)
     except NonFiniteError as err:
         message = f"{err}; last good checkpoint: {_last_good(run)}"
         if rank0:

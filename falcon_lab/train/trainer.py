@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import lightning.pytorch as pl
 import torch
@@ -22,12 +23,20 @@ from falcon_lab.train.callbacks import LinePrinter, MetricsLogger, StepCheckpoin
 from falcon_lab.train.checkpoint_io import AtomicCheckpointIO
 
 
-# Two warnings every fit of the lab raises and no setting of ours can avoid: Lightning (2.6) wraps each loader in
-# a pytree leaf the way torch 2.13 deprecates, and counts the loader's workers as too few (the few it has are
-# all the batches need: they are made from the step alone, falcon_lab.train.data). Silenced where every trainer of the lab is
-# made, so that no caller (the command line, a campaign, a sweep, the tests) sees them.
-warnings.filterwarnings("ignore", message=".*treespec.*LeafSpec.*")
-warnings.filterwarnings("ignore", message=".*does not have many workers.*")
+@contextlib.contextmanager
+def without_known_warnings() -> Iterator[None]:
+    """Fit and validate without the warnings a run of the lab raises and no setting of ours can avoid: Lightning
+    (2.6) wraps each loader in a pytree leaf the way torch 2.13 deprecates; it counts the loader's workers as too
+    few (the few it has are all the batches need: they are made from the step alone, falcon_lab.train.data); and
+    torch's own inductor, imported by the first compiled step (train.compile), defines its modules with the
+    torch.jit.script_method it deprecates. Held around the run's fit (falcon_lab.train.run), so that no caller
+    (the command line, a campaign, a sweep, the tests) sees them, and every other warning still shows."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*treespec.*LeafSpec.*")
+        warnings.filterwarnings("ignore", message=".*does not have many workers.*")
+        warnings.filterwarnings("ignore", message=".*torch.jit.script_method.* is deprecated",
+                                category=DeprecationWarning)
+        yield
 
 
 def resolve_accelerator(cfg: RunConfig) -> str:
