@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 
 from falcon_lab.cli import app
 from falcon_lab.experiments import experiments, get
-from falcon_lab.experiments.declare import AdditionTable, Experiment, Row, RunGrid
+from falcon_lab.experiments.declare import Commands, Experiment, Row, RunGrid
 from falcon_lab.experiments.runner import Snapshots, declared, run_experiment, run_states
 from falcon_lab.reproduce.launch import CODE_ROOT
 from falcon_lab.runs import Registry
@@ -37,14 +37,14 @@ def test_names_are_the_records_paths_and_every_experiment_plans_runs() -> None:
     assert {"addition-same-time", "addition-tiny", "ablation-tiny"} <= set(found)
     for name, experiment in found.items():
         assert name == experiment.record.replace("/", "-") and experiment.question and experiment.budget_s > 0
-        assert experiment.plan(), name
+        assert experiment.plan() or all(isinstance(p, Commands) and p.commands for p in experiment.parts), name
     same = get("addition-same-time")
     jobs = same.plan()
     assert len(jobs) == 39 and {j.cfg.train.seed for j in jobs} == {0, 1, 2}
     # the runs recorded before the preset's campaign are its plan's (tests/test_reproduce_addition.py)
     assert {"5a049f1a2d", "b75dabe9ce", "b9a12b086b", "852e77770d"} <= {j.run_id for j in jobs}
     code, text = invoke("experiment", "list")
-    assert code == 0 and all(re.search(rf"^{n}\s+\d+ runs", text, re.M) for n in found), text
+    assert code == 0 and all(re.search(rf"^{n}\s+\d+ (runs|commands)  budget", text, re.M) for n in found), text
 
 
 def test_the_gpu_settings_change_no_run_id() -> None:
@@ -210,3 +210,22 @@ def test_status_finds_a_run_training_now_by_its_lock(tmp_path: Path) -> None:
         states = run_states(jobs, tmp_path)
     assert [s.state for s in states] == ["missing", "running", "missing", "missing"]
     assert not (tmp_path / "lab.db").exists()
+
+
+def test_a_declared_command_must_name_a_command_and_its_options() -> None:
+    from falcon_lab.experiments.declare import check_words
+
+    check_words(("bench", "kernels", "--rep", "50", "--rule", "falcon-1", "--out", "{out}"))
+    check_words(("train", "--task", "fineweb", "--set", "a=b", "--no-progress"))
+    with pytest.raises(ValueError, match="no command 'kernel'; accepted: .*kernels"):
+        check_words(("bench", "kernel", "--rep", "50"))
+    with pytest.raises(ValueError, match="no option --reps; accepted: "):
+        check_words(("bench", "kernels", "--reps", "50"))
+
+
+def test_a_command_that_needs_a_gpu_is_checked_not_run_at_its_smoke_size(tmp_path: Path) -> None:
+    code, text = invoke("experiment", "run", "bench-kernels-2026-12-05", "--smoke", "--results", str(tmp_path))
+    assert code == 0, text
+    checked = tmp_path / "experiments" / "bench-kernels-2026-12-05" / "smoke" / "checked.md"
+    assert f"table: {checked}" in text and "lab bench kernels --rep 50" in checked.read_text()
+    assert not (tmp_path / "experiments" / "bench-kernels-2026-12-05" / "smoke" / "kernels.csv").exists()

@@ -2,11 +2,11 @@
 
 import shlex
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import typer
 
-from falcon_lab.cli._common import PER_GPU_HELP, GPUS_PER_RUN_HELP, print_outcome, refuse, writable_out
+from falcon_lab.cli._common import GPUS_PER_RUN_HELP, PER_GPU_HELP, print_outcome, refuse, writable_out
 
 app = typer.Typer(help="Declared experiments: one file a question under falcon_lab/experiments/; list, run, status, "
                        "report.", no_args_is_help=True)
@@ -30,6 +30,12 @@ def _experiment(name: str) -> Any:
         refuse(PROG, err)
 
 
+def _failed(err: Exception) -> NoReturn:
+    """A command of the experiment failed: one line on stderr, exit code 1 (its own output says why)."""
+    typer.echo(f"{PROG}: {err}", err=True)
+    raise typer.Exit(code=1)
+
+
 def _results(results: Path | None) -> Path:
     from falcon_lab.paths import results_root
 
@@ -43,12 +49,14 @@ def list_() -> None:
 
     try:
         found = experiments()
+        planned = {name: experiment.plan() for name, experiment in found.items()}
     except ValueError as err:
         refuse(PROG, err)
     width = max((len(n) for n in found), default=4)
     for name, experiment in found.items():
-        hours = experiment.budget_s / 3600
-        typer.echo(f"{name:<{width}}  {len(experiment.plan()):>4} runs  budget {hours:4.1f} h, {experiment.machine}  "
+        runs = planned[name]
+        size = f"{len(runs)} runs" if runs else f"{sum(len(p.commands) for p in experiment.parts)} commands"
+        typer.echo(f"{name:<{width}}  {size:>11}  budget {experiment.budget_s / 3600:4.1f} h, {experiment.machine}:  "
                    f"{experiment.question}")
 
 
@@ -79,6 +87,7 @@ def run(
     at a time. Exit code 1 if a run failed."""
     from falcon_lab.cli._common import campaign_slots
     from falcon_lab.console import say
+    from falcon_lab.experiments.declare import CommandFailed
     from falcon_lab.experiments.runner import declared, run_experiment, run_states, tables
 
     experiment = _experiment(name)
@@ -91,6 +100,8 @@ def run(
                              on_merged=lambda m: say(m.line()))
     except ValueError as err:
         refuse(PROG, err)
+    except CommandFailed as err:
+        _failed(err)
     states = run_states(declared(experiment, smoke).plan(), root)
     finished = sum(s.state == "finished" for s in states)
     if ran.stopped:
@@ -101,7 +112,8 @@ def run(
             say(f"figure: {path}")
     for table in tables(experiment, root, smoke):
         say(f"table: {table}")
-    say(f"{experiment.name}: {finished} of {len(states)} planned runs finished")
+    if states:
+        say(f"{experiment.name}: {finished} of {len(states)} planned runs finished")
     if ran.snapshot is not None:
         say(f"snapshot: {ran.snapshot}")
     if ran.failed:
@@ -113,7 +125,7 @@ def run(
 def status(name: NameArgument, smoke: SmokeOption = False, results: ResultsOption = None) -> None:
     """The experiment's runs: how many are planned, finished, running and missing, and a line for each run not
     finished."""
-    from falcon_lab.experiments.runner import STATES, declared, run_states
+    from falcon_lab.experiments.runner import STATES, declared, run_states, tables
 
     experiment = _experiment(name)
     try:
@@ -123,7 +135,9 @@ def status(name: NameArgument, smoke: SmokeOption = False, results: ResultsOptio
     counts = ", ".join(f"{sum(s.state == state for s in states)} {state}" for state in STATES)
     typer.echo(f"{experiment.name}: {len(states)} planned, {counts}")
     for part in declared(experiment, smoke).parts:
-        typer.echo(f"trains as: {shlex.join(part.words())}")
+        typer.echo(f"trains as: {' '.join(w if w == '&&' else shlex.quote(w) for w in part.words())}")
+    for table in tables(experiment, _results(results), smoke):
+        typer.echo(f"table: {table} ({'written' if table.is_file() else 'not written yet'})")
     for s in states:
         if s.state != "finished":
             typer.echo(f"  {s.line()}")
@@ -136,6 +150,7 @@ def report(name: NameArgument, smoke: SmokeOption = False, results: ResultsOptio
     """The experiment's tables and figures from whatever of its runs exist (nothing trains), into
     <results>/experiments/<name>/."""
     from falcon_lab.console import say
+    from falcon_lab.experiments.declare import CommandFailed
     from falcon_lab.experiments.runner import report as make_report
     from falcon_lab.experiments.runner import tables
 
@@ -145,6 +160,8 @@ def report(name: NameArgument, smoke: SmokeOption = False, results: ResultsOptio
         done = make_report(experiment, root, smoke)
     except ValueError as err:
         refuse(PROG, err)
+    except CommandFailed as err:
+        _failed(err)
     for campaign in done:
         for path in campaign.figures:
             say(f"figure: {path}")

@@ -25,13 +25,15 @@ SMOKE_STEPS = 3
 SMOKE_ROWS = 2
 SMOKE_MODEL = ("model.d_model=16", "model.n_layers=1", "model.n_heads=2", "train.batch_size=4",
                f"train.val_every={SMOKE_STEPS}", "optim.warmup_steps=1", "eval.n_per_length=2")
-# Addition at widths 1-4 trained and 5-6 held out (rows of 64 positions where a preset packs them).
+# Addition at widths 1-4 trained and 5-6 held out (rows of 64 positions where a preset packs them); the synthetic
+# tasks at two train lengths and two held-out ones.
+SHORT = ("data.val_per_length=1",)
 SMOKE_TASK = {
-    "addition": (*SMOKE_MODEL, "data.widths=[1,4]", "data.seq_len=64", "data.ramp_steps=2", "data.val_per_length=2",
+    "addition": (*SMOKE_MODEL, *SHORT, "data.widths=[1,4]", "data.seq_len=64", "data.ramp_steps=2",
                  "eval.widths=[1,6]", "eval.held_out_from=5", "eval.free_per_length=0"),
-    "mqar": (*SMOKE_MODEL, "data.val_per_length=2"),
-    "parity": (*SMOKE_MODEL, "data.val_per_length=2"),
-    "permutation": (*SMOKE_MODEL, "data.val_per_length=2"),
+    "mqar": (*SMOKE_MODEL, *SHORT, "data.lengths=[16,17]", "data.test_lengths=[33,34]"),
+    "parity": (*SMOKE_MODEL, *SHORT, "data.lengths=[3,4]", "data.test_lengths=[5,6]"),
+    "permutation": (*SMOKE_MODEL, *SHORT, "data.lengths=[3,4]", "data.test_lengths=[5,6]"),
 }
 
 
@@ -235,7 +237,94 @@ class RunGrid:
                             table_only=table_only, gpus_per_run=gpus_per_run)
 
 
-Part = AdditionTable | TaskTable | AlignmentGrid | RunGrid
+class CommandFailed(RuntimeError):
+    """A command of a Commands part ended with a non-zero exit code."""
+
+
+def check_words(words: Sequence[str]) -> None:
+    """ValueError unless `lab <words>` names a command of the lab and only options that command takes (its
+    placeholders `{out}`, `{results}` aside): what a declared command line must hold to run at all."""
+    import typer.main
+
+    from falcon_lab.cli import app
+
+    command: Any = typer.main.get_command(app)
+    rest = list(words)
+    while getattr(command, "commands", None) and rest and not rest[0].startswith("-"):
+        if rest[0] not in command.commands:
+            raise ValueError(f"`lab {' '.join(words)}`: no command {rest[0]!r}; accepted: "
+                             f"{', '.join(sorted(command.commands))}")
+        command = command.commands[rest.pop(0)]
+    accepted = {opt for param in command.params for opt in (*param.opts, *param.secondary_opts)}
+    for word in rest:
+        flag = word.split("=", 1)[0]
+        if flag.startswith("--") and flag not in accepted:
+            raise ValueError(f"`lab {' '.join(words)}`: no option {flag}; accepted: {', '.join(sorted(accepted))}")
+
+
+@dataclass(frozen=True)
+class Commands:
+    """`lab` commands whose output is files of their own rather than runs in the registry (benchmarks, sweeps),
+    run one after another in this process as `lab` runs them. In their words `{out}` is the part's output folder and
+    `{results}` the results folder. `smoke_commands`: the smoke run's commands (tiny sizes, the CPU); a part
+    whose commands need a GPU has none, and its smoke run checks the commands against the command line
+    (`check_words`) and writes `checked.md` saying so. `report`: the commands that remake the tables from what the
+    commands left (none: their files are the report)."""
+
+    commands: tuple[tuple[str, ...], ...]
+    table: str
+    smoke_commands: tuple[tuple[str, ...], ...] | None = None  # None: needs a GPU
+    report: tuple[tuple[str, ...], ...] = ()
+    folder: str = ""
+    task: str = field(default="commands", init=False)
+    seeds: int = field(default=1, init=False)
+    overrides: tuple[str, ...] = field(default=(), init=False)
+    max_steps: int | None = field(default=None, init=False)
+    checking: bool = False  # set by first() for a part that needs a GPU: check the commands, run none
+
+    def words(self) -> list[str]:
+        return [w for i, c in enumerate(self.commands) for w in (*(("&&",) if i else ()), "lab", *c)]
+
+    def plan(self) -> list[Job]:
+        for words in (*self.commands, *(self.smoke_commands or ()), *self.report):
+            check_words(words)
+        return []
+
+    def first(self, n: int) -> Commands:
+        """The smoke commands in place of the commands (for a part that needs a GPU: a check of its commands)."""
+        if self.smoke_commands is None:
+            return replace(self, table="checked.md", report=(), checking=True)
+        return replace(self, commands=self.smoke_commands)
+
+    def campaign(self, results: Path, out: Path, slots: int, per_gpu: int, gpus_per_run: int, table_only: bool,
+                 command: str, on_done: Callable[[Outcome], None] | None) -> Campaign:
+        import shlex
+
+        from falcon_lab.cli import app
+        from falcon_lab.reproduce.launch import Campaign
+        from falcon_lab.runs import atomic_write_text
+
+        self.plan()
+        out.mkdir(parents=True, exist_ok=True)
+        if self.checking:
+            lines = "\n".join(f"    lab {shlex.join(c)}" for c in self.commands)
+            atomic_write_text(out / self.table, f"# Checked, not run\n\nThese commands need a CUDA GPU; `{command}` "
+                                                f"checked each against the command line and ran none:\n\n{lines}\n")
+            return Campaign([], out, 0, 0, [], results)
+        for words in self.report if table_only else self.commands:
+            args = [w.format(out=out, results=results) for w in words]
+            try:  # in this process, as `lab` itself would run it: it ends in SystemExit with its exit code
+                app(args, prog_name="lab")
+            except SystemExit as done:
+                code = done.code if isinstance(done.code, int) else 1 if done.code else 0
+            else:
+                code = 0
+            if code:
+                raise CommandFailed(f"`lab {shlex.join(args)}` ended with exit code {code}")
+        return Campaign([], out, 0, 0, [], results)
+
+
+Part = AdditionTable | TaskTable | AlignmentGrid | RunGrid | Commands
 
 
 @dataclass(frozen=True)
@@ -246,8 +335,7 @@ class Experiment:
     `-`); `trains`: one campaign, or several each writing to a subfolder of its own (`folder`); `budget_s`: the
     device time the whole experiment is given on `machine` (what `lab experiment list` shows; a call's own limit is
     `lab experiment run --budget`); `gpu_settings`: placement settings its runs take on a GPU (`train.compile`,
-    `train.cuda_graphs`: they change no run id); `smoke_settings`: settings its smoke run needs beyond the shared
-    tiny size; `not_remade`: what its record holds that no command here remakes (a script's analysis), said by
+    `train.cuda_graphs`: they change no run id); `not_remade`: what its record holds that no command here remakes (a script's analysis), said by
     `lab experiment status`."""
 
     record: str
@@ -256,7 +344,6 @@ class Experiment:
     budget_s: float
     machine: str
     gpu_settings: tuple[str, ...] = ()
-    smoke_settings: tuple[str, ...] = ()
     not_remade: str = ""
 
     @property
@@ -279,14 +366,17 @@ class Experiment:
         """The experiment with its GPU placement settings over every part's (the same runs)."""
         if not self.gpu_settings:
             return self
-        return replace(self, trains=tuple(replace(p, overrides=(*p.overrides, *self.gpu_settings))
+        return replace(self, trains=tuple(p if isinstance(p, Commands) else
+                                          replace(p, overrides=(*p.overrides, *self.gpu_settings))
                                           for p in self.parts))
 
     def smoke(self) -> Experiment:
         """The same experiment at the shared tiny size on the CPU: one seed, SMOKE_STEPS steps, the first SMOKE_ROWS
         rows of each part (an alignment grid: its first mixer's four cells)."""
         def tiny(part: Part) -> Part:
-            settings = (*part.overrides, *SMOKE_TASK[part.task], *self.smoke_settings)
+            if isinstance(part, Commands):
+                return part.first(SMOKE_ROWS)
+            settings = (*part.overrides, *SMOKE_TASK[part.task])
             return replace(part.first(SMOKE_ROWS), seeds=1, max_steps=SMOKE_STEPS, overrides=settings)
 
         return replace(self, trains=tuple(tiny(p) for p in self.parts), budget_s=60.0, machine="a CPU")

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from falcon_lab.experiments.declare import Experiment
+from falcon_lab.experiments.declare import CommandFailed, Experiment
 from falcon_lab.reproduce.jobs import Job, Outcome
 from falcon_lab.runs import Registry, now, run_dir_for
 
@@ -228,7 +228,7 @@ def declared(experiment: Experiment, smoke: bool = False) -> Experiment:
 def tables(experiment: Experiment, results: Path, smoke: bool = False) -> list[Path]:
     """The main table file of each part."""
     out = out_folder(experiment, results, smoke)
-    return [out / part.folder / part.table for part in experiment.parts]
+    return [out / part.folder / part.table for part in declared(experiment, smoke).parts]
 
 
 def run_experiment(experiment: Experiment, results: Path, budget: float | None = None, slots: int = 1,
@@ -255,7 +255,7 @@ def run_experiment(experiment: Experiment, results: Path, budget: float | None =
             for part in chosen.parts:
                 campaigns.append(part.campaign(results, out / part.folder, slots, per_gpu, gpus_per_run, False,
                                                command_of(experiment, smoke), on_done))
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, CommandFailed):  # a command stopped by the budget ends as one stopped by Ctrl-C
         if not budget_.spent:
             raise
     return Ran(campaigns, budget_.spent, archive, merged)
