@@ -13,7 +13,8 @@ fresh clone, whose `results/lab.db` and `results/runs/` are not in git, gets bac
 `lab reproduce ... --table-only` or a rerun that skips them works again.
 
 The copy may also be an archive (`.tgz`, `.tar.gz`, `.tar`) of such records, as `lab experiment run
---snapshot-dir` writes them (falcon_lab.archive): it is unpacked into a temporary folder and merged from there.
+--snapshot-dir` writes them (falcon_lab.archive): it is unpacked into a temporary folder and merged from
+there.
 
 A run folder is replaced whole, through a temporary folder beside it and two renames, and its registry
 row is written after it: a merge stopped part-way leaves every folder whole, and running it again

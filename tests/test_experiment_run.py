@@ -81,7 +81,8 @@ def test_an_unwritable_folder_is_one_line_and_exit_2(option: str, tmp_path: Path
 
 def test_a_bad_budget_or_snapshot_period_is_one_line_and_exit_2(tmp_path: Path) -> None:
     for args, message in ((["--budget", "0"], "--budget must be > 0"),
-                          (["--snapshot-dir", str(tmp_path), "--snapshot-every", "-1"], "--snapshot-every must be > 0")):
+                          (["--snapshot-dir", str(tmp_path), "--snapshot-every", "-1"],
+                           "--snapshot-every must be > 0")):
         code, text = invoke("experiment", "run", "addition-tiny", "--smoke", *args, "--results", str(tmp_path / "r"))
         assert code == 2 and text.strip().count("\n") == 0 and message in text, text
 
@@ -162,7 +163,8 @@ def test_an_archive_member_outside_its_folder_is_refused(tmp_path: Path) -> None
 def test_a_grid_of_single_runs_tables_each_row_over_its_seeds(tmp_path: Path) -> None:
     grid = Experiment(record="test/grid", question="?", budget_s=1, machine="a CPU", trains=RunGrid(
         task="parity", preset="parity-tiny", seeds=2, rows=(
-            Row("deltanet β ≤ 1", "deltanet"), Row("deltanet β ≤ 2", "deltanet", ("model.mixer_options.beta_max=2.0",)))))
+            Row("deltanet β ≤ 1", "deltanet"),
+            Row("deltanet β ≤ 2", "deltanet", ("model.mixer_options.beta_max=2.0",)))))
     jobs = grid.smoke().plan()
     assert [j.label for j in jobs] == ["deltanet β ≤ 1", "deltanet β ≤ 2"] and len({j.run_id for j in jobs}) == 2
     ran = run_experiment(grid, tmp_path, smoke=True)

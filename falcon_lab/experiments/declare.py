@@ -265,11 +265,11 @@ def check_words(words: Sequence[str]) -> None:
 @dataclass(frozen=True)
 class Commands:
     """`lab` commands whose output is files of their own rather than runs in the registry (benchmarks, sweeps),
-    run one after another in this process as `lab` runs them. In their words `{out}` is the part's output folder and
-    `{results}` the results folder. `smoke_commands`: the smoke run's commands (tiny sizes, the CPU); a part
-    whose commands need a GPU has none, and its smoke run checks the commands against the command line
-    (`check_words`) and writes `checked.md` saying so. `report`: the commands that remake the tables from what the
-    commands left (none: their files are the report)."""
+    run one after another in this process as `lab` runs them. In their words `{out}` is the part's output folder
+    and `{results}` the results folder. `smoke_commands`: the smoke run's commands (tiny sizes, the CPU); a part
+    whose commands need a GPU (or a size no CPU trains in seconds) has none, and its smoke run checks the commands
+    against the command line (`check_words`) and writes `checked.md` saying so. `report`: the commands that remake
+    the tables from what the commands left (none: their files are the report)."""
 
     commands: tuple[tuple[str, ...], ...]
     table: str
@@ -308,8 +308,9 @@ class Commands:
         out.mkdir(parents=True, exist_ok=True)
         if self.checking:
             lines = "\n".join(f"    lab {shlex.join(c)}" for c in self.commands)
-            atomic_write_text(out / self.table, f"# Checked, not run\n\nThese commands need a CUDA GPU; `{command}` "
-                                                f"checked each against the command line and ran none:\n\n{lines}\n")
+            atomic_write_text(out / self.table, f"# Checked, not run\n\nThese commands need a GPU (or a size only a "
+                                                f"GPU trains soon); `{command}` checked each against the command line "
+                                                f"and ran none:\n\n{lines}\n")
             return Campaign([], out, 0, 0, [], results)
         for words in self.report if table_only else self.commands:
             args = [w.format(out=out, results=results) for w in words]
@@ -335,8 +336,8 @@ class Experiment:
     `-`); `trains`: one campaign, or several each writing to a subfolder of its own (`folder`); `budget_s`: the
     device time the whole experiment is given on `machine` (what `lab experiment list` shows; a call's own limit is
     `lab experiment run --budget`); `gpu_settings`: placement settings its runs take on a GPU (`train.compile`,
-    `train.cuda_graphs`: they change no run id); `not_remade`: what its record holds that no command here remakes (a script's analysis), said by
-    `lab experiment status`."""
+    `train.cuda_graphs`: they change no run id); `not_remade`: what its record holds that no command here remakes
+    (a script's analysis), said by `lab experiment status`."""
 
     record: str
     question: str

@@ -11,10 +11,7 @@ EXPERIMENT = Experiment(
                    "--objective", "val_token_acc", "--sampler", "tpe", "--pruner", "hyperband", "--seed", "0",
                    "--mixer", "transformer", "--results", "{out}"),
                   ("sweep", "report", "regime-transformer", "--results", "{out}")),
-        smoke_commands=(("sweep", "run", "regime", "--trials", "1", "--study", "regime-transformer", "--mixer",
-                         "transformer", "--preset", "addition-tiny", "--set", "train.max_steps=3", "--set",
-                         "eval.free_per_length=0", "--results", "{out}"),
-                        ("sweep", "report", "regime-transformer", "--results", "{out}")),
+        # no smoke size: the space itself sets the trials' width (256-512), depth and steps (up to 3000)
         report=(("sweep", "report", "regime-transformer", "--results", "{out}"),),
         table="sweeps/regime-transformer/report.md"),
     budget_s=2 * 3600,
