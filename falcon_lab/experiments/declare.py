@@ -1,9 +1,10 @@
 """What an experiment file declares: the question, what it trains, what it computes from the runs, its budget.
 
-An experiment trains one campaign of the lab's table-building machinery (`lab reproduce addition`, `lab
-reproduce <task>`, `lab ablate alignment`) with its preset, rows or mixers, seeds and overrides, and computes
-that campaign's tables and figures from whatever runs exist. Its name is the path of its record under
-`records/` with `/` as `-` (`addition/same-time` -> `addition-same-time`). `smoke()` is the same experiment
+An experiment trains one or more parts, each a campaign of the lab's machinery with its preset, rows or mixers,
+seeds and overrides: a table of `lab reproduce addition` or `lab reproduce <task>`, a grid of `lab ablate
+alignment`, a grid of single `lab train` runs, or `lab` commands whose output is their own files (benchmarks,
+sweeps). It computes each part's tables and figures from whatever runs exist. Its name is the path of its record
+under `records/` with `/` as `-` (`addition/same-time` -> `addition-same-time`). `smoke()` is the same experiment
 at a tiny size: one seed, a few steps of a one-layer model of width 16 on the CPU, so that every declared
 experiment is exercised by the tests.
 """
