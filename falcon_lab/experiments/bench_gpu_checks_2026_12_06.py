@@ -1,6 +1,6 @@
 """The compiled training step of three mixers at the same-time regime, timed on a GPU."""
 
-from falcon_lab.experiments.declare import Commands, Experiment
+from falcon_lab.experiments.declare import Commands, Experiment, smoke_sets
 
 EXPERIMENT = Experiment(
     record="bench/gpu-checks-2026-12-06",
@@ -9,8 +9,8 @@ EXPERIMENT = Experiment(
     trains=Commands(
         commands=(("bench", "step", "--preset", "same-time", "--steps", "10", "--mixers",
                    "retnet,falcon-3a.3,gated-deltanet", "--set", "train.compile=true", "--out", "{out}/compiled"),),
-        smoke_commands=(("bench", "step", "--preset", "tiny", "--steps", "2", "--mixers", "retnet",
-                         "--set", "model.d_model=16", "--set", "model.n_layers=1", "--out", "{out}/compiled"),),
+        smoke_commands=(("bench", "step", "--preset", "tiny", "--steps", "2", "--mixers", "retnet", *smoke_sets(),
+                         "--out", "{out}/compiled"),),
         table="compiled/step.md"),
     budget_s=900,
     machine="one H100",

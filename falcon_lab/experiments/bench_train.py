@@ -1,6 +1,6 @@
 """Every mixer trained for a few hundred steps at the small preset: tokens a second, loss, parameters."""
 
-from falcon_lab.experiments.declare import Commands, Experiment
+from falcon_lab.experiments.declare import Commands, Experiment, smoke_sets
 
 EXPERIMENT = Experiment(
     record="bench/train",
@@ -9,8 +9,7 @@ EXPERIMENT = Experiment(
         commands=(("bench", "train", "--preset", "small", "--max-steps", "300", "--timeout", "60", "--out", "{out}",
                    "--work", "{results}/runs/bench-train"),),
         smoke_commands=(("bench", "train", "--preset", "tiny", "--mixers", "deltanet", "--max-steps", "3",
-                         "--set", "model.d_model=16", "--set", "model.n_layers=1", "--out", "{out}", "--work",
-                         "{results}/runs/bench-train-smoke"),),
+                         *smoke_sets(), "--out", "{out}", "--work", "{results}/runs/bench-train-smoke"),),
         table="train.md"),
     budget_s=1200,
     machine="one H200",

@@ -38,6 +38,12 @@ SMOKE_TASK = {
 }
 
 
+
+def smoke_sets(task: str = "addition") -> tuple[str, ...]:
+    """The task's smoke size as `--set` options, for the smoke commands of a Commands part."""
+    return tuple(word for item in SMOKE_TASK[task] for word in ("--set", item))
+
+
 def _flags(pairs: Sequence[tuple[str, object | None]], overrides: Sequence[str],
            max_steps: int | None) -> list[str]:
     words: list[str] = []

@@ -1,6 +1,6 @@
 """The Falcon rules' knobs on addition at the paper's protocol: a 40-trial TPE sweep with Hyperband pruning."""
 
-from falcon_lab.experiments.declare import Commands, Experiment
+from falcon_lab.experiments.declare import Commands, Experiment, smoke_sets
 
 SWEEP = ("--trials", "40", "--workers", "8", "--study", "rules", "--objective", "val_token_acc", "--sampler", "tpe",
          "--pruner", "hyperband", "--seed", "0", "--set", "train.max_steps=500", "--set", "eval.free_per_length=0")
@@ -13,8 +13,7 @@ EXPERIMENT = Experiment(
         commands=(("sweep", "run", "rules", *SWEEP, "--prune-after", "200", "--results", "{out}"),
                   ("sweep", "run", "rules", *SWEEP, "--prune-after", "300", "--results", "{out}")),
         smoke_commands=(("sweep", "run", "rules", "--trials", "1", "--study", "rules", "--preset", "addition-tiny",
-                         "--set", "train.max_steps=3", "--set", "model.d_model=16", "--set", "model.n_layers=1",
-                         "--set", "eval.free_per_length=0", "--results", "{out}"),
+                         "--set", "train.max_steps=3", *smoke_sets(), "--results", "{out}"),
                         ("sweep", "report", "rules", "--results", "{out}")),
         report=(("sweep", "report", "rules", "--results", "{out}"),),
         table="sweeps/rules/report.md"),
