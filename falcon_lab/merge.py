@@ -12,6 +12,10 @@ each record's registry row is rebuilt from those three files, and nothing in the
 fresh clone, whose `results/lab.db` and `results/runs/` are not in git, gets back the finished runs that its tables were made from, and
 `lab reproduce ... --table-only` or a rerun that skips them works again.
 
+The copy may also be an archive (`.tgz`, `.tar.gz`, `.tar`) of such records, as `lab experiment run
+--snapshot-dir` writes them (falcon_lab.archive): it is unpacked into a temporary folder and merged from
+there.
+
 A run folder is replaced whole, through a temporary folder beside it and two renames, and its registry
 row is written after it: a merge stopped part-way leaves every folder whole, and running it again
 finishes it. A run training here (its folder locked) is left alone.
@@ -21,6 +25,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +33,7 @@ from typing import Any
 
 import yaml
 
+from falcon_lab.archive import extract_archive, is_archive
 from falcon_lab.runs import Registry, RunBusy, RunDir, RunLock
 
 # What a merge did with one run of the copy.
@@ -116,6 +122,8 @@ def source_runs(source: Path) -> list[tuple[dict[str, Any], Path]]:
         records = sorted(p.parent for p in base.glob("*/run.json")) if base.is_dir() else []
         if records:
             return [(record_row(folder), folder) for folder in records]
+    if (source / "snapshot.json").is_file():  # a snapshot taken before any run had finished
+        return []
     raise ValueError(f"the copy {source} has no registry lab.db and no run records (<id>/run.json): "
                      "not a results folder")
 
@@ -126,6 +134,9 @@ def merge_results(source: str | Path, into: str | Path, dry_run: bool = False,
     `dry_run` decides and reports without writing. `on_run` is called with each decision as it is carried
     out. ValueError when `source` is neither or is `into` itself."""
     source, into = Path(source).resolve(), Path(into).resolve()
+    if is_archive(source):
+        with tempfile.TemporaryDirectory(prefix="lab-merge-") as folder:
+            return merge_results(extract_archive(source, Path(folder)), into, dry_run, on_run)
     if source == into:
         raise ValueError(f"the copy and the results folder are the same folder, {source}")
     theirs = source_runs(source)

@@ -23,6 +23,7 @@ EXPECTED = {
     "sweep": ["run", "report"],
     "reproduce": ["addition", "fineweb"],
     "ablate": ["alignment"],
+    "experiment": ["list", "run", "status", "report"],
     "plot": ["addition", "ablation"],
     "bench": ["kernels", "train"],
     "report": ["runs", "all", "positions"],
@@ -50,10 +51,11 @@ def console_script() -> str:
     return found
 
 
-def test_help_lists_all_ten_groups() -> None:
+def test_help_lists_all_eleven_groups() -> None:
     code, out = invoke("--help")
     assert code == 0
-    assert GROUPS == ("data", "train", "eval", "sweep", "reproduce", "ablate", "plot", "bench", "report", "runs")
+    assert GROUPS == ("data", "train", "eval", "sweep", "reproduce", "ablate", "experiment", "plot", "bench", "report",
+                      "runs")
     for group in GROUPS:
         assert re.search(rf"^\W*{group}\s", out, re.MULTILINE), f"{group} missing from lab --help"
 

@@ -12,7 +12,7 @@ import typer
 from falcon_lab import __version__
 from falcon_lab.plugins import PluginError, load_plugins
 
-GROUPS = ("data", "train", "eval", "sweep", "reproduce", "ablate", "plot", "bench", "report", "runs")
+GROUPS = ("data", "train", "eval", "sweep", "reproduce", "ablate", "experiment", "plot", "bench", "report", "runs")
 
 app = typer.Typer(
     name="lab",

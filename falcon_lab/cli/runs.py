@@ -19,7 +19,8 @@ def _group() -> None:
 def merge(
     source: Annotated[Path, typer.Argument(
         help="A copy of another machine's results folder (its runs/ and lab.db), or a folder of run "
-             "records <id>/run.json as records/<track>/.../runs/ keeps them (read only).")],
+             "records <id>/run.json as records/<track>/.../runs/ keeps them, or an archive of them (.tgz, "
+             "as `lab experiment run --snapshot-dir` writes) (read only).")],
     results: Annotated[Path | None, typer.Option(
         help="The results folder to merge into; default $LAB_RESULTS or the checkout's results/.")] = None,
     dry_run: Annotated[bool, typer.Option(help="Say what would be done and write nothing.")] = False,

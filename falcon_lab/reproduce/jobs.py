@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from falcon_lab.config import RunConfig, config_hash
@@ -16,8 +17,8 @@ class Job:
     cfg: RunConfig
     label: str = ""
 
-    @property
-    def run_id(self) -> str:
+    @cached_property
+    def run_id(self) -> str:  # read many times by every table rewrite: hashed once (a job's config is never changed after it is made)
         return config_hash(self.cfg)
 
 
