@@ -20,17 +20,14 @@ run be checked against the recorded ones. Writes `throughput.csv` and `throughpu
 
 from __future__ import annotations
 
-import os
 import shlex
 import statistics
-import subprocess
 import sys
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from falcon_lab.bench.train import _read_rows, _text, _write_csv
+from falcon_lab.bench.train import _read_rows, _write_csv, timed_run
 from falcon_lab.runs import atomic_write_text, device_name, git_state, now
 
 COLUMNS = ("row", "seed", "status", "steps", "wall_s", "step_ms", "mfu", "compile_s", "eval_s", "other_s",
@@ -137,15 +134,7 @@ def run(rows: Sequence[str], *, preset: str, task: str, out: Path, overrides: Se
             cmd = [sys.executable, "-m", "falcon_lab", "train", "--task", task, "--mixer", row, "--preset", preset,
                    "--seed", str(run_seed), "--out", str(run_dir), "--results", str(results), "--no-progress", *extra]
             echo(f"$ {shlex.join(['lab', *cmd[3:]])}")
-            start = time.perf_counter()
-            try:
-                proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s,
-                                      env={**os.environ, "PYTHONUNBUFFERED": "1"})
-                returncode, stdout, stderr = proc.returncode, proc.stdout, proc.stderr
-            except subprocess.TimeoutExpired as err:
-                returncode = "timeout"
-                stdout, stderr = _text(err.stdout), _text(err.stderr) + f"\nstopped after {timeout_s} s"
-            wall = time.perf_counter() - start
+            returncode, stdout, stderr, wall = timed_run(cmd, timeout_s)
             (out / f"{row}-s{run_seed}.log").write_text(stdout + stderr)
             line = summarise(row, run_seed, run_dir, returncode, wall, stderr or stdout, tflops[row], gpu)
             lines.append(line)

@@ -84,15 +84,7 @@ def run(mixers: Sequence[str], *, preset: str, task: str, max_steps: int, out: P
                "--max-steps", str(max_steps), "--out", str(run_dir), "--results", str(work), "--no-progress",
                *extra]
         echo(f"$ {shlex.join(cmd[1:])}")
-        start = time.perf_counter()
-        try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s,
-                                  env={**os.environ, "PYTHONUNBUFFERED": "1"})
-            returncode, stdout, stderr = proc.returncode, proc.stdout, proc.stderr
-        except subprocess.TimeoutExpired as err:
-            returncode = "timeout"
-            stdout, stderr = _text(err.stdout), _text(err.stderr) + f"\nstopped after {timeout_s} s"
-        wall = time.perf_counter() - start
+        returncode, stdout, stderr, wall = timed_run(cmd, timeout_s)
         (work / f"{mixer}.log").write_text(stdout + stderr)
         try:
             (run_dir / "params.txt").write_text(str(count_parameters(mixer, preset, task)))
@@ -107,6 +99,20 @@ def run(mixers: Sequence[str], *, preset: str, task: str, max_steps: int, out: P
         _write_csv(out / "train_curves.csv", curves, curve_cols)
         atomic_write_text(out / "train.md", markdown(rows, preset, task, max_steps))
     return rows
+
+
+def timed_run(cmd: Sequence[str], timeout_s: float | None) -> tuple[int | str, str, str, float]:
+    """Run `cmd` to its exit (or `timeout_s`): its return code ("timeout" when stopped), stdout, stderr and wall
+    seconds from start to exit."""
+    start = time.perf_counter()
+    try:
+        proc = subprocess.run(list(cmd), capture_output=True, text=True, timeout=timeout_s,
+                              env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        returncode, stdout, stderr = proc.returncode, proc.stdout, proc.stderr
+    except subprocess.TimeoutExpired as err:
+        returncode = "timeout"
+        stdout, stderr = _text(err.stdout), _text(err.stderr) + f"\nstopped after {timeout_s} s"
+    return returncode, stdout, stderr, time.perf_counter() - start
 
 
 def _text(data: bytes | str | None) -> str:
