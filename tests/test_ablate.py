@@ -247,6 +247,27 @@ def test_a_synthetic_task_refuses_what_it_cannot_run(args: list[str], message: s
     assert not (tmp_path / "runs").exists()
 
 
+def test_only_keeps_the_tables_to_the_mixers_asked_for(tmp_path: Path) -> None:
+    # without --only the table holds every default mixer beside the ones asked for (the tests above); with it,
+    # the grid's own mixers alone, so that a declared grid is finished when its own cells are
+    from falcon_lab.experiments.declare import AlignmentGrid, check_words
+
+    args = ["ablate", "alignment", "--preset", "tiny", "--mixers", "falcon-1a.3,deltanet", "--only", "--table-only",
+            "--results", str(tmp_path)]
+    Registry(tmp_path / "lab.db")  # an empty registry: a table of no runs, nothing trained
+    code, text = invoke(*args)
+    assert code == 0, text
+    out = tmp_path / "ablation" / "tiny"
+    assert f"table: {out / 'alignment.md'} (0 of 8 planned runs finished)" in text
+    assert [(r["row"], r["runs"]) for r in read_csv(out / "alignment.csv")] == [
+        (mixer, "0") for mixer in ("falcon-1a.3", "deltanet") for _ in CELLS]
+    assert "lab ablate alignment --only --preset tiny --mixers falcon-1a.3,deltanet" in (
+        out / "alignment.md").read_text(encoding="utf-8")
+    grid = AlignmentGrid(preset="tiny", mixers=("falcon-1a.3", "deltanet"), only=True)
+    assert grid.words()[:4] == ["lab", "ablate", "alignment", "--only"]
+    check_words(grid.words()[1:])
+
+
 @pytest.mark.usefixtures("one_thread")
 def test_an_option_some_mixers_lack_ablates_the_ones_that_take_it(tmp_path: Path) -> None:
     # falcon-1 with ctxβ and ℓ2 keys on parity: the baselines have no such options, so they leave the plan

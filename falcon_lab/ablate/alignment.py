@@ -139,10 +139,12 @@ def ablate_alignment(preset: str | None = "paper", mixers: Sequence[str] | None 
                      results: str | Path | None = None, out: str | Path | None = None,
                      command: str = "lab ablate alignment",
                      on_done: Callable[[Outcome], Any] | None = None, per_gpu: int = 1,
-                     table_only: bool = False, gpus_per_run: int = 1, task: str = "addition") -> Campaign:
+                     table_only: bool = False, gpus_per_run: int = 1, task: str = "addition",
+                     only: bool = False) -> Campaign:
     """Train the cells' runs not yet finished (up to `gpus` at once, each on `gpus_per_run` GPUs), then write
     alignment.md, alignment.csv and alignment_per_width.csv (a synthetic task: alignment_per_length.csv) to
-    `out`, rewriting them after every run."""
+    `out`, rewriting them after every run. `only`: the tables hold `mixers` alone, not every default mixer
+    beside them (a grid of its own mixers, finished when they are)."""
     check_task(task)
     preset = task_preset(task, preset)
     synthetic = length_task(task) is not None
@@ -154,7 +156,7 @@ def ablate_alignment(preset: str | None = "paper", mixers: Sequence[str] | None 
     # row, but a default mixer that rejects an override (a --set option it has not) has no runs under it.
     jobs = plan(preset, mixers, seeds, max_steps, overrides, task)
     others = []
-    for other in DEFAULT_MIXERS:
+    for other in () if only else DEFAULT_MIXERS:
         if other in mixers:
             continue
         try:
@@ -162,7 +164,7 @@ def ablate_alignment(preset: str | None = "paper", mixers: Sequence[str] | None 
         except ConfigError:
             continue
         others += mine
-    shown = list(dict.fromkeys([*DEFAULT_MIXERS, *mixers]))
+    shown = list(dict.fromkeys([*(() if only else DEFAULT_MIXERS), *mixers]))
     everything = sorted(jobs + others, key=lambda j: (j.cfg.train.seed, shown.index(j.cfg.mixer),
                                                       CELLS.index(cell_of(j))))
     out = Path(out).resolve() if out is not None else default_out(preset, results, task)

@@ -23,6 +23,9 @@ def alignment(
     seeds: Annotated[int | None, typer.Option(
         help="Seeds per cell, 0..N-1 (default: 3 for paper and the synthetic tasks, 1 for tiny).")]
     = None,
+    only: Annotated[bool, typer.Option(
+        "--only", help="The tables hold --mixers alone (default: every default mixer beside them, so that a grid "
+                       "can be built a few mixers at a time).")] = False,
     campaign: CampaignOptions = CampaignOptions(),
     set_: set_option("optim.lr=3e-3") = None,
     out: out_option("<results>/ablation (tiny: <results>/ablation/tiny)") = None,
@@ -45,7 +48,7 @@ def alignment(
         return parse_mixers(mixers), campaign.slots()
 
     synthetic = task in SEQUENCE_TASKS
-    command = remake_campaign(["lab", "ablate", "alignment"],
+    command = remake_campaign(["lab", "ablate", "alignment", *(["--only"] if only else [])],
                               [("--task", task if synthetic else None), ("--preset", None if synthetic else preset),
                                ("--mixers", mixers), ("--seeds", seeds)], campaign.max_steps, set_,
                               campaign.results, out)
@@ -55,4 +58,4 @@ def alignment(
                                         campaign.max_steps, set_ or (), campaign.results, out, command,
                                         on_done=print_outcome,
                                         per_gpu=campaign.per_gpu, table_only=campaign.table_only,
-                                        gpus_per_run=campaign.gpus_per_run, task=task))
+                                        gpus_per_run=campaign.gpus_per_run, task=task, only=only))

@@ -149,7 +149,8 @@ class TaskTable:
 class AlignmentGrid:
     """`lab ablate alignment`: each mixer in the four cells timing {RAW, RBW} x pairing {shifted, same-time},
     on addition under a campaign preset or on a synthetic task with its tiny preset. Computes alignment.md,
-    alignment.csv, the per-width (or per-length) CSV and the heat maps alignment.png."""
+    alignment.csv, the per-width (or per-length) CSV and the heat maps alignment.png; with `only` (`--only`) the
+    tables hold its own mixers alone, else every default mixer too."""
 
     task: str = "addition"
     preset: str | None = None  # addition: a campaign preset (default paper); a synthetic task: None
@@ -158,14 +159,16 @@ class AlignmentGrid:
     overrides: tuple[str, ...] = ()
     max_steps: int | None = None
     folder: str = ""
+    only: bool = False  # the tables hold `mixers` alone, not every default mixer beside them (`--only`)
     table: str = field(default="alignment.md", init=False)
 
     def words(self) -> list[str]:
         mixers = ",".join(self.mixers) if self.mixers else None
         task = self.task if self.task != "addition" else None
-        return ["lab", "ablate", "alignment", *_flags([("--task", task), ("--preset", self.preset),
-                                                       ("--mixers", mixers), ("--seeds", self.seeds)],
-                                                      self.overrides, self.max_steps)]
+        only = ["--only"] if self.only else []
+        return ["lab", "ablate", "alignment", *only, *_flags([("--task", task), ("--preset", self.preset),
+                                                              ("--mixers", mixers), ("--seeds", self.seeds)],
+                                                             self.overrides, self.max_steps)]
 
     def plan(self) -> list[Job]:
         from falcon_lab.ablate.alignment import DEFAULT_MIXERS, plan, task_preset
@@ -185,7 +188,7 @@ class AlignmentGrid:
 
         campaign = ablate_alignment(self.preset, self.mixers, self.seeds, slots, self.max_steps, self.overrides,
                                     results, out, command, on_done=on_done, per_gpu=per_gpu, table_only=table_only,
-                                    gpus_per_run=gpus_per_run, task=self.task)
+                                    gpus_per_run=gpus_per_run, task=self.task, only=self.only)
         if campaign.finished:
             from falcon_lab.plots.ablation import plot_ablation
 
