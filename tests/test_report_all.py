@@ -156,3 +156,39 @@ def test_sections_named_are_the_sections_written_in_their_order(records: Path, t
     assert sorted(p.relative_to(results).as_posix() for p in results.rglob("*.png")) == ["report/kernels.png"]
     code, out = invoke("report", "all", "--records", str(records), "--results", str(results), "--section", "tables")
     assert code == 2 and "unknown report section(s) tables; the sections are addition, ablation, widths" in out
+
+
+
+def with_tables(records: Path, *folders: str) -> None:
+    """Copies of the same-time table's table.csv and table.md in records/addition/<folder>/ for each folder."""
+    for name in folders:
+        folder = records / "addition" / name
+        folder.mkdir(parents=True)
+        for file in ("table.csv", "table.md"):
+            shutil.copy2(records / "addition" / "same-time" / file, folder / file)
+
+
+def test_table3_by_the_papers_method_is_shown_whole_beside_table3(records: Path, tmp_path: Path) -> None:
+    # records/addition/paper-method (the experiment addition-paper-method): the whole table, not one line of the
+    # other regimes
+    with_tables(records, "paper-method")
+    results = tmp_path / "results"
+    code, out = invoke("report", "all", "--records", str(records), "--results", str(results), "--section", "addition")
+    assert code == 0, out
+    text = (results / "REPORT.md").read_text(encoding="utf-8")
+    method = text.split("### Table 3 by the paper's method\n", 1)[1].split("### The other regimes", 1)[0]
+    assert "(As `records/addition/paper-method/table.md` states.)" in method
+    assert ("| Falcon-1A.3 (QK-RMSNorm, ctxη, λ̄ = 0; same-time writes, no output gate) | 3/3 | 99.8 | 100.0 ± 0.0 "
+            "| 85.9 | 34.8 ± 4.6 |") in method
+    assert "`records/addition/paper-method`" not in text.split("### The other regimes", 1)[1]
+
+
+def test_the_table_of_one_part_of_an_experiment_is_listed_among_the_regimes(records: Path, tmp_path: Path) -> None:
+    # an experiment of several parts keeps each part's table in a folder of its own: addition/<record>/<part>/
+    with_tables(records, "shifted-positions/sinusoidal")
+    results = tmp_path / "results"
+    code, out = invoke("report", "all", "--records", str(records), "--results", str(results), "--section", "addition")
+    assert code == 0, out
+    regimes = (results / "REPORT.md").read_text(encoding="utf-8").split("### The other regimes", 1)[1]
+    assert "- `records/addition/shifted-positions/sinusoidal` (39 of 39 runs): best val. acc." in regimes
+    assert "### Table 3 by the paper's method" not in regimes
