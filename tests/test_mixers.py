@@ -496,3 +496,20 @@ def test_every_cell_of_the_alignment_ablation_computes_the_same_in_chunks(name, 
         fast = make(name, backend="chunk", chunk_size=4, **opts)
         slow = make(name, backend="recurrent", **opts)
     torch.testing.assert_close(fast(x), slow(x), rtol=0, atol=1e-9)
+
+
+def test_rotary_table_matches_rotary():
+    """Rotary's kept cosines and sines rotate as `rotary` computes them: from the start, from an offset, at a
+    sample's own places, and past the table (where it computes them)."""
+    from falcon_lab.mixers.layers import Rotary
+
+    torch.manual_seed(0)
+    rope = Rotary(8, 10000.0)
+    x = torch.randn(2, 6, 3, 8)
+    torch.testing.assert_close(rope(x), rotary(x, torch.arange(6), 10000.0))
+    torch.testing.assert_close(rope(x, start=5), rotary(x, torch.arange(5, 11), 10000.0))
+    places = torch.tensor([[0, 1, 2, 0, 1, 0], [0, 0, 1, 2, 3, 4]])
+    torch.testing.assert_close(rope(x, places), rotary(x, places, 10000.0))
+    far = Rotary.TABLE - 2
+    torch.testing.assert_close(rope(x, start=far), rotary(x, torch.arange(far, far + 6), 10000.0))
+    assert not any(name.endswith(("cos", "sin")) for name in make("transformer").state_dict())

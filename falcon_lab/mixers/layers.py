@@ -200,12 +200,53 @@ def rotary(x: Tensor, positions: Tensor, base: float) -> Tensor:
     if D % 2:
         raise ValueError(f"rotary embeddings need an even head dimension, got {D}")
     dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
-    inv_freq = base ** (-torch.arange(0, D, 2, device=x.device, dtype=dtype) / D)
-    angles = positions.to(dtype)[..., None] * inv_freq  # [L, D/2] or [B, L, D/2]
-    angles = angles if angles.dim() == 3 else angles[None]
-    cos, sin = angles.cos()[:, :, None, :], angles.sin()[:, :, None, :]
-    x1, x2 = x.to(dtype).chunk(2, dim=-1)
+    angles = rotary_angles(positions, D, base, dtype)
+    return rotate(x, angles.cos(), angles.sin())
+
+
+def rotary_angles(positions: Tensor, dim: int, base: float, dtype: torch.dtype) -> Tensor:
+    """RoPE's angles ``[..., dim / 2]`` at ``positions [...]``."""
+    inv_freq = base ** (-torch.arange(0, dim, 2, device=positions.device, dtype=dtype) / dim)
+    return positions.to(dtype)[..., None] * inv_freq
+
+
+def rotate(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """``x [B, L, H, D]`` rotated by the angles whose ``cos`` and ``sin`` are ``[L, D/2]`` or ``[B, L, D/2]``,
+    in the angles' precision."""
+    cos, sin = (t if t.dim() == 3 else t[None] for t in (cos, sin))
+    cos, sin = cos[:, :, None, :], sin[:, :, None, :]
+    x1, x2 = x.to(cos.dtype).chunk(2, dim=-1)
     return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1).to(x.dtype)
+
+
+class Rotary(nn.Module):
+    """``rotary`` with the cosines and sines of positions ``0 .. TABLE - 1`` computed once and kept (buffers, not in
+    the state dict). Computed inside the step, a compiled model recomputes them in every kernel that rotates q or k,
+    for every element: on an H100 that was 5 of the transformer's 24 ms a step at the same-time table's size
+    (records/bench/). Positions past the table and float64 inputs take ``rotary`` itself."""
+
+    TABLE = 8192
+
+    def __init__(self, dim: int, base: float) -> None:
+        super().__init__()
+        if dim % 2:
+            raise ValueError(f"rotary embeddings need an even head dimension, got {dim}")
+        self.dim, self.base = dim, base
+        angles = rotary_angles(torch.arange(self.TABLE), dim, base, torch.float32)
+        self.register_buffer("cos", angles.cos(), persistent=False)
+        self.register_buffer("sin", angles.sin(), persistent=False)
+
+    def forward(self, x: Tensor, positions: Tensor | None = None, start: int = 0) -> Tensor:
+        """``x [B, L, H, D]`` rotated at ``positions [L]`` or ``[B, L]`` (each below ``L``: a sample's own places),
+        or at ``start .. start + L - 1`` when ``positions`` is None."""
+        L = x.shape[1]
+        if x.dtype == torch.float64 or (start + L if positions is None else L) > self.cos.shape[0]:
+            at = torch.arange(start, start + L, device=x.device) if positions is None else positions
+            return rotary(x, at, self.base)
+        cos, sin = self.cos.float(), self.sin.float()
+        if positions is None:
+            return rotate(x, cos[start:start + L], sin[start:start + L])
+        return rotate(x, cos[positions], sin[positions])
 
 
 class Mixer(nn.Module, ABC):

@@ -22,7 +22,7 @@ from torch import Tensor, nn
 from falcon_lab.mixers.decayed import BACKENDS as DECAYED_BACKENDS
 from falcon_lab.mixers.decayed import RULE as DECAYED_RULE
 from falcon_lab.mixers.decayed import decayed_linear_attention, decayed_over_samples
-from falcon_lab.mixers.layers import Mixer, full_precision, residual_out, rms_norm, rotary, sample_places
+from falcon_lab.mixers.layers import Mixer, Rotary, full_precision, residual_out, rms_norm, sample_places
 from falcon_lab.mixers.options import check_bool, check_int, check_kernel_choices, check_range, head_dim_of
 
 
@@ -73,13 +73,16 @@ class Retention(Mixer):
         self.g_proj = nn.Linear(d_model, n_heads * self.dv, bias=False)
         self.o_proj = residual_out(nn.Linear(n_heads * self.dv, d_model, bias=False))
         self.register_buffer("log_decay", retention_decays(n_heads), persistent=False)
+        self.rotary = Rotary(self.dk, opts.rope_base) if opts.rope else None
 
-    def _qkv(self, x: Tensor, positions: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    def _qkv(self, x: Tensor, positions: Tensor | None = None,
+             start: int = 0) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """q, k (rotated at ``positions``, else at ``start ..``, with RoPE), v and the log-decays."""
         B, L, _ = x.shape
         q = self.q_proj(x).view(B, L, self.n_heads, self.dk)
         k = self.k_proj(x).view(B, L, self.n_heads, self.dk)
-        if self.opts.rope:
-            q, k = rotary(q, positions, self.opts.rope_base), rotary(k, positions, self.opts.rope_base)
+        if self.rotary is not None:
+            q, k = self.rotary(q, positions, start), self.rotary(k, positions, start)
         v = self.v_proj(x).view(B, L, self.n_heads, self.dv)
         dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
         g = self.log_decay.to(dtype).expand(B, L, self.n_heads)
@@ -102,7 +105,7 @@ class Retention(Mixer):
         at every sample, the rotary positions counted from each sample's first token; the projections run on the
         packed rows, the retention over the samples as packed sequences (kernels) or laid one to a row."""
         if samples is None:
-            q, k, v, g = self._qkv(x, torch.arange(x.shape[1], device=x.device))
+            q, k, v, g = self._qkv(x)
             o, _ = self._retain(q, k, v, g, self.opts.backend)
             return self._output(o, x)
         q, k, v, g = self._qkv(x, sample_places(samples).view(samples.shape))
@@ -119,7 +122,6 @@ class Retention(Mixer):
         return {"state": S, "position": 0}
 
     def step(self, x_t: Tensor, cache: dict) -> tuple[Tensor, dict]:
-        position = torch.tensor([cache["position"]], device=x_t.device)
-        q, k, v, g = self._qkv(x_t[:, None], position)
+        q, k, v, g = self._qkv(x_t[:, None], start=cache["position"])
         o, state = self._retain(q, k, v, g, "recurrent", cache["state"])
         return self._output(o[:, 0], x_t), {"state": state, "position": cache["position"] + 1}

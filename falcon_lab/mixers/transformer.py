@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from falcon_lab.mixers.layers import Mixer, residual_out, rotary
+from falcon_lab.mixers.layers import Mixer, Rotary, residual_out
 from falcon_lab.mixers.options import check_bool, check_range, head_dim_of
 
 
@@ -43,23 +43,24 @@ class Attention(Mixer):
         self.n_heads = n_heads
         self.head_dim = head_dim_of(name, d_model, n_heads, opts.head_dim)
         self.rope, self.rope_base = opts.rope, opts.rope_base
+        self.rotary = Rotary(self.head_dim, opts.rope_base) if opts.rope else None
         inner = n_heads * self.head_dim
         self.q_proj = nn.Linear(d_model, inner, bias=False)
         self.k_proj = nn.Linear(d_model, inner, bias=False)
         self.v_proj = nn.Linear(d_model, inner, bias=False)
         self.o_proj = residual_out(nn.Linear(inner, d_model, bias=False))
 
-    def _qkv(self, x: Tensor, positions: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """Heads-first ``[B, H, L, D]`` q, k (rotated, with RoPE) and v."""
+    def _qkv(self, x: Tensor, start: int = 0) -> tuple[Tensor, Tensor, Tensor]:
+        """Heads-first ``[B, H, L, D]`` q, k (rotated at positions ``start ..``, with RoPE) and v."""
         B, L, _ = x.shape
         q, k, v = (p(x).view(B, L, self.n_heads, self.head_dim) for p in (self.q_proj, self.k_proj, self.v_proj))
-        if self.rope:
-            q, k = rotary(q, positions, self.rope_base), rotary(k, positions, self.rope_base)
+        if self.rotary is not None:
+            q, k = self.rotary(q, start=start), self.rotary(k, start=start)
         return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
 
     def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
         B, L, _ = x.shape
-        q, k, v = self._qkv(x, torch.arange(L, device=x.device))
+        q, k, v = self._qkv(x)
         if mask is None:
             o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         else:
@@ -72,8 +73,7 @@ class Attention(Mixer):
         return {"k": empty, "v": empty.clone(), "position": 0}
 
     def step(self, x_t: Tensor, cache: dict) -> tuple[Tensor, dict]:
-        position = torch.tensor([cache["position"]], device=x_t.device)
-        q, k, v = self._qkv(x_t[:, None], position)
+        q, k, v = self._qkv(x_t[:, None], cache["position"])
         keys = torch.cat([cache["k"], k], dim=2)
         values = torch.cat([cache["v"], v], dim=2)
         o = F.scaled_dot_product_attention(q, keys, values)  # one query sees every cached token
