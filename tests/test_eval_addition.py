@@ -153,3 +153,20 @@ def test_batches_of_several_widths_score_as_one_width_a_batch(mixer: str) -> Non
             if split == "val":
                 val_loss, val_tokens = val_loss + loss.sum().item(), val_tokens + total.sum().item()
     assert report.val_loss == pytest.approx(val_loss / val_tokens, rel=1e-5)
+
+
+def test_per_position_accuracy_is_the_same_whether_a_batch_holds_one_width_or_many():
+    """Rows of several widths in one batch (a GPU's batches) score each position as rows of one width do."""
+    from falcon_lab.tasks.addition import labelled_correct, target_position_correct, teacher_forced_batch
+
+    model = Adder(drop_carry_from=3)
+    apart = position_accuracy(model, widths=range(1, 7), n_per_length=8, held_out_from=5)
+    together = position_accuracy(model, widths=range(1, 7), n_per_length=8, held_out_from=5, batch_size=1000)
+    assert apart == together and any(v < 100.0 for n in (3, 4) for v in apart[n])
+    records = list(generate_records("val", (2, 4), 3))
+    ids, labels = teacher_forced_batch(records)
+    mixed = labelled_correct(model(ids), labels)
+    for n in (2, 3, 4):
+        rows = [i for i, r in enumerate(records) if r["n"] == n]
+        one_width = target_position_correct(*(t[rows] for t in (model(ids), labels)))
+        assert torch.equal(mixed[rows, :n + 2], one_width) and not mixed[rows, n + 2:].any()

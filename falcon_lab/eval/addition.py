@@ -21,10 +21,10 @@ from falcon_lab.tasks.addition import (
     EOS,
     IGNORE_INDEX,
     generate_records,
+    labelled_correct,
     prompt_ids,
     suffix_accuracy,
     summarise,
-    target_position_correct,
     teacher_forced_batch,
 )
 
@@ -189,14 +189,17 @@ def evaluate_addition(model: nn.Module, *, n_per_length: int = 100, seed: int = 
 
 @torch.no_grad()
 def position_accuracy(model: nn.Module, *, widths: range = range(1, 49), n_per_length: int = 100, seed: int = 0,
-                      device: torch.device | None = None, batch_size: int = 256,
+                      device: torch.device | None = None, batch_size: int | None = None,
                       held_out_from: int = 33) -> dict[int, list[float]]:
     """Teacher-forced accuracy (%) of each target position per width n: n + 2 numbers, the sum's digits
     least significant first (position n is the carry digit) and then EOS. Where a model's answers break
     past the trained widths, this says whether it loses the digits beyond the trained positions or every
     digit of an unseen width. Samples: the val split for the widths before `held_out_from` (1–32),
-    the OOD split from it on, as `evaluate_addition` draws them."""
+    the OOD split from it on, as `evaluate_addition` draws them, in its batches (several widths a batch on a
+    GPU, the same batches as its passes), the scores kept on the device until the last."""
     device = device or next(model.parameters()).device
+    if batch_size is None:
+        batch_size = 512 if torch.device(device).type == "cuda" else max(n_per_length, 1)
     was_training = model.training
     model.eval()
     out: dict[int, list[float]] = {}
@@ -204,13 +207,16 @@ def position_accuracy(model: nn.Module, *, widths: range = range(1, 49), n_per_l
         for split, wanted in zip(("val", "ood"), split_widths((widths.start, widths.stop - 1), held_out_from)):
             if len(wanted) == 0:
                 continue
-            for n, records in _records_by_width(split, wanted, n_per_length, seed).items():
-                right = []
-                for i in range(0, len(records), batch_size):
-                    input_ids, labels = teacher_forced_batch(records[i:i + batch_size])
-                    logits = model(input_ids.to(device))
-                    right.append(target_position_correct(logits.float(), labels.to(device)).cpu())
-                out[n] = (100.0 * torch.cat(right).float().mean(0)).tolist()
+            counts, batches = _split_batches(split, wanted, n_per_length, seed, batch_size)
+            right = [labelled_correct(model(ids.to(device, non_blocking=True)).float(), labels.to(device))
+                     for ids, labels in batches]
+            longest = max(r.shape[1] for r in right)
+            correct = torch.cat([F.pad(r, (0, longest - r.shape[1])) for r in right]).cpu()
+            start = 0
+            for n, count in counts.items():
+                rows = correct[start:start + count, :n + 2]
+                start += count
+                out[n] = (100.0 * rows.float().mean(0)).tolist()
     finally:
         model.train(was_training)
     return out

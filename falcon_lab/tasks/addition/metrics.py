@@ -78,6 +78,19 @@ def target_position_correct(logits_or_preds: torch.Tensor, labels: torch.Tensor)
     return (preds == labels)[scored].view(labels.shape[0], k)
 
 
+def labelled_correct(logits_or_preds: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Teacher-forced correctness of each row's labelled positions, in order, left-aligned: [N, L] bool (L the
+    rows' length) whose first k columns are a row's k labelled positions and the rest False. Rows of any widths
+    together, on the device, with no read back to the host (``target_position_correct`` for rows of one width)."""
+    preds = _predictions(logits_or_preds, labels)
+    scored = labels != IGNORE_INDEX
+    N, L = labels.shape
+    slot = torch.where(scored, scored.long().cumsum(dim=-1) - 1, torch.full_like(labels, L))  # L: set aside
+    out = torch.zeros(N, L + 1, dtype=torch.bool, device=labels.device)
+    out.scatter_(1, slot, (preds == labels) & scored)
+    return out[:, :L]
+
+
 def span_correct(
     logits_or_preds: torch.Tensor, labels: torch.Tensor, spans: Iterable[SampleSpan]
 ) -> torch.Tensor:
