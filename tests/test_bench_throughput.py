@@ -40,6 +40,8 @@ def test_a_row_is_timed_from_process_start_to_exit(tmp_path: Path) -> None:
     wall, step_ms, compile_s = float(line["wall_s"]), float(line["step_ms"]), float(line["compile_s"])
     assert step_ms > 0 and compile_s >= 0 and float(line["eval_s"]) > 0 and float(line["other_s"]) > 0
     assert wall > 12 * step_ms / 1e3 + float(line["eval_s"])
+    start, setup, finish = (float(line[k]) for k in ("start_s", "setup_s", "finish_s"))  # the run's own timings
+    assert start > 0 and setup > 0 and finish >= 0 and start + setup + finish < float(line["other_s"])
     assert line["mfu"] == "" and float(line["tflop"]) > 0  # no bf16 peak claimed for a CPU
     assert line["val_acc"] != ""
     assert "| transformer | 0 | ok |" in (tmp_path / "throughput.md").read_text()

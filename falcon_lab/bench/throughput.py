@@ -9,7 +9,9 @@ the run's own `metrics.csv` (elapsed and evaluation seconds at every logged step
 - `compile_s`: the first logged step's elapsed time less its steps at `step_ms` (compilation, autotuning and
   the first passes' allocation: what a run pays before it runs at speed);
 - `eval_s`: the seconds spent evaluating during training; `other_s`: the rest of `wall_s` (start-up, the data's
-  first batches, the final evaluation and writing the run);
+  first batches, the final evaluation and writing the run), of which the run's own `timings` (run.json) give
+  `start_s` (process start to `run_training`: imports), `setup_s` (to the first step's clock: the model, the trainer,
+  the device) and `finish_s` (after the training loop: the last checkpoint, the records);
 - `mfu`: the step's model FLOPs (falcon_lab/bench/flops.py) over `step_ms`, a fraction of the GPU's bf16 peak.
 
 The runs share one results folder, so their compile caches (`<results>/cache`, set by `lab train`) are shared:
@@ -20,6 +22,7 @@ run be checked against the recorded ones. Writes `throughput.csv` and `throughpu
 
 from __future__ import annotations
 
+import json
 import shlex
 import statistics
 import sys
@@ -31,7 +34,7 @@ from falcon_lab.bench.train import _read_rows, _write_csv, timed_run
 from falcon_lab.runs import atomic_write_text, device_name, git_state, now
 
 COLUMNS = ("row", "seed", "status", "steps", "wall_s", "step_ms", "mfu", "compile_s", "eval_s", "other_s",
-           "tokens_per_s", "tflop", "val_acc", "ood_mean", "gpu", "run_id", "message")
+           "start_s", "setup_s", "finish_s", "tokens_per_s", "tflop", "val_acc", "ood_mean", "gpu", "run_id", "message")
 
 
 def _float(value: Any) -> float | None:
@@ -39,6 +42,13 @@ def _float(value: Any) -> float | None:
         return float(value)
     except (TypeError, ValueError):
         return None
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
 
 
 def timings(metrics: list[dict[str, str]]) -> dict[str, float | None]:
@@ -77,6 +87,7 @@ def summarise(row: str, seed: int, run_dir: Path, returncode: int | str, wall_s:
     last = metrics[-1] if metrics else {}
     eval_s = found["eval_s"]
     elapsed = _float(last.get("elapsed_s"))
+    phases = _read_json(run_dir / "run.json").get("timings") or {}
     return {
         "row": row, "seed": seed,
         "status": "ok" if returncode == 0 else ("timeout" if returncode == "timeout" else f"failed ({returncode})"),
@@ -88,6 +99,7 @@ def summarise(row: str, seed: int, run_dir: Path, returncode: int | str, wall_s:
         "compile_s": None if found["compile_s"] is None else round(found["compile_s"], 1),
         "eval_s": None if eval_s is None else round(eval_s, 1),
         "other_s": None if elapsed is None else round(wall_s - elapsed, 1),
+        **{k: phases.get(k) for k in ("start_s", "setup_s", "finish_s")},
         "tokens_per_s": _float(last.get("tokens_per_s")),
         "tflop": None if tflop is None else float(f"{tflop:.4g}"),
         **best_scores(_read_rows(run_dir / "evals.csv")),

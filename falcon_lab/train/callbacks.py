@@ -172,6 +172,21 @@ class MetricsLogger(Callback):
         atomic_write_text(self.path, out.getvalue())
 
 
+class Phases(Callback):
+    """When training started and ended (``time.perf_counter``), for the phases of a run's wall time that
+    ``run_training`` writes to run.json (``timings``)."""
+
+    def __init__(self) -> None:
+        self.train_start: float | None = None
+        self.train_end: float | None = None
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.train_start = time.perf_counter()
+
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.train_end = time.perf_counter()
+
+
 class StepCheckpoint(Callback):
     """Saves the whole training state to `path` every `every` optimiser steps, then calls `on_save(step)` on
     rank zero. The checkpoint it replaces becomes `previous` (when given), so two good ones are kept."""

@@ -6,6 +6,7 @@ Every rank of a DDP run executes this; only rank zero writes files and the regis
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field
@@ -26,11 +27,12 @@ from falcon_lab.runs import (
     RunLock,
     atomic_write_text,
     now,
+    process_age,
     provenance,
     record_provenance,
     run_dir_for,
 )
-from falcon_lab.train.callbacks import StopOnInterrupt, read_metrics
+from falcon_lab.train.callbacks import Phases, StopOnInterrupt, read_metrics
 from falcon_lab.train.checkpoint_io import AtomicCheckpointIO, resume_point, save_keeping_previous
 from falcon_lab.train.data import LabData
 from falcon_lab.train.module import LabModule, NonFiniteError
@@ -179,6 +181,7 @@ def _run_in_folder(cfg: RunConfig, run: RunDir, run_id: str, results: Path, call
         say(f"lab train: {point.skipped}; kept as {aside.name}, resuming from {ckpt.name} (step {resumed_from})",
             err=True)
     registry = Registry(results / "lab.db") if rank0 else None
+    entered, age = time.perf_counter(), process_age()
 
     pl.seed_everything(cfg.train.seed, workers=True, verbose=False)
     module = LabModule(cfg)
@@ -189,7 +192,8 @@ def _run_in_folder(cfg: RunConfig, run: RunDir, run_id: str, results: Path, call
         run.write_state(steps=step)
         registry.upsert(run_id, steps=step)
 
-    callbacks = [*callbacks, *(evaluations(cfg, run) if evaluations is not None else ())]
+    phases = Phases()
+    callbacks = [*callbacks, *(evaluations(cfg, run) if evaluations is not None else ()), phases]
     trainer = make_trainer(cfg, run, callbacks, progress, on_checkpoint=saved)
     data = LabData(cfg)
     try:
@@ -227,7 +231,20 @@ def _run_in_folder(cfg: RunConfig, run: RunDir, run_id: str, results: Path, call
         metrics.update(getattr(callback, "run_metrics", dict)())
     if rank0:
         _end(run, run_id, registry, status, steps=step, metrics=metrics)
+        run.write_state(timings=timings(age, entered, phases, time.perf_counter()))
     return RunResult(run_id, run.root, status, step, metrics, resumed_from)
+
+
+def timings(age: float | None, entered: float, phases: Phases, ended: float) -> dict[str, float | None]:
+    """This session's wall time in phases, seconds: `start_s` from the process's start to `run_training` (imports,
+    the command line), `setup_s` from there to the first step's clock (the model, the trainer, moving to the
+    device), `train_s` the training loop (compilation and every evaluation in it), `finish_s` what follows (the
+    last checkpoint, a final validation, the records)."""
+    start, end = phases.train_start, phases.train_end
+    if start is None or end is None:
+        return {"start_s": age, "setup_s": None, "train_s": None, "finish_s": None}
+    return {"start_s": None if age is None else round(age, 2), "setup_s": round(start - entered, 2),
+            "train_s": round(end - start, 2), "finish_s": round(ended - end, 2)}
 
 
 def _keep_failed_weights(run: RunDir, module: LabModule, step: int, err: NonFiniteError) -> str:
