@@ -1,12 +1,14 @@
 """Where a training step's time goes, outside Lightning: `lab bench step`.
 
 For each mixer, the model and optimiser of a run config are built as `lab train` builds them and trained on
-the run's own batches, with bf16 autocast on a GPU:
+the run's own batches from the middle of the run on (a curriculum's widths there), with bf16 autocast on a GPU:
 
-- `loop_ms`: a bare loop (batch made, copied, forward, backward, clip, fused AdamW) with no
-  synchronisation inside: the step time a training loop with no overhead of its own would reach;
-- `data_ms`, `fwd_ms`, `bwd_ms`, `opt_ms`: the same stages timed one by one, each closed by a
-  synchronisation (their sum exceeds `loop_ms` by the overlap it forbids);
+- `loop_ms`: a bare loop (batch copied to the device, forward, backward, clip, fused AdamW) with no
+  synchronisation inside, over batches made before it as `lab train`'s loader workers make them ahead of the
+  step: the step time a training loop with no overhead of its own would reach;
+- `data_ms`, `fwd_ms`, `bwd_ms`, `opt_ms`: the stages timed one by one, each closed by a synchronisation
+  (their sum exceeds `loop_ms` by the overlap it forbids); `data_ms` makes the batch on the host and copies it,
+  the work one loader worker does per step (`lab train` runs up to four);
 - `kernels`: device kernels launched per step, and `gpu_ms` their summed device time (torch.profiler):
   `gpu_ms` far below `loop_ms` means the step waits on the host (Python and launches), not on the GPU;
 - `tflop`: the step's model FLOPs (6·N·tokens and the mixer's own, falcon_lab/bench/flops.py); `mfu` their
@@ -64,9 +66,13 @@ def measure(cfg: Any, steps: int = 20, warmup: int = 5, trace: Path | None = Non
         run_model = capture(run_model, (cfg.train.batch_size, seq_len(cfg)), "bf16-mixed", device)
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda")
 
+    middle = cfg.train.max_steps // 2  # the run's batches from its middle on: a curriculum's mid-run widths
+
     def batch(step: int) -> tuple[Any, Any]:
-        ids, labels = train_batch(cfg, step, 0, 1)
+        ids, labels = made[step] if step in made else train_batch(cfg, middle + step, 0, 1)
         return ids.to(device, non_blocking=True), labels.to(device, non_blocking=True)
+
+    made: dict[int, tuple[Any, Any]] = {}
 
     def forward(ids: Any, labels: Any) -> Any:
         with autocast:
@@ -88,11 +94,13 @@ def measure(cfg: Any, steps: int = 20, warmup: int = 5, trace: Path | None = Non
         step(i)
     _sync(device)
     warmup_s = time.perf_counter() - start
+    made.update({i: train_batch(cfg, middle + i, 0, 1) for i in range(warmup, warmup + steps + 1)})
     start = time.perf_counter()
     for i in range(warmup, warmup + steps):
         step(i)
     _sync(device)
     loop_ms = (time.perf_counter() - start) / steps * 1e3
+    made.clear()
 
     stages = {"data_ms": 0.0, "fwd_ms": 0.0, "bwd_ms": 0.0, "opt_ms": 0.0}
     for i in range(warmup, warmup + steps):
@@ -114,7 +122,7 @@ def measure(cfg: Any, steps: int = 20, warmup: int = 5, trace: Path | None = Non
 
     kernels, gpu_ms, top = _profile(step, device, warmup + steps, trace)
     tokens = cfg.train.batch_size * batch(0)[0].shape[1]
-    flops = step_flops(model, cfg, train_batch(cfg, warmup, 0, 1)[0])
+    flops = step_flops(model, cfg, train_batch(cfg, middle + warmup, 0, 1)[0])
     name = device_name() if device.type == "cuda" else None
     return {"compile": cfg.train.compile, "cuda_graphs": cfg.train.cuda_graphs,
             "params": sum(p.numel() for p in params), "tokens": tokens, "loop_ms": loop_ms, "warmup_s": warmup_s,
