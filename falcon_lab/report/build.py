@@ -105,7 +105,7 @@ def section_addition(b: Builder) -> list[str]:
     if (method / "table.csv").is_file():
         lines += ["### Table 3 by the paper's method", "", prov.of_table(method / "table.md",
                                                                        b.shown(method / "table.md")).markdown(), "",
-                  "The Falcon rows with shifted writes, the output gate and their named options (ctxβ or ctxη, "
+                  "The Falcon rows with shifted writes and their named options (ctxβ or ctxη, "
                   "ctxλ); as above.", "", addition_table(read_csv(method / "table.csv")), ""]
     lines += ["### The other regimes", "",
               "Every other addition table in the records, with its best row on the trained and on the held-out "
