@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import traceback
+from collections import Counter
 
 import pytest
 import torch
@@ -127,3 +128,42 @@ def test_on_a_gpu_a_step_over_packed_samples_synchronises_as_often_for_one_layer
         counts[layers] = [str(w.message).splitlines()[0] for w in caught
                           if "called a synchronizing" in str(w.message)]
     assert len(counts[1]) == len(counts[2]) <= 4, counts
+
+
+@pytest.mark.parametrize("alignment", ["shifted", "same_time"])
+def test_falcon3a_packed_windows_are_made_once_per_cu_seqlens_for_every_layer(alignment: str) -> None:
+    """falcon-3a's packed form cuts its windows at every sequence's start by masks of `cu_seqlens` alone: the
+    first layer of a step makes them, the next ones reuse them (no position, comparison or mask ops of their own),
+    with the same outputs."""
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.skip("the kernels' path on a CPU needs Triton's interpreter")
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from falcon_lab.kernels import fast_weight_rule
+
+    class Ops(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.names: list[str] = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.names.append(func.overloadpacket.__name__)
+            return func(*args, **(kwargs or {}))
+
+    torch.manual_seed(0)
+    T, H, D = 40, 2, 16
+    q, k, v = (torch.randn(1, T, H, D) for _ in range(3))
+    beta, lam = torch.rand(1, T, H) + 0.2, torch.rand(1, T, H)
+    cu = torch.tensor([0, 5, 6, 19, 33, 40])
+    runs, outs = [], []
+    for _ in range(2):  # two layers of one step: one cu_seqlens tensor
+        with Ops() as ops:
+            o, _ = fast_weight_rule(q, k, v, beta, lam, rule="falcon-3a", window=3, alignment=alignment,
+                                    backend="triton", chunk_size=16, cu_seqlens=cu)
+        runs.append(ops.names)
+        outs.append(o)
+    torch.testing.assert_close(outs[0], outs[1], rtol=0, atol=0)
+    saved = Counter(runs[0])
+    saved.subtract(runs[1])  # what the second layer no longer runs, and nothing it runs more of
+    assert min(saved.values()) >= 0, saved
+    assert saved["repeat_interleave"] >= 1 and saved["ge"] >= 3 and saved["bitwise_and"] == 3, saved

@@ -30,9 +30,13 @@ The coefficients and ``prepare`` are PyTorch in float32, differentiated by autog
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+
+from falcon_lab.kernels.common import packed
 
 from falcon_lab.kernels.common.config import RuleConfig
 from falcon_lab.kernels.common.prepare import final_state, prepare, windows
@@ -94,6 +98,35 @@ def triton_falcon3a(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, lam: Tensor, 
     return o.to(q.dtype), final_state(S, last_key, prep, cfg)
 
 
+class PackedWindows(NamedTuple):
+    """What falcon-3a's windows over packed sequences take from ``cu_seqlens`` alone, ``[1, T, 1]`` each: ``pair``
+    whether token t writes a pair (shifted: not a sequence's first token), ``held[j]`` whether slot j of t's window
+    holds a pair of t's own sequence, ``n_pairs`` their count B_t, ``inside[d]`` whether t − d lies in t's sequence
+    (d < W; as float32, the factors the coefficients are cut by)."""
+
+    pair: Tensor
+    held: list[Tensor]
+    n_pairs: Tensor
+    inside: list[Tensor]
+
+
+def packed_windows(bounds: Tensor, T: int, W: int, shifted: bool) -> PackedWindows:
+    """``PackedWindows`` of the packed sequences ``bounds`` (int64 ``cu_seqlens`` on the inputs' device), made once
+    per tensor for every layer of a step (``falcon_lab.kernels.common.packed.memo``), from device operations alone:
+    no host read."""
+    def make() -> PackedWindows:
+        f32 = torch.float32
+        lengths = bounds[1:] - bounds[:-1]
+        place = torch.arange(T, device=bounds.device) - torch.repeat_interleave(bounds[:-1], lengths, output_size=T)
+        place = place[None, :, None]  # [1, T, 1]: broadcast over heads
+        pair = place > 0 if shifted else torch.ones_like(place, dtype=torch.bool)
+        held = [((place >= j) & _late(pair, j)).to(f32) for j in range(W)]
+        return PackedWindows(pair=pair, held=held, n_pairs=torch.stack(held).sum(0),
+                             inside=[(place >= d).to(f32) for d in range(W)])
+
+    return packed.memo(bounds, ("falcon-3a windows", T, W, shifted), make)
+
+
 def triton_falcon3a_packed(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, lam: Tensor, cfg: RuleConfig,
                            chunk_size: int, cu_seqlens: Tensor) -> Tensor:
     """falcon-3a over fresh sequences packed along T of a batch of one (``cu_seqlens``), outputs alone (as a model
@@ -106,29 +139,19 @@ def triton_falcon3a_packed(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, lam: T
     reads no pair across a sequence's start (RBW: d + 1 > p_t). Returns o in q's dtype."""
     f32 = torch.float32
     T, W = q.shape[1], cfg.span
-    bounds = cu_seqlens.to(q.device).long()
-    lengths = bounds[1:] - bounds[:-1]
-    place = torch.arange(T, device=q.device) - torch.repeat_interleave(bounds[:-1], lengths, output_size=T)
-    place = place[None, :, None]  # [1, T, 1]: broadcast over heads
-    k32 = k.to(f32)
+    # one int64 copy for every layer (the same tensor when it is one already), so the facts below are made once a step
+    bounds = packed.memo(cu_seqlens, ("int64", str(q.device)), lambda: cu_seqlens.to(q.device).long())
+    win = packed_windows(bounds, T, W, cfg.shifted)
+    x = k.to(f32)
     if cfg.shifted:  # x_t = k_{t−1} within a sequence; its first token writes no pair
-        pair = place > 0
-        x = F.pad(k32, (0, 0, 0, 0, 1, 0))[:, :T] * pair[..., None]
-    else:
-        pair = torch.ones_like(place, dtype=torch.bool)
-        x = k32
+        x = F.pad(x, (0, 0, 0, 0, 1, 0))[:, :T] * win.pair[..., None]
     sq = (x * x).sum(-1)  # [1, T, H]
-    energy = torch.zeros_like(sq)
-    n_pairs = torch.zeros_like(place, dtype=f32)
-    for j in range(W):  # window slot j: pair t − j, held when it is a pair of t's own sequence
-        held = ((place >= j) & _late(pair, j)).to(f32)
-        energy = energy + _late(sq, j) * held
-        n_pairs = n_pairs + held
-    energy = energy / n_pairs.clamp(min=1.0)
+    energy = sum(_late(sq, j) * held for j, held in enumerate(win.held)) / win.n_pairs.clamp(min=1.0)
+    n_pairs = win.n_pairs
     eta, gamma = step_size_and_carry(cfg, beta.to(f32), lam.to(f32), energy, n_pairs)
     a = eta / n_pairs.clamp(min=1.0)
     log_gamma = torch.log(gamma)
-    coef = [c * (place >= d) for d, c in enumerate(window_coefficients(a, log_gamma, W))]
+    coef = [c * inside for c, inside in zip(window_coefficients(a, log_gamma, W), win.inside)]
     N = bounds.numel() - 1
     S0 = q.new_zeros(N, q.shape[2], q.shape[3], v.shape[-1], dtype=f32)
     o, _ = decayed_attention(q, _late(x, W - 1).to(q.dtype), _late(v, W - 1).to(q.dtype), coef[W - 1], log_gamma,
@@ -136,7 +159,7 @@ def triton_falcon3a_packed(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, lam: T
     if W == 1:
         return o
     lag = 0 if cfg.timing == "raw" else 1
-    band = torch.stack([_late(coef[d], lag) * (place >= d + lag) for d in range(W - 1)], dim=-1)
+    band = torch.stack([_late(coef[d], lag) * win.inside[d + lag] for d in range(W - 1)], dim=-1)
     pad = (0, 0, 0, 0, W - 1, 0)  # the extended arrays: W − 1 empty slots in front of the row
     o = band_read(q, F.pad(x, pad), F.pad(v, pad), band, lag) + o  # the band reads v in its own dtype
     return o.to(q.dtype)
