@@ -119,32 +119,41 @@ def _run(q: Tensor, k: Tensor, v: Tensor, gain: Tensor, lam: Tensor, cfg: RuleCo
 
 
 class _Rows(NamedTuple):
-    """A run of packed sequences laid one to a row: ``rows`` rows of ``longest`` tokens; ``at``: the places of their
-    tokens in the packed row, ``slots``: the same tokens' places in the flattened ``[rows · longest]`` rows."""
+    """Packed sequences laid one to a row in runs of like lengths: run r holds ``shapes[r]`` = (rows, longest).
+    ``gather``: for every slot of the runs' rows flattened one after another, the place of its token in the packed
+    row, or T (a zero row appended to it) for padding; ``back``: for every token of the packed row, its slot there."""
 
-    rows: int
-    longest: int
-    at: Tensor
-    slots: Tensor
+    shapes: list[tuple[int, int]]
+    gather: Tensor
+    back: Tensor
 
 
-def _rows_by_length(cu_seqlens: Tensor, device: torch.device) -> list[_Rows]:
-    """``_length_groups`` of the packed sequences as integer indices, made on the host once per ``cu_seqlens``
-    (``falcon_lab.kernels.common.packed``) and copied to ``device``: every layer lays its inputs out with them, with no
+def _rows_by_length(cu_seqlens: Tensor, device: torch.device) -> _Rows:
+    """``_length_groups`` of the packed sequences as two integer indices, made on the host once per ``cu_seqlens``
+    (``falcon_lab.kernels.common.packed``) and copied to ``device`` in one copy: every layer lays its inputs out with
+    one gather a tensor and its outputs back with one, forward and backward, whatever the number of runs, with no
     boolean mask (each a host wait on a GPU)."""
-    def make() -> list[_Rows]:
+    def make() -> _Rows:
         bounds = packed.offsets(cu_seqlens)
-        shapes, parts = [], []
+        T = bounds[-1]
+        shapes, ats, slots, base = [], [], [], 0
         for group in _length_groups(bounds):
             starts = np.array([bounds[n] for n in group], dtype=np.int64)
             sizes = np.array([bounds[n + 1] - bounds[n] for n in group], dtype=np.int64)
             longest = int(sizes.max())
             within = np.arange(int(sizes.sum())) - np.repeat(np.cumsum(sizes) - sizes, sizes)
-            parts += [np.repeat(starts, sizes) + within, np.repeat(np.arange(len(group)) * longest, sizes) + within]
+            ats.append(np.repeat(starts, sizes) + within)
+            slots.append(base + np.repeat(np.arange(len(group)) * longest, sizes) + within)
             shapes.append((len(group), longest))
-        # one copy to the device for every run's indices (each copy from host memory waits for the device)
-        indices = torch.from_numpy(np.concatenate(parts)).to(device).split([len(p) for p in parts])
-        return [_Rows(rows, longest, indices[2 * i], indices[2 * i + 1]) for i, (rows, longest) in enumerate(shapes)]
+            base += len(group) * longest
+        at, slot = np.concatenate(ats), np.concatenate(slots)
+        gather = np.full(base, T, dtype=np.int64)
+        gather[slot] = at
+        back = np.empty(T, dtype=np.int64)
+        back[at] = slot
+        # one copy to the device for both indices (each copy from host memory waits for the device)
+        gather_d, back_d = torch.from_numpy(np.concatenate([gather, back])).to(device).split([base, T])
+        return _Rows(shapes, gather_d, back_d)
 
     return packed.memo(cu_seqlens, ("rows by length", str(device)), make)
 
@@ -165,17 +174,16 @@ def _packed(q: Tensor, k: Tensor, v: Tensor, gain: Tensor, lam: Tensor, cfg: Rul
     not fast); for outputs alone from fresh states, a few calls over the sequences laid one to a row, grouped by
     length and padded at their ends (padding after a sequence cannot reach its outputs)."""
     if initial_state is None and not output_final_state and len(bounds) > 2 and cu_seqlens is not None:
-        o = q.new_empty(*q.shape[:-1], v.shape[-1])
-        for run in _rows_by_length(cu_seqlens, q.device):  # sequences of like lengths, one to a row: little padding
+        lay = _rows_by_length(cu_seqlens, q.device)  # sequences of like lengths, one to a row: little padding
+        sizes = [rows * longest for rows, longest in lay.shapes]
 
-            def rows(t: Tensor, run: _Rows = run) -> Tensor:
-                out = t.new_zeros(run.rows * run.longest, *t.shape[2:])
-                return out.index_copy(0, run.slots, t[0, run.at]).unflatten(0, (run.rows, run.longest))
+        def runs(t: Tensor) -> list[Tensor]:  # every run's rows of t at once: one gather, padding from a zero row
+            flat = torch.cat([t[0], t.new_zeros(1, *t.shape[2:])])[lay.gather]
+            return [part.unflatten(0, shape) for part, shape in zip(flat.split(sizes), lay.shapes)]
 
-            part, _ = _run(*(rows(t) for t in (q, k, v, gain, lam)), cfg, backend, chunk_size, None, False, None,
-                           None)
-            o = o.index_put((torch.zeros_like(run.at), run.at), part.flatten(0, 1)[run.slots])
-        return o, None
+        parts = [_run(*ins, cfg, backend, chunk_size, None, False, None, None)[0]
+                 for ins in zip(*(runs(t) for t in (q, k, v, gain, lam)))]
+        return torch.cat([part.flatten(0, 1) for part in parts])[lay.back][None], None
     outs, finals = [], []
     for n, (b, e) in enumerate(zip(bounds, bounds[1:])):
         init = None
