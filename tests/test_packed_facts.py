@@ -167,3 +167,35 @@ def test_falcon3a_packed_windows_are_made_once_per_cu_seqlens_for_every_layer(al
     saved.subtract(runs[1])  # what the second layer no longer runs, and nothing it runs more of
     assert min(saved.values()) >= 0, saved
     assert saved["repeat_interleave"] >= 1 and saved["ge"] >= 3 and saved["bitwise_and"] == 3, saved
+
+
+def test_falcon3_packed_sequences_go_to_rows_and_back_by_one_gather_a_tensor_whatever_the_runs() -> None:
+    """falcon-3's kernels take packed sequences one to a row, in up to four runs of like lengths: q, k, v, β and λ
+    are laid out by one gather each and the outputs brought back by one, not by ops per run."""
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.skip("the kernels' path on a CPU needs Triton's interpreter")
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from falcon_lab.kernels import fast_weight_rule
+    from falcon_lab.kernels.falcon.api import _length_groups
+
+    class Ops(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.names: Counter = Counter()
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.names[func.overloadpacket.__name__] += 1
+            return func(*args, **(kwargs or {}))
+
+    torch.manual_seed(0)
+    lengths = [3, 9, 4, 12, 6, 2, 7, 5]
+    cu = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()])
+    assert len(_length_groups(tuple(cu.tolist()))) == 4
+    T, H, D = sum(lengths), 2, 16
+    q, k, v = (torch.randn(1, T, H, D) for _ in range(3))
+    beta, lam = torch.rand(1, T, H) + 0.2, torch.rand(1, T, H)
+    with Ops() as ops:
+        fast_weight_rule(q, k, v, beta, lam, rule="falcon-3", window=3, backend="triton", chunk_size=16,
+                         cu_seqlens=cu)
+    assert ops.names["index"] == 6 and not ops.names["index_copy"] and not ops.names["index_put"], ops.names
