@@ -28,6 +28,12 @@ import triton.language as tl
 from falcon_lab.kernels.common.triton_helpers import load_rows, mm
 from falcon_lab.kernels.regression.triton_f1 import unit_lower_inverse
 
+# T and NT change with every batch of packed samples (the runs of like lengths are padded to their own longest):
+# specialised (an int divisible by 16 or not), a batch bringing a new pair compiled the five kernels again in the
+# middle of training (at the same-time table's size the first of the bench's timed steps brought one); not
+# specialised, they are compiled once
+PER_BATCH = ["T", "NT"]
+
 
 @triton.jit
 def chunk_tiles(pid, NT, T, C: tl.constexpr, CT: tl.constexpr, R: tl.constexpr, WP: tl.constexpr):
@@ -74,7 +80,7 @@ def write_mask(G_p, g_p, tp, vp):
     return tl.where(strict, tl.exp(tl.where(strict, (G_p - g_p)[:, None] - G_p[None, :], 0.0)), 0.0), strict
 
 
-@triton.jit
+@triton.jit(do_not_specialize=PER_BATCH)
 def f3_prep_kernel(x_ptr, v_ptr, a_ptr, g_ptr, A_ptr, W_ptr, Ut_ptr, T, NT,
                    H: tl.constexpr, Dk: tl.constexpr, Dv: tl.constexpr, C: tl.constexpr, CT: tl.constexpr,
                    R: tl.constexpr, WP: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
@@ -106,7 +112,7 @@ def f3_prep_kernel(x_ptr, v_ptr, a_ptr, g_ptr, A_ptr, W_ptr, Ut_ptr, T, NT,
                  mask=vp[:, None] & (offs_v < Dv)[None, :])
 
 
-@triton.jit
+@triton.jit(do_not_specialize=PER_BATCH)
 def f3_state_kernel(x_ptr, a_ptr, g_ptr, W_ptr, Ut_ptr, S0_ptr, h_ptr, U_ptr, Sf_ptr, T, NT,
                     H: tl.constexpr, Dk: tl.constexpr, Dv: tl.constexpr, C: tl.constexpr, CT: tl.constexpr,
                     R: tl.constexpr, WP: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, PREC: tl.constexpr):
@@ -136,7 +142,7 @@ def f3_state_kernel(x_ptr, a_ptr, g_ptr, W_ptr, Ut_ptr, S0_ptr, h_ptr, U_ptr, Sf
     tl.store(Sf_ptr + i_nh.to(tl.int64) * Dk * Dv + p_S, S, mask=m_kv)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=PER_BATCH)
 def f3_read_kernel(q_ptr, x_ptr, a_ptr, g_ptr, h_ptr, src_ptr, out_ptr, T, NT,
                    H: tl.constexpr, Dk: tl.constexpr, Dv: tl.constexpr, C: tl.constexpr, CT: tl.constexpr,
                    R: tl.constexpr, WP: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, RBW: tl.constexpr,

@@ -17,10 +17,10 @@ import triton
 import triton.language as tl
 
 from falcon_lab.kernels.common.triton_helpers import load_rows, mm, rev_cumsum
-from falcon_lab.kernels.window.triton_falcon3 import chunk_gates, chunk_tiles, read_mask, write_mask
+from falcon_lab.kernels.window.triton_falcon3 import PER_BATCH, chunk_gates, chunk_tiles, read_mask, write_mask
 
 
-@triton.jit
+@triton.jit(do_not_specialize=PER_BATCH)
 def f3_dstate_kernel(q_ptr, x_ptr, a_ptr, g_ptr, do_ptr, dul_ptr, A_ptr, dSf_ptr, dh_ptr, dB_ptr, dS0_ptr, T, NT,
                      H: tl.constexpr, Dk: tl.constexpr, Dv: tl.constexpr, C: tl.constexpr, CT: tl.constexpr,
                      R: tl.constexpr, WP: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, RBW: tl.constexpr,
@@ -60,7 +60,7 @@ def f3_dstate_kernel(q_ptr, x_ptr, a_ptr, g_ptr, do_ptr, dul_ptr, A_ptr, dSf_ptr
     tl.store(dS0_ptr + i_nh.to(tl.int64) * Dk * Dv + p_S, dS, mask=m_kv)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=PER_BATCH)
 def f3_grad_kernel(q_ptr, x_ptr, v_ptr, a_ptr, g_ptr, do_ptr, U_ptr, dB_ptr, h_ptr, dh_ptr,
                    dq_ptr, dx_ptr, dv_ptr, da_ptr, dg_ptr, T, NT,
                    H: tl.constexpr, Dk: tl.constexpr, Dv: tl.constexpr, C: tl.constexpr, CT: tl.constexpr,
