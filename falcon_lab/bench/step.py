@@ -67,12 +67,11 @@ def measure(cfg: Any, steps: int = 20, warmup: int = 5, trace: Path | None = Non
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda")
 
     middle = cfg.train.max_steps // 2  # the run's batches from its middle on: a curriculum's mid-run widths
+    made: dict[int, tuple[Any, Any]] = {}  # batches made ahead of the timed loop, as loader workers make them
 
     def batch(step: int) -> tuple[Any, Any]:
         ids, labels = made[step] if step in made else train_batch(cfg, middle + step, 0, 1)
         return ids.to(device, non_blocking=True), labels.to(device, non_blocking=True)
-
-    made: dict[int, tuple[Any, Any]] = {}
 
     def forward(ids: Any, labels: Any) -> Any:
         with autocast:

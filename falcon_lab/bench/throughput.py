@@ -22,7 +22,6 @@ run be checked against the recorded ones. Writes `throughput.csv` and `throughpu
 
 from __future__ import annotations
 
-import json
 import shlex
 import statistics
 import sys
@@ -31,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from falcon_lab.bench.train import _read_rows, _write_csv, timed_run
-from falcon_lab.runs import atomic_write_text, device_name, git_state, now
+from falcon_lab.runs import RunDir, atomic_write_text, device_name, git_state, now
 
 COLUMNS = ("row", "seed", "status", "steps", "wall_s", "step_ms", "mfu", "compile_s", "eval_s", "other_s",
            "start_s", "setup_s", "finish_s", "tokens_per_s", "tflop", "val_acc", "ood_mean", "gpu", "run_id", "message")
@@ -42,13 +41,6 @@ def _float(value: Any) -> float | None:
         return float(value)
     except (TypeError, ValueError):
         return None
-
-
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
 
 
 def timings(metrics: list[dict[str, str]]) -> dict[str, float | None]:
@@ -87,7 +79,7 @@ def summarise(row: str, seed: int, run_dir: Path, returncode: int | str, wall_s:
     last = metrics[-1] if metrics else {}
     eval_s = found["eval_s"]
     elapsed = _float(last.get("elapsed_s"))
-    phases = _read_json(run_dir / "run.json").get("timings") or {}
+    phases = RunDir(run_dir).read_state().get("timings") or {}
     return {
         "row": row, "seed": seed,
         "status": "ok" if returncode == 0 else ("timeout" if returncode == "timeout" else f"failed ({returncode})"),

@@ -78,6 +78,12 @@ def _records_by_width(split: str, widths: range, n_per_length: int, seed: int) -
     return by_n
 
 
+def eval_batch_size(device: torch.device | str, n_per_length: int) -> int:
+    """Rows a teacher-forced batch takes: 512 on a GPU, where a small model's pass waits on the host, several widths a
+    batch; on a CPU, which computes every padded position, one width a batch."""
+    return 512 if torch.device(device).type == "cuda" else max(n_per_length, 1)
+
+
 @lru_cache(maxsize=8)
 def _split_batches(split: str, widths: range, n_per_length: int, seed: int,
                    batch_size: int) -> tuple[dict[int, int], tuple[tuple[torch.Tensor, torch.Tensor], ...]]:
@@ -158,8 +164,7 @@ def evaluate_addition(model: nn.Module, *, n_per_length: int = 100, seed: int = 
     a pass of a small model waits on the host (10 passes for the 4,800 records of widths 1–48 at 100 a
     width, not 48); on a CPU, which computes every padded position, one width a batch (`n_per_length`)."""
     device = device or next(model.parameters()).device
-    if batch_size is None:
-        batch_size = 512 if torch.device(device).type == "cuda" else max(n_per_length, 1)
+    batch_size = batch_size or eval_batch_size(device, n_per_length)
     was_training = model.training
     model.eval()
     tf, tok, free = {}, {}, {}
@@ -198,8 +203,7 @@ def position_accuracy(model: nn.Module, *, widths: range = range(1, 49), n_per_l
     the OOD split from it on, as `evaluate_addition` draws them, in its batches (several widths a batch on a
     GPU, the same batches as its passes), the scores kept on the device until the last."""
     device = device or next(model.parameters()).device
-    if batch_size is None:
-        batch_size = 512 if torch.device(device).type == "cuda" else max(n_per_length, 1)
+    batch_size = batch_size or eval_batch_size(device, n_per_length)
     was_training = model.training
     model.eval()
     out: dict[int, list[float]] = {}

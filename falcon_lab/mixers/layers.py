@@ -231,7 +231,7 @@ class Rotary(nn.Module):
         super().__init__()
         if dim % 2:
             raise ValueError(f"rotary embeddings need an even head dimension, got {dim}")
-        self.dim, self.base = dim, base
+        self.base = base
         angles = rotary_angles(torch.arange(self.TABLE), dim, base, torch.float32)
         self.register_buffer("cos", angles.cos(), persistent=False)
         self.register_buffer("sin", angles.sin(), persistent=False)

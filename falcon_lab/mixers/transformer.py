@@ -42,7 +42,6 @@ class Attention(Mixer):
         super().__init__()
         self.n_heads = n_heads
         self.head_dim = head_dim_of(name, d_model, n_heads, opts.head_dim)
-        self.rope, self.rope_base = opts.rope, opts.rope_base
         self.rotary = Rotary(self.head_dim, opts.rope_base) if opts.rope else None
         inner = n_heads * self.head_dim
         self.q_proj = nn.Linear(d_model, inner, bias=False)

@@ -230,8 +230,8 @@ def _run_in_folder(cfg: RunConfig, run: RunDir, run_id: str, results: Path, call
         # Evaluation callbacks add their summary: the best and the last evaluation.
         metrics.update(getattr(callback, "run_metrics", dict)())
     if rank0:
-        _end(run, run_id, registry, status, steps=step, metrics=metrics)
-        run.write_state(timings=timings(age, entered, phases, time.perf_counter()))
+        _end(run, run_id, registry, status, steps=step, metrics=metrics,
+             timings=timings(age, entered, phases, time.perf_counter()))
     return RunResult(run_id, run.root, status, step, metrics, resumed_from)
 
 
@@ -240,11 +240,9 @@ def timings(age: float | None, entered: float, phases: Phases, ended: float) -> 
     the command line), `setup_s` from there to the first step's clock (the model, the trainer, moving to the
     device), `train_s` the training loop (compilation and every evaluation in it), `finish_s` what follows (the
     last checkpoint, a final validation, the records)."""
-    start, end = phases.train_start, phases.train_end
-    if start is None or end is None:
-        return {"start_s": age, "setup_s": None, "train_s": None, "finish_s": None}
-    return {"start_s": None if age is None else round(age, 2), "setup_s": round(start - entered, 2),
-            "train_s": round(end - start, 2), "finish_s": round(ended - end, 2)}
+    marks = {"start_s": (0.0, age), "setup_s": (entered, phases.train_start),
+             "train_s": (phases.train_start, phases.train_end), "finish_s": (phases.train_end, ended)}
+    return {k: None if a is None or b is None else round(b - a, 2) for k, (a, b) in marks.items()}
 
 
 def _keep_failed_weights(run: RunDir, module: LabModule, step: int, err: NonFiniteError) -> str:
@@ -291,9 +289,12 @@ def _start(cfg: RunConfig, run: RunDir, run_id: str, registry: Registry, state: 
 
 
 def _end(run: RunDir, run_id: str, registry: Registry, status: str, steps: int | None = None,
-         metrics: dict[str, float] | None = None, message: str | None = None) -> None:
-    """Record how a run ended in run.json and the registry."""
+         metrics: dict[str, float] | None = None, message: str | None = None,
+         timings: dict[str, float | None] | None = None) -> None:
+    """Record how a run ended in run.json (with `timings`, its phases) and the registry."""
     fields: dict[str, Any] = {"status": status, "message": message}
+    if timings is not None:
+        fields["timings"] = timings
     if steps is not None:
         fields["steps"] = steps
     if metrics is not None:

@@ -37,7 +37,6 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from falcon_lab.kernels.common import packed
-
 from falcon_lab.kernels.common.config import RuleConfig
 from falcon_lab.kernels.common.prepare import final_state, prepare, windows
 from falcon_lab.kernels.common.recurrent import step_size_and_carry
