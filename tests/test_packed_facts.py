@@ -195,7 +195,19 @@ def test_falcon3_packed_sequences_go_to_rows_and_back_by_one_gather_a_tensor_wha
     T, H, D = sum(lengths), 2, 16
     q, k, v = (torch.randn(1, T, H, D) for _ in range(3))
     beta, lam = torch.rand(1, T, H) + 0.2, torch.rand(1, T, H)
+    ins = [t.requires_grad_() for t in (q, k, v, beta, lam)]
     with Ops() as ops:
-        fast_weight_rule(q, k, v, beta, lam, rule="falcon-3", window=3, backend="triton", chunk_size=16,
-                         cu_seqlens=cu)
-    assert ops.names["index"] == 6 and not ops.names["index_copy"] and not ops.names["index_put"], ops.names
+        o, _ = fast_weight_rule(*ins, rule="falcon-3", window=3, backend="triton", chunk_size=16, cu_seqlens=cu)
+    assert ops.names["index_select"] == 6 and not ops.names["index"], ops.names
+    g = torch.randn_like(o)
+    with Ops() as ops:  # back by the inverse gathers, not autograd's scatter-add of an index (a sort, a serial pad)
+        grads = torch.autograd.grad(o, ins, g)
+    assert ops.names["index_select"] == 6 and not ops.names["index_put"] and not ops.names["index_add"], ops.names
+    # the same gradients as the kernels' one call per sequence
+    b = cu.tolist()
+    for n, (s, e) in enumerate(zip(b, b[1:])):
+        part = [t.detach()[:, s:e].clone().requires_grad_() for t in (q, k, v, beta, lam)]
+        o_n, _ = fast_weight_rule(*part, rule="falcon-3", window=3, backend="triton", chunk_size=16)
+        torch.testing.assert_close(o[:, s:e], o_n, rtol=1e-5, atol=1e-5)
+        for got, want in zip(grads, torch.autograd.grad(o_n, part, g[:, s:e])):
+            torch.testing.assert_close(got[:, s:e], want, rtol=1e-4, atol=1e-5, msg=f"sequence {n}")

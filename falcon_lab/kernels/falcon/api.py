@@ -158,6 +158,23 @@ def _rows_by_length(cu_seqlens: Tensor, device: torch.device) -> _Rows:
     return packed.memo(cu_seqlens, ("rows by length", str(device)), make)
 
 
+class _Relay(torch.autograd.Function):
+    """``cat([x, 0])[to]``: the rows of ``x`` (a zero row at ``len(x)``) at the places ``to`` names, where every
+    row of ``x`` is named exactly once and ``frm`` is the inverse map (the place of each row of ``x`` in the result).
+    Its gradient is the same gather the other way, ``cat([g, 0])[frm]``, not the scatter-add autograd makes of an
+    index (a sort over every index and one thread a run of duplicates: the padding slots all name the zero row)."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, to: Tensor, frm: Tensor) -> Tensor:
+        ctx.save_for_backward(to, frm)
+        return torch.cat([x, x.new_zeros(1, *x.shape[1:])]).index_select(0, to)
+
+    @staticmethod
+    def backward(ctx, g: Tensor) -> tuple[Tensor, None, None]:
+        to, frm = ctx.saved_tensors
+        return torch.cat([g, g.new_zeros(1, *g.shape[1:])]).index_select(0, frm), None, None
+
+
 def _length_groups(bounds: tuple[int, ...], groups: int = 4) -> list[list[int]]:
     """The packed sequences sorted by length and cut into up to ``groups`` runs of about as many each: laid one to a
     row, each run is padded to its own longest (about 1.25 times the tokens for uniform lengths, against twice for
@@ -178,12 +195,12 @@ def _packed(q: Tensor, k: Tensor, v: Tensor, gain: Tensor, lam: Tensor, cfg: Rul
         sizes = [rows * longest for rows, longest in lay.shapes]
 
         def runs(t: Tensor) -> list[Tensor]:  # every run's rows of t at once: one gather, padding from a zero row
-            flat = torch.cat([t[0], t.new_zeros(1, *t.shape[2:])])[lay.gather]
+            flat = _Relay.apply(t[0], lay.gather, lay.back)
             return [part.unflatten(0, shape) for part, shape in zip(flat.split(sizes), lay.shapes)]
 
         parts = [_run(*ins, cfg, backend, chunk_size, None, False, None, None)[0]
                  for ins in zip(*(runs(t) for t in (q, k, v, gain, lam)))]
-        return torch.cat([part.flatten(0, 1) for part in parts])[lay.back][None], None
+        return _Relay.apply(torch.cat([part.flatten(0, 1) for part in parts]), lay.back, lay.gather)[None], None
     outs, finals = [], []
     for n, (b, e) in enumerate(zip(bounds, bounds[1:])):
         init = None
