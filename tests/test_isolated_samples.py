@@ -318,3 +318,16 @@ def test_retnet_and_mamba2_on_the_fused_kernels_give_the_chunk_forms_loss(mixer:
     torch.testing.assert_close(losses[0], losses[1], rtol=1e-5, atol=1e-5)
     for (name, a), b in zip(fused.named_parameters(), chunk.parameters()):
         torch.testing.assert_close(a.grad, b.grad, rtol=1e-3, atol=1e-5, msg=name)
+
+
+@pytest.mark.parametrize(("lengths", "size", "chunk"), [
+    ([40] * 10, 64, 32), ([20, 60, 100, 2], 64, 32), ([10, 12, 3], 64, 16), ([64, 64], 64, 64), ([300, 900], 64, 64),
+    ([300, 900], 32, 32), ([40] * 10, 16, 16), ([1], 64, 16)])
+def test_packed_samples_take_the_kernels_chunks_of_about_their_mean_length(lengths: list[int], size: int,
+                                                                          chunk: int) -> None:
+    """Each packed sample begins a chunk of the kernels: chunks of 16, 32 or 64 tokens, the largest no longer than the
+    samples' mean length and no longer than the mixer's chunk size."""
+    from falcon_lab.mixers.layers import packed_chunk
+
+    bounds = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()])
+    assert packed_chunk(bounds, size) == chunk

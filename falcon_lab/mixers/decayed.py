@@ -27,7 +27,7 @@ from falcon_lab.kernels.common.checks import interpreting
 from falcon_lab.kernels.common.config import CHUNK_SIZES, FUSED_MAX_HEAD_DIM
 from falcon_lab.kernels.common.state import FastWeightState
 from falcon_lab.kernels.linear_attention import BACKENDS as LINEAR_ATTENTION_BACKENDS
-from falcon_lab.mixers.layers import SampleRows, chunk_for, sample_bounds
+from falcon_lab.mixers.layers import SampleRows, chunk_for, packed_chunk, sample_bounds
 
 BACKENDS = ("auto", *LINEAR_ATTENTION_BACKENDS, "triton")
 RULE = rule_spec("falcon-1a")  # the Falcon rule whose fused kernels the "triton" backend shares
@@ -101,7 +101,7 @@ def _fused_over_samples(q: Tensor, k: Tensor, v: Tensor, g: Tensor, samples: Ten
     """The samples of packed rows as the packed sequences of one row of B·L tokens on the kernels, chunked as their
     padded rows would be; its host syncs (the samples' bounds, the longest) stay outside torch.compile's graph."""
     bounds = sample_bounds(samples)
-    chunk = chunk_for(packed.longest(bounds), chunk_size)  # as the padded rows took
+    chunk = packed_chunk(bounds, chunk_size) if q.is_cuda else chunk_for(packed.longest(bounds), chunk_size)
     flat = (t.flatten(0, 1)[None] for t in (q, k, v, g))
     return _fused(*flat, scale, alignment, timing, chunk, bounds)[0].unflatten(0, samples.shape)
 

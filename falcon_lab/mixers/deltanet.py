@@ -27,7 +27,7 @@ from falcon_lab.kernels import fast_weight_rule, gated_delta_refusal, gated_delt
 from falcon_lab.kernels.common import packed
 from falcon_lab.kernels.delta import DELTA_BACKENDS
 from falcon_lab.mixers.layers import (Mixer, RMSNorm, SampleRows, ShortConv, chunk_for, dt_bias_init, full_precision,
-                           l2_norm, residual_out, sample_bounds, short_conv_step)
+                           l2_norm, packed_chunk, residual_out, sample_bounds, short_conv_step)
 from falcon_lab.mixers.options import check_bool, check_int, check_kernel_choices, check_range, head_dim_of
 
 # DeltaNet's recurrence S_t = (I − β_t k_t k_tᵀ) S_{t−1} + β_t k_t v_tᵀ is falcon-1's S_{t−1} + η_t k_t (v_t −
@@ -154,7 +154,8 @@ class DeltaNet(Mixer):
             with full_precision(q):
                 if samples is not None:  # every sample of every row one packed sequence of a batch of one
                     bounds = sample_bounds(samples)
-                    opts["chunk_size"] = chunk_for(packed.longest(bounds), self.opts.chunk_size)
+                    opts["chunk_size"] = (packed_chunk(bounds, self.opts.chunk_size) if q.is_cuda
+                                          else chunk_for(packed.longest(bounds), self.opts.chunk_size))
                     q, k, v, g, beta = (t.flatten(0, 1)[None] for t in (q, k, v, g, beta))
                     o, _ = gated_delta_triton(q, k, v, g, beta, cu_seqlens=bounds, **opts)
                     return o[0].unflatten(0, samples.shape), None
@@ -170,11 +171,13 @@ class DeltaNet(Mixer):
             return rows.back(o), None
         with full_precision(q):
             if samples is not None:  # every sample of every row one packed sequence of a batch of one
+                bounds = sample_bounds(samples)
+                chunk = packed_chunk(bounds, self.opts.chunk_size) if q.is_cuda else self.opts.chunk_size
                 q, k, v, beta = (t.flatten(0, 1)[None] for t in (q, k, v, beta))
                 o, _ = fast_weight_rule(q * scale, k, v, eta=beta, lam=torch.zeros_like(beta), rule=RULE.name,
                                         alignment=self.opts.alignment, timing=self.opts.timing,
-                                        backend=backend if fused else "chunk", chunk_size=self.opts.chunk_size,
-                                        cu_seqlens=sample_bounds(samples))
+                                        backend=backend if fused else "chunk", chunk_size=chunk,
+                                        cu_seqlens=bounds)
                 return o[0].unflatten(0, samples.shape), None
             if fused:  # falcon-1's op, the inputs in their own dtype as the Falcon mixers give them
                 return fast_weight_rule(q * scale, k, v, eta=beta, lam=torch.zeros_like(beta), rule=RULE.name,
