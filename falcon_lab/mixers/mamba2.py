@@ -21,7 +21,7 @@ from torch import Tensor, nn
 
 from falcon_lab.mixers.decayed import BACKENDS as DECAYED_BACKENDS
 from falcon_lab.mixers.decayed import RULE as DECAYED_RULE
-from falcon_lab.mixers.decayed import decayed_linear_attention, decayed_over_samples
+from falcon_lab.mixers.decayed import HALF, decayed_linear_attention, decayed_over_samples, fused_refusal
 from falcon_lab.mixers.layers import Mixer, ShortConv, dt_bias_init, full_precision, residual_out, rms_norm
 from falcon_lab.mixers.options import check_bool, check_int, check_kernel_choices, check_range
 
@@ -133,13 +133,18 @@ class Mamba2(Mixer):
         scan over the samples as packed sequences (kernels) or laid one to a row."""
         z, xBC, dt = self._split(self.in_proj(h))
         q, k, v, g = self._ssd_inputs(self.conv(xBC, samples), dt)
+        # the scan's inputs are fp32 whatever the activations' dtype: "auto" takes the kernels where the
+        # activations are half precision on a GPU, as it does for the other mixers
+        backend = self.opts.backend
+        if (backend == "auto" and xBC.is_cuda and xBC.dtype in HALF
+                and fused_refusal(q, v, self.opts.chunk_size) is None):
+            backend = "triton"
         if samples is None:
-            y, _ = self._scan(q, k, v, g, self.opts.backend)
+            y, _ = self._scan(q, k, v, g, backend)
         else:
             with full_precision(q):
                 y = decayed_over_samples(q, k, v, g, samples, alignment=self.opts.alignment,
-                                         timing=self.opts.timing, backend=self.opts.backend,
-                                         chunk_size=self.opts.chunk_size)
+                                         timing=self.opts.timing, backend=backend, chunk_size=self.opts.chunk_size)
         return self._output(y, v, z)
 
     def init_cache(self, batch: int, device: torch.device | str, dtype: torch.dtype) -> dict:
