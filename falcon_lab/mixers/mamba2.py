@@ -133,19 +133,20 @@ class Mamba2(Mixer):
         scan over the samples as packed sequences (kernels) or laid one to a row."""
         z, xBC, dt = self._split(self.in_proj(h))
         q, k, v, g = self._ssd_inputs(self.conv(xBC, samples), dt)
-        # the scan's inputs are fp32 whatever the activations' dtype: "auto" takes the kernels where the
-        # activations are half precision on a GPU, as it does for the other mixers
-        backend = self.opts.backend
+        # "auto" takes the kernels where the activations are half precision on a GPU, as for the other mixers: q, k
+        # and v go to them in that precision (Δ·B formed in fp32 first; fp32 inputs would take the kernels' exact
+        # fp32 products, several times slower), the log decay in fp32; the scan accumulates in fp32 either way
+        backend, scan = self.opts.backend, (q, k, v, g)
         if (backend == "auto" and xBC.is_cuda and xBC.dtype in HALF
                 and fused_refusal(q, v, self.opts.chunk_size) is None):
-            backend = "triton"
+            backend, scan = "triton", (q.to(xBC.dtype), k.to(xBC.dtype), v.to(xBC.dtype), g)
         if samples is None:
-            y, _ = self._scan(q, k, v, g, backend)
+            y, _ = self._scan(*scan, backend)
         else:
             with full_precision(q):
-                y = decayed_over_samples(q, k, v, g, samples, alignment=self.opts.alignment,
-                                         timing=self.opts.timing, backend=backend, chunk_size=self.opts.chunk_size)
-        return self._output(y, v, z)
+                y = decayed_over_samples(*scan, samples, alignment=self.opts.alignment, timing=self.opts.timing,
+                                         backend=backend, chunk_size=self.opts.chunk_size)
+        return self._output(y.to(v.dtype), v, z)
 
     def init_cache(self, batch: int, device: torch.device | str, dtype: torch.dtype) -> dict:
         """The conv window and the SSM state (a bare zero S: a fresh sequence)."""
