@@ -49,3 +49,27 @@ def test_a_campaign_preset_times_each_row_as_the_campaign_trains_it(monkeypatch,
     assert seen["retnet"].model.mixer_options == {"rope": False}
     assert seen["falcon-1.3"].model.mixer_options["alignment"] == "same_time"
     assert all(c.model.isolate_samples and c.model.abacus == 64 for c in seen.values())
+
+
+def test_each_row_is_compiled_afresh_not_after_the_rows_before_it(monkeypatch, tmp_path: Path) -> None:
+    """Rows share one process: Dynamo's caches are reset before each, so a ninth row's frames do not hit the
+    recompile limit that eight rows of one function reach (and run eagerly, mismeasured)."""
+    import torch
+
+    from falcon_lab.bench import step
+
+    @torch.compile(backend="eager")
+    def forward(x, name: str):  # one function every row runs, guarded on the row's name
+        return x + len(name)
+
+    frames = []
+
+    def measure(cfg, steps, trace=None):
+        forward(torch.ones(1), cfg.mixer)
+        frames.append(len(torch._dynamo.eval_frame._debug_get_cache_entry_list(forward._torchdynamo_orig_callable)))
+        return {"params": 1, "tokens_per_s": 1.0, "loop_ms": 1.0}
+
+    monkeypatch.setattr(step, "measure", measure)
+    step.run(["transformer", "falcon-1a", "retnet"], preset="tiny", task="addition", steps=1, out=tmp_path,
+             echo=lambda _: None)
+    assert frames == [1, 1, 1], frames

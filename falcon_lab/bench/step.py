@@ -171,6 +171,8 @@ def _write_trace(prof: Any, path: Path) -> None:
 def run(mixers: Sequence[str], *, preset: str, task: str, steps: int, out: Path, overrides: Sequence[str] = (),
         echo: Callable[[str], None] = print, traces: bool = False) -> list[dict[str, Any]]:
     """Measure each mixer; write `step.md` and `step.csv` into `out` after each one."""
+    import torch
+
     from falcon_lab.bench.train import _write_csv
     from falcon_lab.config import load_config
     from falcon_lab.reproduce.names import train_preset
@@ -183,6 +185,9 @@ def run(mixers: Sequence[str], *, preset: str, task: str, steps: int, out: Path,
         base, settings = train_preset(preset, mixer)
         cfgs.append(load_config(base, overrides=[f"task={task}", f"mixer={mixer}", *settings, *overrides]))
     for mixer, cfg in zip(mixers, cfgs):
+        # each row compiled as its own process would compile it: Dynamo's caches kept across rows reach its
+        # recompile limit (8 frames of one function) by the ninth row, whose frames then run eagerly
+        torch._dynamo.reset()
         try:
             trace = out / f"trace-{mixer}.json.gz" if traces else None
             row = {"mixer": mixer, **measure(cfg, steps=steps, trace=trace)}
