@@ -223,3 +223,21 @@ def test_prepare_takes_keys_in_their_own_dtype_and_zeroes_every_slot_without_a_p
         held = low.valid_ext[..., None, None].expand_as(low.x_ext)
         assert (low.x_ext[~held] == 0).all(), "a slot without a pair holds a nonzero x"
         assert low.valid_ext[:, : cfg.span - 1].tolist() == ([[False] * 3] * 2 if fresh else [[False, True, True]] * 2)
+
+
+@pytest.mark.parametrize("W", [1, 2, 3, 4, 6])
+def test_the_window_gram_is_each_windows_gram_matrix_and_its_gradient(W: int) -> None:
+    """μ_t's W × W Gram from the lag products along the sequence: every entry x_{t+i} · x_{t+j} of every token's
+    window, and the same gradient as the product of each window with itself."""
+    from falcon_lab.kernels.common.prepare import window_gram, windows
+
+    torch.manual_seed(W)
+    x = torch.randn(2, 9 + W, 3, 5, dtype=F64, requires_grad=True)
+    xw = windows(x, W).transpose(2, 3)  # [B, T, H, W, D]
+    want = xw @ xw.transpose(-1, -2)
+    got = window_gram(x, W)
+    assert got.shape == want.shape
+    torch.testing.assert_close(got, want, rtol=1e-13, atol=1e-13)
+    g = torch.randn_like(want)
+    torch.testing.assert_close(torch.autograd.grad(got, x, g)[0], torch.autograd.grad(want, x, g)[0],
+                               rtol=1e-13, atol=1e-13)

@@ -52,6 +52,18 @@ def windows(t: Tensor, span: int) -> Tensor:
     return t.unfold(1, span, 1).movedim(-1, 2)
 
 
+def window_gram(x_ext: Tensor, W: int) -> Tensor:
+    """``[B, T + W − 1, H, D]`` -> ``[B, T, H, W, W]``: the Gram matrix of each token's window of W entries. Entry
+    (i, j) of token t is x_{t+i} · x_{t+j}, the lag-|i − j| product at t + min(i, j): W products along the sequence
+    (one per lag) give all W² entries, where a batched ``xw @ xwᵀ`` ran as T·H products of W × D by D × W matrices
+    (a slow small-matrix GEMM, forward and backward)."""
+    T = x_ext.shape[1] - W + 1
+    lags = [(x_ext[:, : x_ext.shape[1] - d] * x_ext[:, d:]).sum(-1) for d in range(W)]  # [B, T + W − 1 − d, H]
+    rows = [torch.stack([lags[abs(i - j)][:, min(i, j): min(i, j) + T] for j in range(W)], dim=-1)
+            for i in range(W)]
+    return torch.stack(rows, dim=-2)
+
+
 def prepare(k: Tensor, v: Tensor, beta: Tensor, lam: Tensor, cfg: RuleConfig, state: FastWeightState, fresh: bool,
             top_eigenvalue: Callable[[Tensor], Tensor] | None = None) -> Prepared:
     """Everything the parallel forms need besides q (inputs in the compute dtype; the fused window forms pass k and v
@@ -72,8 +84,7 @@ def prepare(k: Tensor, v: Tensor, beta: Tensor, lam: Tensor, cfg: RuleConfig, st
     if cfg.windowed and cfg.regression:  # falcon-3
         if top_eigenvalue is None:
             raise ValueError("falcon-3's step size needs top_eigenvalue (falcon_lab/kernels/window/eigen.py)")
-        xw = windows(x_ext, W).transpose(2, 3)  # [B, T, H, W, Dk]
-        gram = xw @ xw.transpose(-1, -2)  # the small W×W Gram shares its top eigenvalue with XᵀX
+        gram = window_gram(x_ext, W)  # the small W×W Gram shares its top eigenvalue with XᵀX
         energy = top_eigenvalue(gram) / n  # μ_t
     elif cfg.windowed:  # falcon-3a
         # ‖x‖² [B, T+W−1, H] through the norm: neither pass writes an array of x's size but the gradient itself
