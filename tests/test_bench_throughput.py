@@ -42,6 +42,7 @@ def test_a_row_is_timed_from_process_start_to_exit(tmp_path: Path) -> None:
     assert wall > 12 * step_ms / 1e3 + float(line["eval_s"])
     start, setup, finish = (float(line[k]) for k in ("start_s", "setup_s", "finish_s"))  # the run's own timings
     assert start > 0 and setup > 0 and finish >= 0 and start + setup + finish < float(line["other_s"])
+    assert 0 <= float(line["exit_s"]) < wall - start - setup - finish  # after the last record: the teardown
     assert line["mfu"] == "" and float(line["tflop"]) > 0  # no bf16 peak claimed for a CPU
     assert line["val_acc"] != ""
     assert "| transformer | 0 | ok |" in (tmp_path / "throughput.md").read_text()

@@ -11,7 +11,8 @@ the run's own `metrics.csv` (elapsed and evaluation seconds at every logged step
 - `eval_s`: the seconds spent evaluating during training; `other_s`: the rest of `wall_s` (start-up, the data's
   first batches, the final evaluation and writing the run), of which the run's own `timings` (run.json) give
   `start_s` (process start to `run_training`: imports), `setup_s` (to the first step's clock: the model, the trainer,
-  the device) and `finish_s` (after the training loop: the last checkpoint, the records);
+  the device) and `finish_s` (after the training loop: the last checkpoint, the records), and `exit_s` the rest
+  after them (the interpreter's and the device's teardown, from the last record to the process's exit);
 - `mfu`: the step's model FLOPs (falcon_lab/bench/flops.py) over `step_ms`, a fraction of the GPU's bf16 peak.
 
 The runs share one results folder, so their compile caches (`<results>/cache`, set by `lab train`) are shared:
@@ -33,7 +34,8 @@ from falcon_lab.bench.train import _read_rows, _write_csv, timed_run
 from falcon_lab.runs import RunDir, atomic_write_text, device_name, git_state, now
 
 COLUMNS = ("row", "seed", "status", "steps", "wall_s", "step_ms", "mfu", "compile_s", "eval_s", "other_s",
-           "start_s", "setup_s", "finish_s", "tokens_per_s", "tflop", "val_acc", "ood_mean", "gpu", "run_id", "message")
+           "start_s", "setup_s", "finish_s", "exit_s", "tokens_per_s", "tflop", "val_acc", "ood_mean", "gpu", "run_id",
+           "message")
 
 
 def _float(value: Any) -> float | None:
@@ -67,6 +69,9 @@ def best_scores(evals: list[dict[str, str]]) -> dict[str, float | None]:
     return {"val_acc": None if best is None else best[0], "ood_mean": None if best is None else best[1]}
 
 
+PHASES = ("start_s", "setup_s", "train_s", "finish_s")  # run.json's timings, process start to the last record
+
+
 def summarise(row: str, seed: int, run_dir: Path, returncode: int | str, wall_s: float, tail: str,
               tflop: float | None, gpu: str | None) -> dict[str, Any]:
     """One line of throughput.csv from a finished (or failed) run folder."""
@@ -92,6 +97,8 @@ def summarise(row: str, seed: int, run_dir: Path, returncode: int | str, wall_s:
         "eval_s": None if eval_s is None else round(eval_s, 1),
         "other_s": None if elapsed is None else round(wall_s - elapsed, 1),
         **{k: phases.get(k) for k in ("start_s", "setup_s", "finish_s")},
+        "exit_s": (round(wall_s - sum(phases[k] for k in PHASES), 1) if all(k in phases for k in PHASES)
+                   else None),
         "tokens_per_s": _float(last.get("tokens_per_s")),
         "tflop": None if tflop is None else float(f"{tflop:.4g}"),
         **best_scores(_read_rows(run_dir / "evals.csv")),
