@@ -125,3 +125,39 @@ def test_decayed_attention_with_given_gates_matches_its_recurrence(T: int, raw: 
     ref = loss_and_grads(recurrence, torch.float64)
     for name, a, b in zip(("o", "S", "dq", "dk", "dv", "deta", "dlog_gamma", "dS0"), fast, ref):
         assert torch.allclose(a.double(), b, atol=TOL_FP32, rtol=TOL_FP32), name
+
+
+@pytest.mark.parametrize(("window", "timing", "alignment"), [(3, "raw", "shifted"), (4, "rbw", "same_time"),
+                                                            (1, "raw", "same_time")])
+def test_the_packed_glue_compiles_whole_and_gives_its_eager_values_and_gradients(window: int, timing: str,
+                                                                                 alignment: str) -> None:
+    """What falcon-3a's packed form computes around its two kernels is one graph for torch.compile (no break),
+    shapes dynamic (one compilation for every row length), with the eager function's values and gradients."""
+    from falcon_lab.kernels.common.config import RuleConfig
+    from falcon_lab.kernels.window.fused import _packed_glue, packed_windows
+
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    torch.manual_seed(window)
+    cfg = RuleConfig(rule="falcon-3a", window=window, alignment=alignment, timing=timing)
+    compiled = torch.compile(_packed_glue, dynamic=True, fullgraph=True, backend="aot_eager")
+    for T, lengths in ((13, [3, 1, 9]), (21, [5, 7, 2, 7])):  # a second length: no recompilation
+        bounds = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()])
+        win = packed_windows(bounds, T, window, cfg.shifted)
+        ins = [torch.randn(1, T, 2, 4).requires_grad_() for _ in range(3)]
+        gates = [(torch.rand(1, T, 2) + 0.1).requires_grad_() for _ in range(2)]
+        outs = [f(*ins, *gates, win.pair, win.held, win.n_pairs, win.inside, cfg) for f in (_packed_glue, compiled)]
+        for want, got in zip(*outs):
+            if want is None:
+                assert got is None
+                continue
+            torch.testing.assert_close(got, want)
+        leaves = [*ins, *gates]
+        grads = [torch.autograd.grad([t.float().sum() * (i + 1) for i, t in enumerate(out) if t is not None],
+                                     leaves, allow_unused=True) for out in outs]
+        for want, got in zip(*grads):
+            if want is None:
+                assert got is None
+                continue
+            torch.testing.assert_close(got, want)
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] <= 1

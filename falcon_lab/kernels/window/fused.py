@@ -30,6 +30,8 @@ The coefficients and ``prepare`` are PyTorch in float32, differentiated by autog
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from typing import NamedTuple
 
 import torch
@@ -136,29 +138,19 @@ def triton_falcon3a_packed(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, lam: T
     j ≤ p_t (shifted: j < p_t, a sequence's first token having no pair); the coefficient c_d(t) of pair t − d is
     zero for d > p_t, so the delayed pair t − W + 1 of another sequence is written with a zero gain and the band
     reads no pair across a sequence's start (RBW: d + 1 > p_t). Returns o in q's dtype."""
-    f32 = torch.float32
     T, W = q.shape[1], cfg.span
     # one int64 copy for every layer (the same tensor when it is one already), so the facts below are made once a step
     bounds = packed.memo(cu_seqlens, ("int64", str(q.device)), lambda: cu_seqlens.to(q.device).long())
     win = packed_windows(bounds, T, W, cfg.shifted)
-    x = k.to(f32)
-    if cfg.shifted:  # x_t = k_{t−1} within a sequence; its first token writes no pair
-        x = F.pad(x, (0, 0, 0, 0, 1, 0))[:, :T] * win.pair[..., None]
-    sq = (x * x).sum(-1)  # [1, T, H]
-    energy = sum(_late(sq, j) * held for j, held in enumerate(win.held)) / win.n_pairs.clamp(min=1.0)
-    n_pairs = win.n_pairs
-    eta, gamma = step_size_and_carry(cfg, beta.to(f32), lam.to(f32), energy, n_pairs)
-    a = eta / n_pairs.clamp(min=1.0)
-    log_gamma = torch.log(gamma)
-    coef = [c * inside for c, inside in zip(window_coefficients(a, log_gamma, W), win.inside)]
+    glue = _glue_compiled() if q.is_cuda else _packed_glue
+    x, xd, vd, gain, log_gamma, band = glue(q, k, v, beta, lam, win.pair, win.held, win.n_pairs, win.inside, cfg)
     N = bounds.numel() - 1
-    S0 = q.new_zeros(N, q.shape[2], q.shape[3], v.shape[-1], dtype=f32)
-    o, _ = decayed_attention(q, _late(x, W - 1).to(q.dtype), _late(v, W - 1).to(q.dtype), coef[W - 1], log_gamma,
-                             S0, raw=cfg.timing == "raw", chunk_size=chunk_size, cu_seqlens=bounds)
+    S0 = q.new_zeros(N, q.shape[2], q.shape[3], v.shape[-1], dtype=torch.float32)
+    o, _ = decayed_attention(q, xd, vd, gain, log_gamma, S0, raw=cfg.timing == "raw", chunk_size=chunk_size,
+                             cu_seqlens=bounds)
     if W == 1:
         return o
     lag = 0 if cfg.timing == "raw" else 1
-    band = torch.stack([_late(coef[d], lag) * win.inside[d + lag] for d in range(W - 1)], dim=-1)
     pad = (0, 0, 0, 0, W - 1, 0)  # the extended arrays: W − 1 empty slots in front of the row
     o = band_read(q, F.pad(x, pad), F.pad(v, pad), band, lag) + o  # the band reads v in its own dtype
     return o.to(q.dtype)
@@ -185,3 +177,33 @@ def triton_falcon3(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, lam: Tensor, c
     a = prep.eta / prep.n_pairs.clamp(min=1.0)[..., None]  # a_t = η_t / B_t, [B, T, H]
     o, S = Falcon3Chunks.apply(q, X, V, a, torch.log(prep.gamma), state.S.float(), cfg.timing == "rbw", geo)
     return o, final_state(S, k[:, -1:].to(f32), prep, cfg)  # final_state reads the last key alone
+
+
+def _packed_glue(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, lam: Tensor, pair: Tensor, held: list[Tensor],
+                 n_pairs: Tensor, inside: list[Tensor], cfg: RuleConfig) -> tuple[Tensor, ...]:
+    """What ``triton_falcon3a_packed`` gives its two kernels, elementwise over [1, T, H(, D)] in float32: the pairs
+    x, the delayed pairs (x, v) in q's dtype, the delayed pairs' gain c_{W−1}, log γ and the band's coefficients
+    ``[1, T, H, W − 1]`` (None for W = 1)."""
+    f32 = torch.float32
+    T, W = q.shape[1], cfg.span
+    x = k.to(f32)
+    if cfg.shifted:  # x_t = k_{t−1} within a sequence; its first token writes no pair
+        x = F.pad(x, (0, 0, 0, 0, 1, 0))[:, :T] * pair[..., None]
+    sq = (x * x).sum(-1)  # [1, T, H]
+    energy = sum(_late(sq, j) * h for j, h in enumerate(held)) / n_pairs.clamp(min=1.0)
+    eta, gamma = step_size_and_carry(cfg, beta.to(f32), lam.to(f32), energy, n_pairs)
+    a = eta / n_pairs.clamp(min=1.0)
+    log_gamma = torch.log(gamma)
+    coef = [c * cut for c, cut in zip(window_coefficients(a, log_gamma, W), inside)]
+    lag = 0 if cfg.timing == "raw" else 1
+    band = (torch.stack([_late(coef[d], lag) * inside[d + lag] for d in range(W - 1)], dim=-1) if W > 1
+            else None)
+    return x, _late(x, W - 1).to(q.dtype), _late(v, W - 1).to(q.dtype), coef[W - 1], log_gamma, band
+
+
+@functools.cache
+def _glue_compiled() -> Callable[..., tuple[Tensor, ...]]:
+    """On a GPU the glue's ~40 elementwise ops a layer each way run as a few fused kernels (dynamic shapes: one
+    compilation for every length of the packed row); the kernels around it stay as they are. Made at first use:
+    importing the compiler costs every process that never runs falcon-3a on a GPU."""
+    return torch.compile(_packed_glue, dynamic=True)
