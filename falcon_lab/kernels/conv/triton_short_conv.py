@@ -1,0 +1,295 @@
+"""The short causal depthwise convolution with SiLU, samples kept apart, in one Triton kernel each way.
+
+For ``x [B, L, C]``, taps ``w [C, K]`` (tap K − 1 − j weighs the token j back), an optional ``bias [C]`` and
+optional ``samples [B, L]`` (the sample of its row each token belongs to):
+
+    a_t = Σ_{j<K} w[c, K−1−j] x_{t−j} [t − j ≥ 0, samples_{t−j} = samples_t] (+ bias[c]),    y_t = silu(a_t),
+
+per row b and channel c: every sample of a row convolved as if it began a sequence (without ``samples``, each row
+one sequence). Written in PyTorch (``falcon_lab.mixers.layers.ShortConv``, the exact twin and the CPU's path) it
+is K − 1 rounds of shifted products and pads, and backward as many reductions over all tokens for the taps'
+gradients: a compiled training step launched many generated kernels for it. Here:
+
+- forward, one program per ``BT_FWD`` tokens of a row and ``BC`` channels reads its tokens and the K − 1 before
+  them (the shifted reads of neighbouring programs meet in the cache: x crosses memory about once) and writes y;
+- backward, one program per ``BT_BWD · SPAN_TILES`` tokens and ``BC`` channels writes dx = Σ_j w[c, K−1−j]
+  g_{t+j} [same sample], g = dy · silu'(a), and the taps' and bias's gradients of its tokens as partial sums
+  ``[programs, K + 1, C]`` that one torch sum reduces (a fixed order: the same sums on every run).
+
+The backward recomputes the pre-activation a at the K tokens t .. t + K − 1 that read each token t rather than
+keeping it from the forward. Kept, it would be one more tensor of x's size written forward and read backward
+(two passes over memory against the three a backward makes anyway: x and dy read, dx written); recomputed, it
+costs only reads of the x tiles the program already holds for the taps' gradients: the 2K − 1 shifted tiles of
+x and K of dy, each written as a read of "tokens t + D" so that the compiler makes one load of it for all the
+taps that use it. "Same sample" is read from ``samples`` itself (a vector of the tile's tokens a shift), so
+nothing is precomputed per step.
+
+Accumulation is float32 (float64 for float64 inputs); y and dx come back in x's dtype, the taps' and bias's
+gradients in their own. The op is a ``torch.library`` custom op with its backward registered: torch.compile keeps
+it in the graph as one opaque call (no graph break) and the projections and gates around it still compile.
+"""
+
+from typing import Optional
+
+import torch
+import triton
+import triton.language as tl
+from torch import Tensor
+
+from falcon_lab.kernels.common import triton_helpers
+
+BT_FWD = 32  # tokens a forward program takes
+BT_BWD = 16  # the tokens of a backward program's tile, BWD_WARPS warps: 4 values of a tile a thread (it holds the
+BWD_WARPS = 8  # 2K − 1 shifted tiles of x and K of dy at once; more a thread and the compiled kernel spills)
+SPAN_TILES = 8  # tiles a backward program loops over (its taps' gradients one partial sum)
+MAX_BC = 64  # channels a program takes
+MAX_SIZE = 8  # the widest convolution the kernels unroll (the mixers use 4)
+
+
+@triton.jit
+def _wide(v, F64: tl.constexpr):
+    if F64:
+        return v.to(tl.float64)
+    else:
+        return v.to(tl.float32)
+
+
+# Every read below is of tokens t + D of a row, D a constant: the backward reads token t + D for several taps and
+# several tokens, and reads written alike are one load once compiled (common subexpressions).
+
+@triton.jit
+def _sample_at(s_ptr, s_row, t, D: tl.constexpr, L, sst):
+    """The sample of tokens t + D (−1 outside the row)."""
+    p = t + D
+    return tl.load(s_ptr + s_row + p.to(tl.int64) * sst, mask=(p >= 0) & (p < L), other=-1)
+
+
+@triton.jit
+def _tile_at(ptr, row, t, D: tl.constexpr, c, L, C, st, sc, F64: tl.constexpr):
+    """``[len(t), len(c)]`` of a ``[B, L, C]`` tensor at tokens t + D of the row at ``row`` (0 outside it)."""
+    p = t + D
+    v = tl.load(ptr + row + p.to(tl.int64)[:, None] * st + c[None, :] * sc,
+                mask=((p >= 0) & (p < L))[:, None] & (c < C)[None, :], other=0.0)
+    return _wide(v, F64)
+
+
+@triton.jit
+def _tap(w_ptr, c, C, swc, swk, I: tl.constexpr, F64: tl.constexpr):
+    """Tap ``I`` of every channel c ``[len(c)]`` (0 past C)."""
+    return _wide(tl.load(w_ptr + c * swc + I * swk, mask=c < C, other=0.0), F64)
+
+
+@triton.jit
+def _pre(x_ptr, w_ptr, b_ptr, s_ptr, x_row, s_row, t, J: tl.constexpr, c, L, C, sxt, sxc, swc, swk, sst,
+         K: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_SAMPLES: tl.constexpr, F64: tl.constexpr):
+    """The pre-activation a_u at tokens u = t + J ``[len(t), len(c)]``: Σ_i w_{K−1−i} x_{u−i} over the u − i of
+    u's sample (finite garbage where u lies outside the row: the callers mask it)."""
+    if HAS_SAMPLES:
+        s_u = _sample_at(s_ptr, s_row, t, J, L, sst)
+    acc = _tile_at(x_ptr, x_row, t, J, c, L, C, sxt, sxc, F64) * _tap(w_ptr, c, C, swc, swk, K - 1, F64)[None, :]
+    for i in tl.static_range(1, K):
+        x = _tile_at(x_ptr, x_row, t, J - i, c, L, C, sxt, sxc, F64)
+        if HAS_SAMPLES:
+            x = tl.where((_sample_at(s_ptr, s_row, t, J - i, L, sst) == s_u)[:, None], x, 0.0)
+        acc += x * _tap(w_ptr, c, C, swc, swk, K - 1 - i, F64)[None, :]
+    if HAS_BIAS:
+        acc += _wide(tl.load(b_ptr + c, mask=c < C, other=0.0), F64)[None, :]
+    return acc
+
+
+@triton.jit
+def _fwd_kernel(x_ptr, w_ptr, b_ptr, s_ptr, y_ptr, L, C, sxb, sxt, sxc, swc, swk, ssb, sst,
+                K: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_SAMPLES: tl.constexpr, F64: tl.constexpr,
+                BLOCK_T: tl.constexpr, BLOCK_C: tl.constexpr):
+    n_t = tl.cdiv(L, BLOCK_T)
+    pid = tl.program_id(0)
+    i_b = (pid // n_t).to(tl.int64)
+    t = (pid % n_t) * BLOCK_T + tl.arange(0, BLOCK_T)
+    c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+    a = _pre(x_ptr, w_ptr, b_ptr, s_ptr, i_b * sxb, i_b * ssb, t, 0, c, L, C, sxt, sxc, swc, swk, sst,
+             K, HAS_BIAS, HAS_SAMPLES, F64)
+    y = a / (1.0 + tl.exp(-a))
+    tl.store(y_ptr + ((i_b * L + t.to(tl.int64)) * C)[:, None] + c[None, :], y.to(y_ptr.dtype.element_ty),
+             mask=(t < L)[:, None] & (c < C)[None, :])
+
+
+@triton.jit
+def _grad_pre(x_ptr, w_ptr, b_ptr, s_ptr, dy_ptr, x_row, s_row, dy_row, t, J: tl.constexpr, c, L, C, sxt, sxc,
+              swc, swk, sst, sdt, sdc, K: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_SAMPLES: tl.constexpr,
+              F64: tl.constexpr):
+    """g_u = dy_u · silu'(a_u) at tokens u = t + J (0 outside the row)."""
+    a = _pre(x_ptr, w_ptr, b_ptr, s_ptr, x_row, s_row, t, J, c, L, C, sxt, sxc, swc, swk, sst,
+             K, HAS_BIAS, HAS_SAMPLES, F64)
+    sig = 1.0 / (1.0 + tl.exp(-a))
+    return _tile_at(dy_ptr, dy_row, t, J, c, L, C, sdt, sdc, F64) * sig * (1.0 + a * (1.0 - sig))
+
+
+@triton.jit
+def _pick(j: tl.constexpr, v0, v1, v2, v3, v4, v5, v6, v7):
+    if j == 0:
+        return v0
+    elif j == 1:
+        return v1
+    elif j == 2:
+        return v2
+    elif j == 3:
+        return v3
+    elif j == 4:
+        return v4
+    elif j == 5:
+        return v5
+    elif j == 6:
+        return v6
+    else:
+        return v7
+
+
+@triton.jit
+def _bwd_kernel(x_ptr, w_ptr, b_ptr, s_ptr, dy_ptr, dx_ptr, dwb_ptr, L, C, sxb, sxt, sxc, swc, swk, ssb, sst,
+                sdb, sdt, sdc, K: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_SAMPLES: tl.constexpr,
+                F64: tl.constexpr, BLOCK_T: tl.constexpr, TILES: tl.constexpr, BLOCK_C: tl.constexpr):
+    n_span = tl.cdiv(L, BLOCK_T * TILES)
+    pid = tl.program_id(0)
+    i_b = (pid // n_span).to(tl.int64)
+    c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+    mc = c < C
+    x_row, s_row, dy_row = i_b * sxb, i_b * ssb, i_b * sdb
+    # the bias's and the taps' gradients by lag j (tap K − 1 − j), token by token, summed over tokens at the end
+    # (one reduction across the program's threads, not one a tile); K <= MAX_SIZE = 8: Triton keeps no lists of
+    # tensors
+    db = _wide(tl.zeros([BLOCK_T, BLOCK_C], dtype=tl.float32), F64)
+    dw0, dw1, dw2, dw3, dw4, dw5, dw6, dw7 = db, db, db, db, db, db, db, db
+    first = (pid % n_span) * TILES * BLOCK_T
+    for tile in range(tl.minimum(TILES, tl.cdiv(L - first, BLOCK_T))):  # the row's last span may be short
+        t = first + tile * BLOCK_T + tl.arange(0, BLOCK_T)
+        if HAS_SAMPLES:
+            s_t = _sample_at(s_ptr, s_row, t, 0, L, sst)
+        g = _grad_pre(x_ptr, w_ptr, b_ptr, s_ptr, dy_ptr, x_row, s_row, dy_row, t, 0, c, L, C, sxt, sxc, swc, swk,
+                      sst, sdt, sdc, K, HAS_BIAS, HAS_SAMPLES, F64)
+        db += g
+        dx = g * _tap(w_ptr, c, C, swc, swk, K - 1, F64)[None, :]
+        for j in tl.static_range(1, K):
+            # token t + j reads t at lag j when it lies in t's sample
+            g_j = _grad_pre(x_ptr, w_ptr, b_ptr, s_ptr, dy_ptr, x_row, s_row, dy_row, t, j, c, L, C, sxt, sxc,
+                            swc, swk, sst, sdt, sdc, K, HAS_BIAS, HAS_SAMPLES, F64)
+            if HAS_SAMPLES:
+                g_j = tl.where((_sample_at(s_ptr, s_row, t, j, L, sst) == s_t)[:, None], g_j, 0.0)
+            dx += g_j * _tap(w_ptr, c, C, swc, swk, K - 1 - j, F64)[None, :]
+        for j in tl.static_range(K):
+            x = _tile_at(x_ptr, x_row, t, -j, c, L, C, sxt, sxc, F64)
+            if HAS_SAMPLES:
+                x = tl.where((_sample_at(s_ptr, s_row, t, -j, L, sst) == s_t)[:, None], x, 0.0)
+            part = g * x
+            if j == 0:
+                dw0 += part
+            elif j == 1:
+                dw1 += part
+            elif j == 2:
+                dw2 += part
+            elif j == 3:
+                dw3 += part
+            elif j == 4:
+                dw4 += part
+            elif j == 5:
+                dw5 += part
+            elif j == 6:
+                dw6 += part
+            else:
+                dw7 += part
+        tl.store(dx_ptr + ((i_b * L + t.to(tl.int64)) * C)[:, None] + c[None, :], dx.to(dx_ptr.dtype.element_ty),
+                 mask=(t < L)[:, None] & mc[None, :])
+    # partial sums [programs, K + 1, C]: taps 0 .. K − 1 in the weights' order, then the bias
+    out = dwb_ptr + (i_b * n_span + pid % n_span) * (K + 1) * C + c
+    for j in tl.static_range(K):
+        tl.store(out + (K - 1 - j) * C, tl.sum(_pick(j, dw0, dw1, dw2, dw3, dw4, dw5, dw6, dw7), axis=0), mask=mc)
+    tl.store(out + K * C, tl.sum(db, axis=0), mask=mc)
+
+
+def _flags(x: Tensor, weight: Tensor) -> tuple[bool, int]:
+    """(accumulate in float64, channels a program takes)."""
+    return torch.float64 in (x.dtype, weight.dtype), min(MAX_BC, triton.next_power_of_2(x.shape[-1]))
+
+
+def _sample_strides(samples: Optional[Tensor], x: Tensor) -> tuple[Tensor, int, int]:
+    return (x, 0, 0) if samples is None else (samples, samples.stride(0), samples.stride(1))
+
+
+@torch.library.custom_op("falcon_lab::short_conv", mutates_args=())
+def _short_conv(x: Tensor, weight: Tensor, bias: Optional[Tensor], samples: Optional[Tensor]) -> Tensor:
+    B, L, C = x.shape
+    K = weight.shape[1]
+    y = triton_helpers.new_buffer(B, L, C, dtype=x.dtype, device=x.device)
+    f64, BC = _flags(x, weight)
+    s, ssb, sst = _sample_strides(samples, x)
+    grid = (B * triton.cdiv(L, BT_FWD), triton.cdiv(C, BC))
+    _fwd_kernel[grid](x, weight, weight if bias is None else bias, s, y, L, C, *x.stride(), *weight.stride(),
+                      ssb, sst, K=K, HAS_BIAS=bias is not None, HAS_SAMPLES=samples is not None, F64=f64,
+                      BLOCK_T=BT_FWD, BLOCK_C=BC)
+    return y
+
+
+@_short_conv.register_fake
+def _(x: Tensor, weight: Tensor, bias: Optional[Tensor], samples: Optional[Tensor]) -> Tensor:
+    return x.new_empty(x.shape)
+
+
+@torch.library.custom_op("falcon_lab::short_conv_backward", mutates_args=())
+def _short_conv_backward(dy: Tensor, x: Tensor, weight: Tensor, bias: Optional[Tensor],
+                         samples: Optional[Tensor]) -> tuple[Tensor, Tensor, Tensor]:
+    B, L, C = x.shape
+    K = weight.shape[1]
+    f64, BC = _flags(x, weight)
+    n_span = triton.cdiv(L, BT_BWD * SPAN_TILES)
+    acc = torch.float64 if f64 else torch.float32
+    dx = triton_helpers.new_buffer(B, L, C, dtype=x.dtype, device=x.device)
+    parts = triton_helpers.new_buffer(B * n_span, K + 1, C, dtype=acc, device=x.device)
+    s, ssb, sst = _sample_strides(samples, x)
+    grid = (B * n_span, triton.cdiv(C, BC))
+    _bwd_kernel[grid](x, weight, weight if bias is None else bias, s, dy, dx, parts, L, C, *x.stride(),
+                      *weight.stride(), ssb, sst, *dy.stride(), K=K, HAS_BIAS=bias is not None,
+                      HAS_SAMPLES=samples is not None, F64=f64, BLOCK_T=BT_BWD, TILES=SPAN_TILES, BLOCK_C=BC,
+                      num_warps=BWD_WARPS)
+    summed = parts.sum(0)  # [K + 1, C]
+    db_dtype = weight.dtype if bias is None else bias.dtype
+    return dx, summed[:K].t().to(weight.dtype).contiguous(), summed[K].to(db_dtype)
+
+
+@_short_conv_backward.register_fake
+def _(dy: Tensor, x: Tensor, weight: Tensor, bias: Optional[Tensor],
+      samples: Optional[Tensor]) -> tuple[Tensor, Tensor, Tensor]:
+    db_dtype = weight.dtype if bias is None else bias.dtype
+    return x.new_empty(x.shape), weight.new_empty(weight.shape), weight.new_empty(weight.shape[0], dtype=db_dtype)
+
+
+def _setup(ctx, inputs: tuple, output: Tensor) -> None:
+    x, weight, bias, samples = inputs
+    ctx.has_bias = bias is not None
+    ctx.save_for_backward(x, weight, bias, samples)
+
+
+def _backward(ctx, dy: Tensor) -> tuple[Optional[Tensor], ...]:
+    x, weight, bias, samples = ctx.saved_tensors
+    dx, dw, db = _short_conv_backward(dy, x, weight, bias, samples)
+    return dx, dw, db if ctx.has_bias else None, None
+
+
+_short_conv.register_autograd(_backward, setup_context=_setup)
+
+
+def short_conv(x: Tensor, weight: Tensor, bias: Tensor | None = None, samples: Tensor | None = None) -> Tensor:
+    """silu(causal depthwise convolution of ``x [B, L, C]`` by ``weight [C, K]`` (+ ``bias [C]``)), each sample of
+    ``samples [B, L]`` (its row's sample of every token; None: each row one sequence) convolved on its own; y in
+    x's dtype. x in bf16, fp16, fp32 or fp64, any strides; CUDA tensors, or any under Triton's interpreter.
+    Differentiable in x, weight and bias."""
+    if x.dim() != 3:
+        raise ValueError(f"short_conv: x must be [B, L, C], got shape {tuple(x.shape)}")
+    B, L, C = x.shape
+    if weight.dim() != 2 or weight.shape[0] != C or not 1 <= weight.shape[1] <= MAX_SIZE:
+        raise ValueError(f"short_conv: weight must be [C, K] with C = {C} and 1 <= K <= {MAX_SIZE}, "
+                         f"got shape {tuple(weight.shape)}")
+    if bias is not None and tuple(bias.shape) != (C,):
+        raise ValueError(f"short_conv: bias must be [C] with C = {C}, got shape {tuple(bias.shape)}")
+    if samples is not None and (tuple(samples.shape) != (B, L) or samples.is_floating_point()):
+        raise ValueError(f"short_conv: samples must be an integer [B, L] = {(B, L)}, got "
+                         f"{samples.dtype} {tuple(samples.shape)}")
+    return _short_conv(x, weight, bias, samples)

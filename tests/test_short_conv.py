@@ -1,0 +1,146 @@
+"""The fused short convolution (``falcon_lab.kernels.conv.short_conv``) against its PyTorch twin, ``ShortConv``'s own
+forward: output and the gradients of x, the taps and the bias, in float32 against the twin in float32 and float64,
+at widths of 2 to 4, packed rows of samples of several lengths (one-token samples among them) and plain rows, a
+row length that is no multiple of the kernels' blocks and more channels than one block. Every buffer the kernels
+write is allocated full of NaN here. Without CUDA the kernels run in Triton's interpreter."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import Tensor
+
+from falcon_lab.kernels.common import triton_helpers
+from falcon_lab.mixers.layers import ShortConv
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+@pytest.fixture(autouse=True)
+def poisoned(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(triton_helpers, "new_buffer", lambda *shape, dtype, device: torch.full(
+        shape, float("nan"), dtype=dtype, device=device))
+
+
+def packed_rows(lengths: list[list[int]]) -> Tensor:
+    """``samples [B, L]`` from each row's sample lengths (each row's ids its own, from 0)."""
+    rows = [torch.repeat_interleave(torch.arange(len(row)), torch.tensor(row)) for row in lengths]
+    return torch.stack(rows)
+
+
+# three rows: one-token samples beside long ones; one sample the whole row; samples of 2 and 3 tokens. 150 tokens:
+# two spans of the backward's programs, the second short
+SAMPLES = packed_rows([[1, 3, 1, 1, 40, 2, 1, 61, 40], [150], [2, 3] * 30])
+SHORT = packed_rows([[1, 3, 1, 1, 20, 2, 1, 11], [40], [2, 3] * 8])
+
+
+def twin(conv: ShortConv, x: Tensor, samples: Tensor | None) -> Tensor:
+    """``ShortConv``'s PyTorch form (the fused kernel switched off)."""
+    return conv(x, samples)
+
+
+def fused(conv: ShortConv, x: Tensor, samples: Tensor | None) -> Tensor:
+    from falcon_lab.kernels.conv import short_conv
+
+    return short_conv(x, conv.conv.weight[:, 0], conv.conv.bias, samples)
+
+
+def run(fn, conv: ShortConv, x: Tensor, samples: Tensor | None, dy: Tensor, dtype: torch.dtype) -> list[Tensor]:
+    conv = conv.to(DEVICE, dtype)
+    conv.zero_grad()
+    x = x.to(DEVICE, dtype).detach().requires_grad_()
+    y = fn(conv, x, None if samples is None else samples.to(DEVICE))
+    (y * dy.to(DEVICE, dtype)).sum().backward()
+    grads = [x.grad, conv.conv.weight.grad] + ([] if conv.conv.bias is None else [conv.conv.bias.grad])
+    return [t.detach().double().cpu() for t in [y, *grads]]
+
+
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("packed", [True, False])
+@pytest.mark.parametrize("size", [2, 3, 4])
+def test_short_conv_matches_its_pytorch_twin(size: int, packed: bool, bias: bool) -> None:
+    g = torch.Generator().manual_seed(100 * size + 10 * packed + bias)
+    torch.manual_seed(size)
+    rows, C = SHORT, 12
+    if size == 4 and packed and bias:
+        rows, C = SAMPLES, 70  # two blocks of channels, the second short
+    B, L = rows.shape
+    conv = ShortConv(C, size, bias=bias)
+    with torch.no_grad():
+        conv.conv.weight.copy_(torch.randn(conv.conv.weight.shape, generator=g))
+        if bias:
+            conv.conv.bias.copy_(torch.randn(C, generator=g))
+    x, dy = torch.randn(B, L, C, generator=g), torch.randn(B, L, C, generator=g)
+    samples = rows if packed else None
+    got = run(fused, conv, x, samples, dy, torch.float32)
+    same = run(twin, conv, x, samples, dy, torch.float32)
+    exact = run(twin, conv, x, samples, dy, torch.float64)
+    for name, a, b, c in zip(("y", "dx", "dw", "dbias"), got, same, exact):
+        assert torch.isfinite(a).all(), name
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5, msg=name)
+        torch.testing.assert_close(a, c, rtol=1e-5, atol=1e-5, msg=name)
+
+
+def test_short_conv_float64_gradcheck() -> None:
+    """The kernels accumulate float64 inputs in float64: torch's own gradient check at a tiny shape."""
+    from falcon_lab.kernels.conv import short_conv
+
+    g = torch.Generator().manual_seed(5)
+    samples = packed_rows([[2, 1, 4], [7]]).to(DEVICE)
+    leaves = [torch.randn(2, 7, 3, generator=g), torch.randn(3, 3, generator=g), torch.randn(3, generator=g)]
+    x, w, b = (t.to(DEVICE, torch.float64).requires_grad_() for t in leaves)
+    assert torch.autograd.gradcheck(lambda x, w, b: short_conv(x, w, b, samples), (x, w, b), fast_mode=True)
+
+
+def test_short_conv_takes_strided_inputs_and_half_precision() -> None:
+    """x a slice of a wider tensor (as Mamba-2's x, B, C are of its projection), bf16, with float32 taps: y in bf16
+    close to the float64 twin; the taps' gradient in float32."""
+    from falcon_lab.kernels.conv import short_conv
+
+    g = torch.Generator().manual_seed(7)
+    wide = torch.randn(2, 40, 20, generator=g)
+    w = torch.randn(8, 4, generator=g).to(DEVICE).requires_grad_()
+    samples = packed_rows([[1, 30, 9], [40]]).to(DEVICE)
+    x = wide.to(DEVICE, torch.bfloat16)[..., 5:13]
+    y = short_conv(x, w, None, samples)
+    y.float().sum().backward()
+    assert y.dtype == torch.bfloat16 and w.grad.dtype == torch.float32
+    conv = ShortConv(8, 4).double()
+    with torch.no_grad():
+        conv.conv.weight[:, 0] = w.detach().double().cpu()
+    want = conv(x.double().cpu(), samples.cpu())
+    torch.testing.assert_close(y.double().cpu(), want, rtol=2e-2, atol=2e-2)
+
+
+def test_short_conv_compiles_without_graph_breaks() -> None:
+    """A custom op with its backward registered: torch.compile traces a step through it in one graph."""
+    from falcon_lab.kernels.conv import short_conv
+
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(2, 9, 5, generator=g).to(DEVICE).requires_grad_()
+    w = torch.randn(5, 4, generator=g).to(DEVICE).requires_grad_()
+    samples = packed_rows([[3, 6], [1, 8]]).to(DEVICE)
+    step = torch.compile(lambda x, w: (short_conv(x * 2, w, None, samples) ** 2).sum(), fullgraph=True,
+                         backend="aot_eager")
+    step(x, w).backward()
+    want_x, want_w = x.grad.clone(), w.grad.clone()
+    x.grad = w.grad = None
+    (short_conv(x * 2, w, None, samples) ** 2).sum().backward()
+    torch.testing.assert_close(x.grad, want_x)
+    torch.testing.assert_close(w.grad, want_w)
+
+
+def test_short_conv_refuses_shapes_that_do_not_fit() -> None:
+    from falcon_lab.kernels.conv import short_conv
+
+    x = torch.zeros(2, 8, 4)
+    with pytest.raises(ValueError, match=r"x must be \[B, L, C\]"):
+        short_conv(x[0], torch.zeros(4, 4))
+    with pytest.raises(ValueError, match=r"weight must be \[C, K\]"):
+        short_conv(x, torch.zeros(3, 4))
+    with pytest.raises(ValueError, match=r"weight must be \[C, K\]"):
+        short_conv(x, torch.zeros(4, 9))
+    with pytest.raises(ValueError, match=r"bias must be \[C\]"):
+        short_conv(x, torch.zeros(4, 4), torch.zeros(5))
+    with pytest.raises(ValueError, match="samples must be an integer"):
+        short_conv(x, torch.zeros(4, 4), None, torch.zeros(2, 8))
