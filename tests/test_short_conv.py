@@ -11,6 +11,7 @@ import torch
 from torch import Tensor
 
 from falcon_lab.kernels.common import triton_helpers
+from falcon_lab.mixers import layers
 from falcon_lab.mixers.layers import ShortConv
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -110,6 +111,20 @@ def test_short_conv_takes_strided_inputs_and_half_precision() -> None:
         conv.conv.weight[:, 0] = w.detach().double().cpu()
     want = conv(x.double().cpu(), samples.cpu())
     torch.testing.assert_close(y.double().cpu(), want, rtol=2e-2, atol=2e-2)
+
+
+def test_short_conv_module_takes_the_kernel_where_fused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``ShortConv.forward`` hands its own taps and bias to the kernel when ``fused_conv`` says so (CUDA tensors;
+    forced here) and gives what its PyTorch form gives; CPU tensors keep the PyTorch form."""
+    assert not layers.fused_conv(torch.zeros(1, 2, 3))
+    g = torch.Generator().manual_seed(3)
+    conv = ShortConv(6, 3, bias=True)
+    x, dy = torch.randn(2, 150, 6, generator=g), torch.randn(2, 150, 6, generator=g)
+    want = run(twin, conv, x, SAMPLES[:2], dy, torch.float32)
+    monkeypatch.setattr(layers, "fused_conv", lambda x: True)
+    got = run(twin, conv, x, SAMPLES[:2], dy, torch.float32)
+    for name, a, b in zip(("y", "dx", "dw", "dbias"), got, want):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5, msg=name)
 
 
 def test_short_conv_compiles_without_graph_breaks() -> None:

@@ -13,6 +13,11 @@ from torch import Tensor, nn
 
 from falcon_lab.kernels.common import packed
 
+try:
+    from falcon_lab.kernels.conv import short_conv as fused_short_conv
+except ImportError:  # no Triton: every short convolution takes ShortConv's PyTorch form
+    fused_short_conv = None
+
 
 def _wide(x: Tensor) -> Tensor:
     """Half-precision inputs are normalised in float32; float32/float64 keep their own precision."""
@@ -50,6 +55,12 @@ def residual_out(linear: nn.Linear) -> nn.Linear:
     return linear
 
 
+def fused_conv(x: Tensor) -> bool:
+    """Whether ``ShortConv`` takes the fused kernel for ``x``: a CUDA tensor in bf16, fp16 or fp32, Triton
+    importable."""
+    return fused_short_conv is not None and x.is_cuda and x.dtype in (torch.bfloat16, torch.float16, torch.float32)
+
+
 class ShortConv(nn.Module):
     """Short causal depthwise convolution over time followed by SiLU (the usual fla-style ShortConvolution).
 
@@ -64,7 +75,12 @@ class ShortConv(nn.Module):
 
     def forward(self, x: Tensor, samples: Tensor | None = None) -> Tensor:
         """``samples`` ``[B, L]`` (isolated samples: the sample of its row each token belongs to): the window
-        of a token holds only tokens of its own sample, as if each sample began a sequence."""
+        of a token holds only tokens of its own sample, as if each sample began a sequence.
+
+        CUDA tensors take one fused Triton kernel each way (``falcon_lab.kernels.conv``, accumulating in float32);
+        the PyTorch below is its exact twin and what a CPU runs."""
+        if fused_conv(x):
+            return fused_short_conv(x, self.conv.weight[:, 0], self.conv.bias, samples)
         if samples is None:
             y = self.conv(x.transpose(1, 2))[..., : x.shape[1]]  # left padding only: causal
             return F.silu(y.transpose(1, 2))
