@@ -94,23 +94,30 @@ def test_short_conv_float64_gradcheck() -> None:
 
 
 def test_short_conv_takes_strided_inputs_and_half_precision() -> None:
-    """x a slice of a wider tensor (as Mamba-2's x, B, C are of its projection), bf16, with float32 taps: y in bf16
-    close to the float64 twin; the taps' gradient in float32."""
+    """x a slice of a wider tensor along its channels (as Mamba-2's x, B, C are of its projection: read in place)
+    or along its tokens (rows not L tokens apart: copied), a gradient of stride 0 (a sum's), samples as int32;
+    bf16 x with float32 taps: y and dx in bf16, the taps' gradient in float32, all close to the float64 twin."""
     from falcon_lab.kernels.conv import short_conv
 
     g = torch.Generator().manual_seed(7)
-    wide = torch.randn(2, 40, 20, generator=g)
-    w = torch.randn(8, 4, generator=g).to(DEVICE).requires_grad_()
-    samples = packed_rows([[1, 30, 9], [40]]).to(DEVICE)
-    x = wide.to(DEVICE, torch.bfloat16)[..., 5:13]
-    y = short_conv(x, w, None, samples)
-    y.float().sum().backward()
-    assert y.dtype == torch.bfloat16 and w.grad.dtype == torch.float32
-    conv = ShortConv(8, 4).double()
-    with torch.no_grad():
-        conv.conv.weight[:, 0] = w.detach().double().cpu()
-    want = conv(x.double().cpu(), samples.cpu())
-    torch.testing.assert_close(y.double().cpu(), want, rtol=2e-2, atol=2e-2)
+    wide = torch.randn(2, 50, 20, generator=g)
+    taps = torch.randn(8, 4, generator=g)
+    samples = packed_rows([[1, 30, 9], [40]]).to(DEVICE, torch.int32)
+    for x in (wide[:, :40, 5:13], wide[:, 3:43, :8]):
+        x = x.to(DEVICE, torch.bfloat16).requires_grad_()
+        w = taps.to(DEVICE).requires_grad_()
+        y = short_conv(x, w, None, samples)
+        dx, dw = torch.autograd.grad(y, (x, w), torch.ones(1, 1, 1, dtype=y.dtype, device=DEVICE).expand(y.shape))
+        assert y.dtype == dx.dtype == torch.bfloat16 and dw.dtype == torch.float32
+        conv = ShortConv(8, 4).double()
+        with torch.no_grad():
+            conv.conv.weight[:, 0] = taps.double()
+        x64 = x.detach().double().cpu().requires_grad_()
+        want = conv(x64, samples.cpu())
+        want_dx, want_dw = torch.autograd.grad(want.sum(), (x64, conv.conv.weight))
+        torch.testing.assert_close(y.double().cpu(), want, rtol=2e-2, atol=2e-2)
+        torch.testing.assert_close(dx.double().cpu(), want_dx, rtol=2e-2, atol=2e-2)
+        torch.testing.assert_close(dw.double().cpu(), want_dw[:, 0], rtol=1e-4, atol=1e-3)
 
 
 def test_short_conv_module_takes_the_kernel_where_fused(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -58,17 +58,18 @@ def _wide(v, F64: tl.constexpr):
 # several tokens, and reads written alike are one load once compiled (common subexpressions).
 
 @triton.jit
-def _sample_at(s_ptr, s_row, t, D: tl.constexpr, L, sst):
-    """The sample of tokens t + D (−1 outside the row)."""
+def _sample_at(s_ptr, row0, t, D: tl.constexpr, L, sst):
+    """The sample of tokens t + D of the row whose first token is ``row0`` of the flat rows (−1 outside the row)."""
     p = t + D
-    return tl.load(s_ptr + s_row + p.to(tl.int64) * sst, mask=(p >= 0) & (p < L), other=-1)
+    return tl.load(s_ptr + (row0 + p) * sst, mask=(p >= 0) & (p < L), other=-1)
 
 
 @triton.jit
-def _tile_at(ptr, row, t, D: tl.constexpr, c, L, C, st, sc, F64: tl.constexpr):
-    """``[len(t), len(c)]`` of a ``[B, L, C]`` tensor at tokens t + D of the row at ``row`` (0 outside it)."""
+def _tile_at(ptr, row0, t, D: tl.constexpr, c, L, C, st, sc, F64: tl.constexpr):
+    """``[len(t), len(c)]`` of a ``[B, L, C]`` tensor read as ``[B·L, C]`` at tokens t + D of the row whose first token
+    is ``row0`` (0 outside the row)."""
     p = t + D
-    v = tl.load(ptr + row + p.to(tl.int64)[:, None] * st + c[None, :] * sc,
+    v = tl.load(ptr + (row0 + p)[:, None] * st + c[None, :] * sc,
                 mask=((p >= 0) & (p < L))[:, None] & (c < C)[None, :], other=0.0)
     return _wide(v, F64)
 
@@ -80,25 +81,25 @@ def _tap(w_ptr, c, C, swc, swk, I: tl.constexpr, F64: tl.constexpr):
 
 
 @triton.jit
-def _pre(x_ptr, w_ptr, b_ptr, s_ptr, x_row, s_row, t, J: tl.constexpr, c, L, C, sxt, sxc, swc, swk, sst,
+def _pre(x_ptr, w_ptr, b_ptr, s_ptr, row0, t, J: tl.constexpr, c, L, C, sxt, sxc, swc, swk, sst,
          K: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_SAMPLES: tl.constexpr, F64: tl.constexpr):
     """The pre-activation a_u at tokens u = t + J ``[len(t), len(c)]``: Σ_i w_{K−1−i} x_{u−i} over the u − i of
     u's sample (finite garbage where u lies outside the row: the callers mask it)."""
     if HAS_SAMPLES:
-        s_u = _sample_at(s_ptr, s_row, t, J, L, sst)
-    acc = _tile_at(x_ptr, x_row, t, J, c, L, C, sxt, sxc, F64) * _tap(w_ptr, c, C, swc, swk, K - 1, F64)[None, :]
+        s_u = _sample_at(s_ptr, row0, t, J, L, sst)
+    acc = _tile_at(x_ptr, row0, t, J, c, L, C, sxt, sxc, F64) * _tap(w_ptr, c, C, swc, swk, K - 1, F64)[None, :]
     for i in tl.static_range(1, K):
-        x = _tile_at(x_ptr, x_row, t, J - i, c, L, C, sxt, sxc, F64)
+        x = _tile_at(x_ptr, row0, t, J - i, c, L, C, sxt, sxc, F64)
         if HAS_SAMPLES:
-            x = tl.where((_sample_at(s_ptr, s_row, t, J - i, L, sst) == s_u)[:, None], x, 0.0)
+            x = tl.where((_sample_at(s_ptr, row0, t, J - i, L, sst) == s_u)[:, None], x, 0.0)
         acc += x * _tap(w_ptr, c, C, swc, swk, K - 1 - i, F64)[None, :]
     if HAS_BIAS:
         acc += _wide(tl.load(b_ptr + c, mask=c < C, other=0.0), F64)[None, :]
     return acc
 
 
-@triton.jit
-def _fwd_kernel(x_ptr, w_ptr, b_ptr, s_ptr, y_ptr, L, C, sxb, sxt, sxc, swc, swk, ssb, sst,
+@triton.jit(do_not_specialize=["L"])  # L changes with the batch: compiled once, not once for L % 16 == 0 and once not
+def _fwd_kernel(x_ptr, w_ptr, b_ptr, s_ptr, y_ptr, L, C, sxt, sxc, swc, swk, sst,
                 K: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_SAMPLES: tl.constexpr, F64: tl.constexpr,
                 BLOCK_T: tl.constexpr, BLOCK_C: tl.constexpr):
     n_t = tl.cdiv(L, BLOCK_T)
@@ -106,22 +107,22 @@ def _fwd_kernel(x_ptr, w_ptr, b_ptr, s_ptr, y_ptr, L, C, sxb, sxt, sxc, swc, swk
     i_b = (pid // n_t).to(tl.int64)
     t = (pid % n_t) * BLOCK_T + tl.arange(0, BLOCK_T)
     c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
-    a = _pre(x_ptr, w_ptr, b_ptr, s_ptr, i_b * sxb, i_b * ssb, t, 0, c, L, C, sxt, sxc, swc, swk, sst,
+    a = _pre(x_ptr, w_ptr, b_ptr, s_ptr, i_b * L, t, 0, c, L, C, sxt, sxc, swc, swk, sst,
              K, HAS_BIAS, HAS_SAMPLES, F64)
     y = a / (1.0 + tl.exp(-a))
-    tl.store(y_ptr + ((i_b * L + t.to(tl.int64)) * C)[:, None] + c[None, :], y.to(y_ptr.dtype.element_ty),
+    tl.store(y_ptr + ((i_b * L + t) * C)[:, None] + c[None, :], y.to(y_ptr.dtype.element_ty),
              mask=(t < L)[:, None] & (c < C)[None, :])
 
 
 @triton.jit
-def _grad_pre(x_ptr, w_ptr, b_ptr, s_ptr, dy_ptr, x_row, s_row, dy_row, t, J: tl.constexpr, c, L, C, sxt, sxc,
+def _grad_pre(x_ptr, w_ptr, b_ptr, s_ptr, dy_ptr, row0, t, J: tl.constexpr, c, L, C, sxt, sxc,
               swc, swk, sst, sdt, sdc, K: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_SAMPLES: tl.constexpr,
               F64: tl.constexpr):
     """g_u = dy_u · silu'(a_u) at tokens u = t + J (0 outside the row)."""
-    a = _pre(x_ptr, w_ptr, b_ptr, s_ptr, x_row, s_row, t, J, c, L, C, sxt, sxc, swc, swk, sst,
+    a = _pre(x_ptr, w_ptr, b_ptr, s_ptr, row0, t, J, c, L, C, sxt, sxc, swc, swk, sst,
              K, HAS_BIAS, HAS_SAMPLES, F64)
     sig = 1.0 / (1.0 + tl.exp(-a))
-    return _tile_at(dy_ptr, dy_row, t, J, c, L, C, sdt, sdc, F64) * sig * (1.0 + a * (1.0 - sig))
+    return _tile_at(dy_ptr, row0, t, J, c, L, C, sdt, sdc, F64) * sig * (1.0 + a * (1.0 - sig))
 
 
 @triton.jit
@@ -144,16 +145,16 @@ def _pick(j: tl.constexpr, v0, v1, v2, v3, v4, v5, v6, v7):
         return v7
 
 
-@triton.jit
-def _bwd_kernel(x_ptr, w_ptr, b_ptr, s_ptr, dy_ptr, dx_ptr, dwb_ptr, L, C, sxb, sxt, sxc, swc, swk, ssb, sst,
-                sdb, sdt, sdc, K: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_SAMPLES: tl.constexpr,
+@triton.jit(do_not_specialize=["L"])
+def _bwd_kernel(x_ptr, w_ptr, b_ptr, s_ptr, dy_ptr, dx_ptr, dwb_ptr, L, C, sxt, sxc, swc, swk, sst, sdt, sdc,
+                K: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_SAMPLES: tl.constexpr,
                 F64: tl.constexpr, BLOCK_T: tl.constexpr, TILES: tl.constexpr, BLOCK_C: tl.constexpr):
     n_span = tl.cdiv(L, BLOCK_T * TILES)
     pid = tl.program_id(0)
     i_b = (pid // n_span).to(tl.int64)
     c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
     mc = c < C
-    x_row, s_row, dy_row = i_b * sxb, i_b * ssb, i_b * sdb
+    row0 = i_b * L
     # the bias's and the taps' gradients by lag j (tap K − 1 − j), token by token, summed over tokens at the end
     # (one reduction across the program's threads, not one a tile); K <= MAX_SIZE = 8: Triton keeps no lists of
     # tensors
@@ -163,22 +164,22 @@ def _bwd_kernel(x_ptr, w_ptr, b_ptr, s_ptr, dy_ptr, dx_ptr, dwb_ptr, L, C, sxb, 
     for tile in range(tl.minimum(TILES, tl.cdiv(L - first, BLOCK_T))):  # the row's last span may be short
         t = first + tile * BLOCK_T + tl.arange(0, BLOCK_T)
         if HAS_SAMPLES:
-            s_t = _sample_at(s_ptr, s_row, t, 0, L, sst)
-        g = _grad_pre(x_ptr, w_ptr, b_ptr, s_ptr, dy_ptr, x_row, s_row, dy_row, t, 0, c, L, C, sxt, sxc, swc, swk,
+            s_t = _sample_at(s_ptr, row0, t, 0, L, sst)
+        g = _grad_pre(x_ptr, w_ptr, b_ptr, s_ptr, dy_ptr, row0, t, 0, c, L, C, sxt, sxc, swc, swk,
                       sst, sdt, sdc, K, HAS_BIAS, HAS_SAMPLES, F64)
         db += g
         dx = g * _tap(w_ptr, c, C, swc, swk, K - 1, F64)[None, :]
         for j in tl.static_range(1, K):
             # token t + j reads t at lag j when it lies in t's sample
-            g_j = _grad_pre(x_ptr, w_ptr, b_ptr, s_ptr, dy_ptr, x_row, s_row, dy_row, t, j, c, L, C, sxt, sxc,
+            g_j = _grad_pre(x_ptr, w_ptr, b_ptr, s_ptr, dy_ptr, row0, t, j, c, L, C, sxt, sxc,
                             swc, swk, sst, sdt, sdc, K, HAS_BIAS, HAS_SAMPLES, F64)
             if HAS_SAMPLES:
-                g_j = tl.where((_sample_at(s_ptr, s_row, t, j, L, sst) == s_t)[:, None], g_j, 0.0)
+                g_j = tl.where((_sample_at(s_ptr, row0, t, j, L, sst) == s_t)[:, None], g_j, 0.0)
             dx += g_j * _tap(w_ptr, c, C, swc, swk, K - 1 - j, F64)[None, :]
         for j in tl.static_range(K):
-            x = _tile_at(x_ptr, x_row, t, -j, c, L, C, sxt, sxc, F64)
+            x = _tile_at(x_ptr, row0, t, -j, c, L, C, sxt, sxc, F64)
             if HAS_SAMPLES:
-                x = tl.where((_sample_at(s_ptr, s_row, t, -j, L, sst) == s_t)[:, None], x, 0.0)
+                x = tl.where((_sample_at(s_ptr, row0, t, -j, L, sst) == s_t)[:, None], x, 0.0)
             part = g * x
             if j == 0:
                 dw0 += part
@@ -196,7 +197,7 @@ def _bwd_kernel(x_ptr, w_ptr, b_ptr, s_ptr, dy_ptr, dx_ptr, dwb_ptr, L, C, sxb, 
                 dw6 += part
             else:
                 dw7 += part
-        tl.store(dx_ptr + ((i_b * L + t.to(tl.int64)) * C)[:, None] + c[None, :], dx.to(dx_ptr.dtype.element_ty),
+        tl.store(dx_ptr + ((row0 + t) * C)[:, None] + c[None, :], dx.to(dx_ptr.dtype.element_ty),
                  mask=(t < L)[:, None] & mc[None, :])
     # partial sums [programs, K + 1, C]: taps 0 .. K − 1 in the weights' order, then the bias
     out = dwb_ptr + (i_b * n_span + pid % n_span) * (K + 1) * C + c
@@ -210,8 +211,11 @@ def _flags(x: Tensor, weight: Tensor) -> tuple[bool, int]:
     return torch.float64 in (x.dtype, weight.dtype), min(MAX_BC, triton.next_power_of_2(x.shape[-1]))
 
 
-def _sample_strides(samples: Optional[Tensor], x: Tensor) -> tuple[Tensor, int, int]:
-    return (x, 0, 0) if samples is None else (samples, samples.stride(0), samples.stride(1))
+def _flat_rows(t: Tensor) -> Tensor:
+    """``t [B, L, ...]`` laid so that the kernels read it as ``[B·L, ...]`` by its token stride alone (any token and
+    channel strides; rows ``L`` tokens apart), copied when it is not: the row's length, which changes with the
+    batch, then enters no stride the kernels are specialised on."""
+    return t if t.shape[0] == 1 or t.stride(0) == t.shape[1] * t.stride(1) else t.contiguous()
 
 
 @torch.library.custom_op("falcon_lab::short_conv", mutates_args=())
@@ -220,10 +224,10 @@ def _short_conv(x: Tensor, weight: Tensor, bias: Optional[Tensor], samples: Opti
     K = weight.shape[1]
     y = triton_helpers.new_buffer(B, L, C, dtype=x.dtype, device=x.device)
     f64, BC = _flags(x, weight)
-    s, ssb, sst = _sample_strides(samples, x)
+    x, s = _flat_rows(x), x if samples is None else _flat_rows(samples)
     grid = (B * triton.cdiv(L, BT_FWD), triton.cdiv(C, BC))
-    _fwd_kernel[grid](x, weight, weight if bias is None else bias, s, y, L, C, *x.stride(), *weight.stride(),
-                      ssb, sst, K=K, HAS_BIAS=bias is not None, HAS_SAMPLES=samples is not None, F64=f64,
+    _fwd_kernel[grid](x, weight, weight if bias is None else bias, s, y, L, C, *x.stride()[1:], *weight.stride(),
+                      s.stride(1), K=K, HAS_BIAS=bias is not None, HAS_SAMPLES=samples is not None, F64=f64,
                       BLOCK_T=BT_FWD, BLOCK_C=BC)
     return y
 
@@ -243,10 +247,10 @@ def _short_conv_backward(dy: Tensor, x: Tensor, weight: Tensor, bias: Optional[T
     acc = torch.float64 if f64 else torch.float32
     dx = triton_helpers.new_buffer(B, L, C, dtype=x.dtype, device=x.device)
     parts = triton_helpers.new_buffer(B * n_span, K + 1, C, dtype=acc, device=x.device)
-    s, ssb, sst = _sample_strides(samples, x)
+    x, dy, s = _flat_rows(x), _flat_rows(dy), x if samples is None else _flat_rows(samples)
     grid = (B * n_span, triton.cdiv(C, BC))
-    _bwd_kernel[grid](x, weight, weight if bias is None else bias, s, dy, dx, parts, L, C, *x.stride(),
-                      *weight.stride(), ssb, sst, *dy.stride(), K=K, HAS_BIAS=bias is not None,
+    _bwd_kernel[grid](x, weight, weight if bias is None else bias, s, dy, dx, parts, L, C, *x.stride()[1:],
+                      *weight.stride(), s.stride(1), *dy.stride()[1:], K=K, HAS_BIAS=bias is not None,
                       HAS_SAMPLES=samples is not None, F64=f64, BLOCK_T=BT_BWD, TILES=SPAN_TILES, BLOCK_C=BC,
                       num_warps=BWD_WARPS)
     summed = parts.sum(0)  # [K + 1, C]
