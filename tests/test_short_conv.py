@@ -36,7 +36,13 @@ SHORT = packed_rows([[1, 3, 1, 1, 20, 2, 1, 11], [40], [2, 3] * 8])
 
 
 def twin(conv: ShortConv, x: Tensor, samples: Tensor | None) -> Tensor:
-    """``ShortConv``'s PyTorch form (the fused kernel switched off)."""
+    """``ShortConv``'s PyTorch form (the fused kernel switched off, as on a CPU: on a GPU too)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(layers, "fused_conv", lambda x: False)
+        return conv(x, samples)
+
+
+def module(conv: ShortConv, x: Tensor, samples: Tensor | None) -> Tensor:
     return conv(x, samples)
 
 
@@ -129,7 +135,7 @@ def test_short_conv_module_takes_the_kernel_where_fused(monkeypatch: pytest.Monk
     x, dy = torch.randn(2, 150, 6, generator=g), torch.randn(2, 150, 6, generator=g)
     want = run(twin, conv, x, SAMPLES[:2], dy, torch.float32)
     monkeypatch.setattr(layers, "fused_conv", lambda x: True)
-    got = run(twin, conv, x, SAMPLES[:2], dy, torch.float32)
+    got = run(module, conv, x, SAMPLES[:2], dy, torch.float32)
     for name, a, b in zip(("y", "dx", "dw", "dbias"), got, want):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5, msg=name)
 
