@@ -35,7 +35,7 @@ from falcon_lab.kernels.common.state import FastWeightState
 from falcon_lab.kernels.common.triton_helpers import chunk_table, next_power_of_2
 from falcon_lab.kernels.inner_product.triton_bwd import (_bwd_c_kernel, _bwd_dh_kernel, _bwd_dqdx_kernel, _bwd_dv_kernel,
                                               _bwd_final_kernel, _bwd_gates_kernel)
-from falcon_lab.kernels.inner_product.triton_fwd import _fwd_h_kernel, _fwd_o_kernel, _prep_kernel
+from falcon_lab.kernels.inner_product.triton_fwd import _fwd_h_kernel, _fwd_o_kernel, _prep_kernel, _sample_prefix_kernel
 from falcon_lab.kernels.inner_product.triton_parts import SUB
 
 # the kernels' matmul operands, by input dtype: fp32 at full precision, half types as they come (fp32 accumulation)
@@ -65,6 +65,7 @@ class _Plan(NamedTuple):
     chunk_indices: Tensor | None
     chunk_offsets: Tensor | None
     prec: str
+    sample_id: Tensor | None = None  # [B, T] int32: rows of samples kept apart (decayed_attention's sample_id)
 
 
 def _tables(q: Tensor, cu_seqlens: Tensor | None, chunk_size: int) -> tuple:
@@ -81,6 +82,11 @@ def _tables(q: Tensor, cu_seqlens: Tensor | None, chunk_size: int) -> tuple:
 
 def _flags(p: _Plan) -> dict:
     return dict(SHIFTED=p.shifted, FRESH=p.fresh, PER_CHANNEL=p.per_channel, IS_VARLEN=p.cu_seqlens is not None)
+
+
+def _samples(p: _Plan) -> dict:
+    """The sample ids of rows of samples (``sid``) and whether there are any, for the kernels that take them."""
+    return dict(sid=p.sample_id, SAMPLES=p.sample_id is not None)
 
 
 def _forward(p: _Plan, q: Tensor, k: Tensor, v: Tensor, beta: Tensor, lam: Tensor, S0: Tensor,
@@ -105,11 +111,12 @@ def _forward(p: _Plan, q: Tensor, k: Tensor, v: Tensor, beta: Tensor, lam: Tenso
     else:
         eta, G = gates
     NK, NV = triton.cdiv(K, p.BK), triton.cdiv(V, p.BV)
-    _fwd_h_kernel[(NK, NV, p.N * H)](k, v, last_key, eta, G, S0, h, ST, p.cu_seqlens, p.chunk_offsets, T, p.NT,
-                                     H=H, K=K, V=V, BT=p.BT, BK=p.BK, BV=p.BV, PREC=p.prec, **_flags(p))
-    _fwd_o_kernel[(NV, rows * (p.BT // p.BR), B * H)](q, k, v, last_key, eta, G, h, o, *tables, T, p.NT, H=H, K=K,
-                                                       V=V, BT=p.BT, BR=p.BR, BK=p.BK, BV=p.BV, RAW=p.raw,
-                                                       PREC=p.prec, **_flags(p))
+    _fwd_h_kernel[(NK, NV, p.N * H)](k, v, last_key, eta, G, S0, h, ST, p.cu_seqlens, p.chunk_offsets,
+                                     T=T, NT=p.NT, H=H, K=K, V=V, BT=p.BT, BK=p.BK, BV=p.BV, PREC=p.prec,
+                                     **_flags(p), **_samples(p))
+    _fwd_o_kernel[(NV, rows * (p.BT // p.BR), B * H)](q, k, v, last_key, eta, G, h, o, *tables, T=T, NT=p.NT, H=H,
+                                                       K=K, V=V, BT=p.BT, BR=p.BR, BK=p.BK, BV=p.BV, RAW=p.raw,
+                                                       PREC=p.prec, **_flags(p), **_samples(p))
     return o, ST, eta, G, h
 
 
@@ -124,17 +131,18 @@ def _backward(p: _Plan, q: Tensor, k: Tensor, v: Tensor, beta: Tensor | None, la
     dhe = helpers.new_buffer(p.NTT, H, K, V, dtype=q.dtype, device=dev)
     dS0 = helpers.new_buffer(p.N, H, K, V, dtype=torch.float32, device=dev)
     end = helpers.new_buffer(NK, p.NTT, H, V, dtype=torch.float32, device=dev)
-    _bwd_dh_kernel[(NK, NV, p.N * H)](q, do, G, h, dST, dhe, dS0, end, p.cu_seqlens, p.chunk_offsets, T, p.NT,
-                                      p.NTT, H=H, K=K, V=V, BT=p.BT, BK=p.BK, BV=p.BV, RAW=p.raw,
+    _bwd_dh_kernel[(NK, NV, p.N * H)](q, do, G, h, dST, dhe, dS0, end, p.cu_seqlens, p.chunk_offsets, T=T,
+                                      NT=p.NT, NTT=p.NTT, H=H, K=K, V=V, BT=p.BT, BK=p.BK, BV=p.BV, RAW=p.raw,
                                       PER_CHANNEL=p.per_channel, IS_VARLEN=p.cu_seqlens is not None,
-                                      HAS_DST=dST is not None, PREC=p.prec)
+                                      HAS_DST=dST is not None, PREC=p.prec, **_samples(p))
     pshape = (B, T, H, V) if p.per_channel else (B, T, NV, H)
     dv = helpers.new_buffer(*v.shape, dtype=v.dtype, device=dev)
     P = helpers.new_buffer(*pshape, dtype=torch.float32, device=dev)
     deta = helpers.new_buffer(*pshape, dtype=torch.float32, device=dev)
     _bwd_dv_kernel[(NV, rows * (p.BT // p.BR), B * H)](q, k, v, last_key, eta, G, h, dhe, do, dv, P, deta, *tables,
-                                                        T, p.NT, H=H, K=K, V=V, BT=p.BT, BR=p.BR, BK=p.BK,
-                                                        BV=p.BV, NV=NV, RAW=p.raw, PREC=p.prec, **_flags(p))
+                                                        T=T, NT=p.NT, H=H, K=K, V=V, BT=p.BT, BR=p.BR, BK=p.BK,
+                                                        BV=p.BV, NV=NV, RAW=p.raw, PREC=p.prec, **_flags(p),
+                                                        **_samples(p))
     C = None
     if p.per_channel:
         C = helpers.new_buffer(B, T, H, p.BT, dtype=torch.float32, device=dev)
@@ -146,15 +154,15 @@ def _backward(p: _Plan, q: Tensor, k: Tensor, v: Tensor, beta: Tensor | None, la
     # falcon-2a's per-channel tiles in fp32 overflow Hopper's 227 KiB of shared memory at D = 128 when the
     # value loop is pipelined three deep (262,656 bytes asked on the H200): these two go unpipelined.
     lean = dict(num_stages=1) if p.per_channel and q.element_size() == 4 else {}
-    _bwd_dqdx_kernel[(NK, rows, B * H)](q, k, v, last_key, eta, G, h, dhe, do, C, dq, dxd, *tables, T, p.NT, H=H,
-                                        K=K, V=V, BT=p.BT, BK=p.BK, BV=p.BV, RAW=p.raw, PREC=p.prec, **_flags(p),
-                                        **lean)
+    _bwd_dqdx_kernel[(NK, rows, B * H)](q, k, v, last_key, eta, G, h, dhe, do, C, dq, dxd, *tables, T=T, NT=p.NT,
+                                        H=H, K=K, V=V, BT=p.BT, BK=p.BK, BV=p.BV, RAW=p.raw, PREC=p.prec,
+                                        **_flags(p), **_samples(p), **lean)
     if beta is None:  # gates given as they are (decayed_attention): dη and d log γ; x = k, no energy term
         deta_out = helpers.new_buffer(B, T, H, dtype=torch.float32, device=dev)
         dlogg = helpers.new_buffer(B, T, H, dtype=torch.float32, device=dev)
-        _bwd_gates_kernel[(rows, B * H)](eta, P, deta, end, deta_out, dlogg, *tables, T, p.NT, p.NTT, H=H, V=V,
-                                         BT=p.BT, BV=p.BV, NK=NK, NV=NV, RAW=p.raw,
-                                         IS_VARLEN=p.cu_seqlens is not None)
+        _bwd_gates_kernel[(rows, B * H)](eta, P, deta, end, deta_out, dlogg, *tables, T=T, NT=p.NT, NTT=p.NTT,
+                                         H=H, V=V, BT=p.BT, BV=p.BV, NK=NK, NV=NV, RAW=p.raw,
+                                         IS_VARLEN=p.cu_seqlens is not None, **_samples(p))
         return dq, dxd.to(k.dtype), dv, deta_out, dlogg, dS0
     dk = helpers.new_buffer(*k.shape, dtype=k.dtype, device=dev)
     dbeta = helpers.new_buffer(*beta.shape, dtype=beta.dtype, device=dev)
@@ -238,6 +246,10 @@ class _Decayed(torch.autograd.Function):
 def _chunk_prefix(log_gamma: Tensor, plan: _Plan) -> Tensor:
     """G: the cumulative log-carries within each chunk (of each packed sequence, with cu_seqlens), float32."""
     B, T, H = log_gamma.shape
+    if plan.sample_id is not None:  # within each chunk and each sample of rows of samples
+        G = helpers.new_buffer(B, T, H, dtype=torch.float32, device=log_gamma.device)
+        _sample_prefix_kernel[(plan.NT, B * H)](log_gamma, plan.sample_id, G, T, H, BT=plan.BT)
+        return G
     if plan.cu_seqlens is None:
         pad = plan.NT * plan.BT - T
         G = F.pad(log_gamma, (0, 0, 0, pad)).view(B, plan.NT, plan.BT, H).cumsum(2).view(B, -1, H)[:, :T]
@@ -257,7 +269,8 @@ def _chunk_prefix(log_gamma: Tensor, plan: _Plan) -> Tensor:
 
 
 def decayed_attention(q: Tensor, k: Tensor, v: Tensor, eta: Tensor, log_gamma: Tensor, S0: Tensor, raw: bool = True,
-                      chunk_size: int = 64, cu_seqlens: Tensor | None = None) -> tuple[Tensor, Tensor]:
+                      chunk_size: int = 64, cu_seqlens: Tensor | None = None,
+                      sample_id: Tensor | None = None) -> tuple[Tensor, Tensor]:
     """Decayed linear attention with its gates given as they are, on the fused kernels of falcon-1a:
 
         S_t = γ_t S_{t−1} + η_t k_t v_tᵀ,    o_t = S_tᵀ q_t (``raw``) or S_{t−1}ᵀ q_t,
@@ -267,12 +280,20 @@ def decayed_attention(q: Tensor, k: Tensor, v: Tensor, eta: Tensor, log_gamma: T
     input (dη and d log γ from the falcon-1a backward's carry identity, ``_bwd_gates_kernel``). Pairs are the
     same-time (k_t, v_t) and every token is a pair. ``cu_seqlens``: ``[N + 1]`` int offsets of N sequences packed
     along T of a batch of one, each from its row of S0 ``[N, H, Dk, Dv]``; the final state has N rows. falcon-3a
-    runs on it (falcon_lab/kernels/window/fused.py)."""
+    runs on it (falcon_lab/kernels/window/fused.py).
+
+    ``sample_id``: ``[B, T]`` integers, non-decreasing along each row (not checked: that would read the device),
+    instead of ``cu_seqlens``: the rows as they are, in full chunks, with the samples of a row kept apart (a read
+    sees its own sample's writes only; each new id starts from a zero state). S0 ``[B, H, Dk, Dv]`` enters each
+    row's first sample and the final state is each row's after its last token. Every shape follows B and T alone
+    and nothing is read on the host (``_sample_rows``)."""
     B, T, H, Dk = q.shape
     Dv = v.shape[-1]
     if eta.shape != (B, T, H) or log_gamma.shape != (B, T, H):
         raise ValueError(f"eta and log_gamma must be [B, T, H] = {[B, T, H]}, got {list(eta.shape)} and "
                          f"{list(log_gamma.shape)}")
+    if sample_id is not None:
+        return _sample_rows(q, k, v, eta, log_gamma, S0, raw, chunk_size, cu_seqlens, sample_id)
     # within CUDA's launch limits: rows or packed sequences in slices that fit (falcon_lab.kernels.common.grid)
     groups = (grid.row_groups(B, T, H, chunk_size) if cu_seqlens is None
               else grid.sequence_groups(cu_seqlens, H, chunk_size))
@@ -291,6 +312,33 @@ def decayed_attention(q: Tensor, k: Tensor, v: Tensor, eta: Tensor, log_gamma: T
                  eps=0.0, floor=0.0, BT=chunk_size, BR=chunk_size, BK=min(next_power_of_2(Dk), 64),
                  BV=min(next_power_of_2(Dv), 64), T=T, NT=NT, NTT=NTT, N=N, cu_seqlens=cu_seqlens,
                  chunk_indices=chunk_indices, chunk_offsets=chunk_offsets, prec=PRECISION[q.dtype])
+    f32 = torch.float32
+    return _Decayed.apply(q.contiguous(), k.contiguous(), v.contiguous(), eta.to(f32).contiguous(),
+                          log_gamma.to(f32).contiguous(), S0.to(f32).contiguous(), plan)
+
+
+def _sample_rows(q: Tensor, k: Tensor, v: Tensor, eta: Tensor, log_gamma: Tensor, S0: Tensor, raw: bool,
+                 chunk_size: int, cu_seqlens: Tensor | None, sample_id: Tensor) -> tuple[Tensor, Tensor]:
+    """``decayed_attention`` over rows of samples told apart by ``sample_id``."""
+    B, T, H, Dk = q.shape
+    Dv = v.shape[-1]
+    if cu_seqlens is not None:
+        raise ValueError("decayed_attention takes cu_seqlens or sample_id, not both")
+    if sample_id.shape != (B, T) or sample_id.dtype.is_floating_point or sample_id.dtype == torch.bool:
+        raise ValueError(f"sample_id must be integers [B, T] = {[B, T]}, got {sample_id.dtype} "
+                         f"{list(sample_id.shape)}")
+    if S0.shape != (B, H, Dk, Dv):
+        raise ValueError(f"S0 must be [B, H, Dk, Dv] = {[B, H, Dk, Dv]} with sample_id, got {list(S0.shape)}")
+    groups = grid.row_groups(B, T, H, chunk_size)  # within CUDA's launch limits (falcon_lab.kernels.common.grid)
+    if len(groups) > 1:
+        return grid.joined([decayed_attention(*(t[i:j] for t in (q, k, v, eta, log_gamma, S0)), raw, chunk_size,
+                                              sample_id=sample_id[i:j]) for i, j in groups], dim=0)
+    NT = triton.cdiv(T, chunk_size)
+    plan = _Plan(per_channel=False, shifted=False, fresh=False, raw=raw, normalize=False, scale_ridge=False,
+                 eps=0.0, floor=0.0, BT=chunk_size, BR=chunk_size, BK=min(next_power_of_2(Dk), 64),
+                 BV=min(next_power_of_2(Dv), 64), T=T, NT=NT, NTT=B * NT, N=B, cu_seqlens=None, chunk_indices=None,
+                 chunk_offsets=None, prec=PRECISION[q.dtype],
+                 sample_id=sample_id.to(device=q.device, dtype=torch.int32).contiguous())
     f32 = torch.float32
     return _Decayed.apply(q.contiguous(), k.contiguous(), v.contiguous(), eta.to(f32).contiguous(),
                           log_gamma.to(f32).contiguous(), S0.to(f32).contiguous(), plan)

@@ -1,5 +1,7 @@
 """The falcon-1a/2a backward kernels: state gradients (dh), dv and dη, the carry terms, dq and dx, and the
-final pass to dk, dβ and dλ."""
+final pass to dk, dβ and dλ. With sample ids (``SAMPLES``: decayed attention over rows of samples, gates given)
+the state gradient flows back within a sample only: into the chunk's carried state from its readers of that
+sample, and through the chunk to the state before it only where one sample runs through."""
 
 from __future__ import annotations
 
@@ -7,15 +9,15 @@ import triton
 import triton.language as tl
 
 from falcon_lab.kernels.common.triton_helpers import chunk_at, is_pair, load_pairs, load_rows, mm, state_tile, store_rows
-from falcon_lab.kernels.inner_product.triton_parts import (NEG_INF, _carries, _carry_at, _outputs, _read_carries, _sees,
-                                                      _source_grads)
+from falcon_lab.kernels.inner_product.triton_parts import (NEG_INF, _carries, _carry_at, _outputs, _read_carries,
+                                                           _sample_masks, _sees, _source_grads)
 
 
 @triton.jit
-def _bwd_dh_kernel(q, do, G, h, dST, dhe, dS0, end, cu_seqlens, chunk_offsets, T, NT, NTT, H,
+def _bwd_dh_kernel(q, do, G, h, dST, dhe, dS0, end, cu_seqlens, chunk_offsets, sid, T, NT, NTT, H,
                    K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
                    RAW: tl.constexpr, PER_CHANNEL: tl.constexpr, IS_VARLEN: tl.constexpr, HAS_DST: tl.constexpr,
-                   PREC: tl.constexpr):
+                   PREC: tl.constexpr, SAMPLES: tl.constexpr):
     """Backwards over chunks: dhe[c] = ∂L/∂(state after chunk c), dS0, and Σ_keys dhe[c] ⊙ S_end(c)."""
     i_k, i_v, i_nh = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     i_n, i_h, bos, L, first, d, j, tm, tile = state_tile(i_k, i_v, i_nh, cu_seqlens, chunk_offsets, T, H, K, V, BT,
@@ -42,17 +44,24 @@ def _bwd_dh_kernel(q, do, G, h, dST, dhe, dS0, end, cu_seqlens, chunk_offsets, T
         if PER_CHANNEL:
             dS = dS * tl.exp(Gl)[None, :] + mm(tl.trans(qb.to(DT)), (dob * tl.exp(Gr)).to(DT), PREC)
         else:
-            qg = (qb.to(tl.float32) * tl.exp(Gr)[:, None]).to(DT)
-            dS = dS * tl.exp(Gl) + mm(tl.trans(qg), dob.to(DT), PREC)
+            er = tl.exp(Gr)
+            if SAMPLES:
+                _, carried, _, keep = _sample_masks(sid, bos, t, t, t0, L, BT, SAMPLES)
+                er = tl.where(carried, er, 0.0)
+                dS = tl.where(keep, dS * tl.exp(Gl), 0.0)
+            else:
+                dS = dS * tl.exp(Gl)
+            qg = (qb.to(tl.float32) * er[:, None]).to(DT)
+            dS = dS + mm(tl.trans(qg), dob.to(DT), PREC)
     tl.store(dS0 + (i_n * H + i_h) * K * V + tile, dS, mask=tm)
 
 
 @triton.jit
 def _bwd_dv_kernel(q, k, v, last_key, eta, G, h, dhe, do, dv, P, deta, cu_seqlens, chunk_indices, chunk_offsets,
-                   T, NT, H, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr, BR: tl.constexpr,
+                   sid, T, NT, H, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr, BR: tl.constexpr,
                    BK: tl.constexpr, BV: tl.constexpr, NV: tl.constexpr, SHIFTED: tl.constexpr,
                    FRESH, RAW: tl.constexpr, PER_CHANNEL: tl.constexpr, IS_VARLEN: tl.constexpr,
-                   PREC: tl.constexpr):
+                   PREC: tl.constexpr, SAMPLES: tl.constexpr):
     """For BR rows of one chunk, one value block: dv = η ⊙ dv', the recomputed o ⊙ do (P) and v ⊙ dv' (deta)."""
     i_v, i_tr, i_bh = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     i_t, i_s = i_tr // (BT // BR), i_tr % (BT // BR)
@@ -100,10 +109,11 @@ def _bwd_dv_kernel(q, k, v, last_key, eta, G, h, dhe, do, dv, P, deta, cu_seqlen
     else:
         e_r = tl.load(eta + (bos + tr) * H + i_h, mask=tr < L, other=0.0)
         e_c = tl.load(eta + (bos + tc) * H + i_h, mask=tc < L, other=0.0)
+    same, carried, last, _ = _sample_masks(sid, bos, tr, tc, t0, L, BT, SAMPLES)
     o_r = _outputs(qh, A, Gr_r, G_c, e_c, v_c, G, bos, i_h, tr, tc, b0, t0, L, j, H, V, BR, RAW, PER_CHANNEL,
-                   DT, PREC)
+                   DT, PREC, same, carried, SAMPLES)
     dvp = _source_grads(xdh, At, G_r, Gr_c, Gl, do_c, G, bos, i_h, tr, tc, b0, L, j, H, V, BR, RAW,
-                        PER_CHANNEL, DT, PREC)
+                        PER_CHANNEL, DT, PREC, same, last, SAMPLES)
     if PER_CHANNEL:
         store_rows(dv, dvp * e_r, bos, i_h, tr, L, j, H, V)
         store_rows(P, o_r * do_r, bos, i_h, tr, L, j, H, V)
@@ -154,9 +164,10 @@ def _bwd_c_kernel(v, eta, G, do, C, cu_seqlens, chunk_indices, chunk_offsets, T,
 
 @triton.jit
 def _bwd_dqdx_kernel(q, k, v, last_key, eta, G, h, dhe, do, C, dq, dxd, cu_seqlens, chunk_indices, chunk_offsets,
-                     T, NT, H, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
+                     sid, T, NT, H, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
                      BK: tl.constexpr, BV: tl.constexpr, SHIFTED: tl.constexpr, FRESH,
-                     RAW: tl.constexpr, PER_CHANNEL: tl.constexpr, IS_VARLEN: tl.constexpr, PREC: tl.constexpr):
+                     RAW: tl.constexpr, PER_CHANNEL: tl.constexpr, IS_VARLEN: tl.constexpr, PREC: tl.constexpr,
+                     SAMPLES: tl.constexpr):
     """dq = S_r(t) do_t and the direct part of dx = D_t v'_t for one chunk, one key block."""
     i_k, i_t, i_bh = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     i_b, i_h = i_bh // H, i_bh % H
@@ -181,6 +192,15 @@ def _bwd_dqdx_kernel(q, k, v, last_key, eta, G, h, dhe, do, C, dq, dxd, cu_seqle
         Gc = _carries(G, bos, i_h, tc, L, d, H, V, False)
         Gl = _carry_at(G, bos, i_h, tl.minimum(t0 + BT, L) - 1, L, d, H, V, False)
         e_c = tl.load(eta + (bos + tc) * H + i_h, mask=tc < L, other=0.0)
+        seen = _sees(tc, tc, RAW)
+        er = tl.exp(Gr)  # the reads of h_c
+        kept = Gl - Gc  # the writes that reach the chunk's end
+        if SAMPLES:
+            same, carried, last, _ = _sample_masks(sid, bos, tc, tc, t0, L, BT, SAMPLES)
+            seen = seen & same
+            er = tl.where(carried, er, 0.0)
+            kept = tl.where(last, kept, NEG_INF)
+        el = tl.exp(kept)
     for i_v in range(tl.cdiv(V, BV)):
         j = i_v * BV + tl.arange(0, BV)
         tm = (d < K)[:, None] & (j < V)[None, :]
@@ -197,11 +217,11 @@ def _bwd_dqdx_kernel(q, k, v, last_key, eta, G, h, dhe, do, C, dq, dxd, cu_seqle
             dx_acc += mm((ve * tl.exp(Gl[None, :] - Gc)).to(DT), tl.trans(dhb), PREC)
         else:
             ve = v_c * e_c[:, None]
-            dq_acc += mm((do_c * tl.exp(Gr)[:, None]).to(DT), tl.trans(hb), PREC)
-            dx_acc += mm((ve * tl.exp(Gl - Gc)[:, None]).to(DT), tl.trans(dhb), PREC)
+            dq_acc += mm((do_c * er[:, None]).to(DT), tl.trans(hb), PREC)
+            dx_acc += mm((ve * el[:, None]).to(DT), tl.trans(dhb), PREC)
             Cm += mm(do_c.to(DT), tl.trans(ve.to(DT)), PREC)
     if not PER_CHANNEL:
-        Cm = Cm * tl.exp(tl.where(_sees(tc, tc, RAW), Gr[:, None] - Gc[None, :], NEG_INF))
+        Cm = Cm * tl.exp(tl.where(seen, Gr[:, None] - Gc[None, :], NEG_INF))
     Cd = Cm.to(DT)
     dq_acc += mm(Cd, x_c, PREC)
     dx_acc += mm(tl.trans(Cd), q_c, PREC)
@@ -211,9 +231,11 @@ def _bwd_dqdx_kernel(q, k, v, last_key, eta, G, h, dhe, do, C, dq, dxd, cu_seqle
 
 @triton.jit
 def _scalar_gate_grads(eta, P, deta, end, bos, t, tp, rm, pm, is_last, gch, i_h, NTT, H, V: tl.constexpr,
-                       BT: tl.constexpr, BV: tl.constexpr, NK: tl.constexpr, NV: tl.constexpr):
+                       BT: tl.constexpr, BV: tl.constexpr, NK: tl.constexpr, NV: tl.constexpr, same,
+                       SAMPLES: tl.constexpr):
     """One chunk's η, dη (summed over value blocks) and d log γ of a scalar-gate rule: dG_τ = P_τ' − η_τ dη_τ
-    (+ the chunk end's term at its last token), reverse-summed within the chunk."""
+    (+ the chunk end's term at its last token), reverse-summed within the chunk (and within each sample, with
+    sample ids: ``same`` ``[BT, BT]``)."""
     Pt = tl.zeros([BT], dtype=tl.float32)
     de = tl.zeros([BT], dtype=tl.float32)
     for i_v in range(NV):
@@ -227,7 +249,11 @@ def _scalar_gate_grads(eta, P, deta, end, bos, t, tp, rm, pm, is_last, gch, i_h,
     e_end = tl.sum(e_acc, 0)
     e = tl.load(eta + (bos + t) * H + i_h, mask=rm, other=0.0)
     dG = tl.where(rm, Pt - e * de + tl.where(is_last, e_end, 0.0), 0.0)
-    return e, de, tl.sum(dG, 0) - tl.cumsum(dG, 0) + dG
+    if SAMPLES:
+        dg = tl.sum(tl.where(same & (t[None, :] >= t[:, None]), dG[None, :], 0.0), 1)
+    else:
+        dg = tl.sum(dG, 0) - tl.cumsum(dG, 0) + dG
+    return e, de, dg
 
 
 @triton.jit
@@ -291,7 +317,7 @@ def _bwd_final_kernel(k, last_key, beta, lam, eta, G, P, deta, end, dxd, dk, dbe
             store_rows(dbeta, db, bos, i_h, t, L, j, H, V)
     else:
         e, de, dg = _scalar_gate_grads(eta, P, deta, end, bos, t, tp, rm, pm, is_last, gch, i_h, NTT, H, V, BT,
-                                       BV, NK, NV)
+                                       BV, NK, NV, 0, False)
         a = e * lam_t
         free = a <= 1.0 - floor
         dalpha = -dg / (1.0 - tl.minimum(a, 1.0 - floor))
@@ -327,9 +353,9 @@ def _bwd_final_kernel(k, last_key, beta, lam, eta, G, P, deta, end, dxd, dk, dbe
 
 
 @triton.jit
-def _bwd_gates_kernel(eta, P, deta, end, deta_out, dlogg, cu_seqlens, chunk_indices, chunk_offsets, T, NT, NTT, H,
-                      V: tl.constexpr, BT: tl.constexpr, BV: tl.constexpr, NK: tl.constexpr, NV: tl.constexpr,
-                      RAW: tl.constexpr, IS_VARLEN: tl.constexpr):
+def _bwd_gates_kernel(eta, P, deta, end, deta_out, dlogg, cu_seqlens, chunk_indices, chunk_offsets, sid, T, NT, NTT,
+                      H, V: tl.constexpr, BT: tl.constexpr, BV: tl.constexpr, NK: tl.constexpr, NV: tl.constexpr,
+                      RAW: tl.constexpr, IS_VARLEN: tl.constexpr, SAMPLES: tl.constexpr):
     """Per chunk, for gates given as they are (η and log γ, scalar per token; ``decayed_attention``): dη and
     d log γ, the reverse cumulative sum of dG within the chunk (the same identity as ``_bwd_final_kernel``)."""
     i_t, i_bh = tl.program_id(0), tl.program_id(1)
@@ -345,7 +371,8 @@ def _bwd_gates_kernel(eta, P, deta, end, deta_out, dlogg, cu_seqlens, chunk_indi
     else:
         tp = t + 1
     pm = (tp < t0 + BT) & (tp < L)
+    same, _, _, _ = _sample_masks(sid, bos, t, t, t0, L, BT, SAMPLES)
     _, de, dg = _scalar_gate_grads(eta, P, deta, end, bos, t, tp, rm, pm, is_last, gch, i_h, NTT, H, V, BT, BV,
-                                   NK, NV)
+                                   NK, NV, same, SAMPLES)
     tl.store(deta_out + (bos + t) * H + i_h, de, mask=rm)
     tl.store(dlogg + (bos + t) * H + i_h, dg, mask=rm)

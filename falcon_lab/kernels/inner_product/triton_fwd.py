@@ -1,4 +1,5 @@
-"""The falcon-1a/2a forward kernels: per-token η and log γ (prep), the chunk states (h), the outputs (o)."""
+"""The falcon-1a/2a forward kernels: per-token η and log γ (prep), the chunk states (h), the outputs (o); and the
+log-carries summed within chunks and samples of decayed attention over rows of samples (``_sample_prefix_kernel``)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ import triton.language as tl
 
 from falcon_lab.kernels.common.triton_helpers import (chunk_at, gates, is_pair, load_pairs, load_rows, mm, state_tile,
                                            store_rows)
-from falcon_lab.kernels.inner_product.triton_parts import _carries, _carry_at, _outputs, _read_carries
+from falcon_lab.kernels.inner_product.triton_parts import (NEG_INF, _carries, _carry_at, _ids_at, _outputs, _read_carries,
+                                                           _sample_masks)
 
 
 @triton.jit
@@ -43,11 +45,12 @@ def _prep_kernel(k, last_key, beta, lam, eta, G, cu_seqlens, chunk_indices, chun
 
 
 @triton.jit
-def _fwd_h_kernel(k, v, last_key, eta, G, S0, h, ST, cu_seqlens, chunk_offsets, T, NT, H,
+def _fwd_h_kernel(k, v, last_key, eta, G, S0, h, ST, cu_seqlens, chunk_offsets, sid, T, NT, H,
                   K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
                   SHIFTED: tl.constexpr, FRESH, PER_CHANNEL: tl.constexpr,
-                  IS_VARLEN: tl.constexpr, PREC: tl.constexpr):
-    """The state before every chunk (h) and after the last one (ST), one (key block, value block) tile."""
+                  IS_VARLEN: tl.constexpr, PREC: tl.constexpr, SAMPLES: tl.constexpr):
+    """The state before every chunk (h) and after the last one (ST), one (key block, value block) tile. With
+    sample ids (``sid``), the state of the sample of each chunk's last token."""
     i_k, i_v, i_nh = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     i_n, i_h, bos, L, first, d, j, tm, tile = state_tile(i_k, i_v, i_nh, cu_seqlens, chunk_offsets, T, H, K, V, BT,
                                                         BK, BV, IS_VARLEN)
@@ -68,18 +71,26 @@ def _fwd_h_kernel(k, v, last_key, eta, G, S0, h, ST, cu_seqlens, chunk_offsets, 
             S = S * tl.exp(Gl)[None, :] + mm(tl.trans(x), (vv * w).to(DT), PREC)
         else:
             et = tl.load(eta + (bos + t) * H + i_h, mask=t < L, other=0.0)
-            w = et * tl.exp(Gl - Gt)
-            S = S * tl.exp(Gl) + mm(tl.trans(x), (vv * w[:, None]).to(DT), PREC)
+            kept = Gl - Gt
+            if SAMPLES:
+                _, _, last_s, keep = _sample_masks(sid, bos, t, t, c * BT, L, BT, SAMPLES)
+                kept = tl.where(last_s, kept, NEG_INF)
+                S = tl.where(keep, S * tl.exp(Gl), 0.0)
+            else:
+                S = S * tl.exp(Gl)
+            w = et * tl.exp(kept)
+            S = S + mm(tl.trans(x), (vv * w[:, None]).to(DT), PREC)
     tl.store(ST + (i_n * H + i_h) * K * V + tile, S, mask=tm)
     n_chunks = tl.cdiv(L, BT)
     tl.store(h + ((boh + n_chunks) * H + i_h).to(tl.int64) * K * V + tile, S.to(h.dtype.element_ty), mask=tm)
 
 
 @triton.jit
-def _fwd_o_kernel(q, k, v, last_key, eta, G, h, o, cu_seqlens, chunk_indices, chunk_offsets, T, NT,
+def _fwd_o_kernel(q, k, v, last_key, eta, G, h, o, cu_seqlens, chunk_indices, chunk_offsets, sid, T, NT,
                   H, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr, BR: tl.constexpr,
                   BK: tl.constexpr, BV: tl.constexpr, SHIFTED: tl.constexpr, FRESH,
-                  RAW: tl.constexpr, PER_CHANNEL: tl.constexpr, IS_VARLEN: tl.constexpr, PREC: tl.constexpr):
+                  RAW: tl.constexpr, PER_CHANNEL: tl.constexpr, IS_VARLEN: tl.constexpr, PREC: tl.constexpr,
+                  SAMPLES: tl.constexpr):
     """Outputs of BR rows of one chunk, one value block."""
     i_v, i_tr, i_bh = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     i_t, i_s = i_tr // (BT // BR), i_tr % (BT // BR)
@@ -109,6 +120,22 @@ def _fwd_o_kernel(q, k, v, last_key, eta, G, h, o, cu_seqlens, chunk_indices, ch
         ec = load_rows(eta, bos, i_h, tc, L, j, H, V)
     else:
         ec = tl.load(eta + (bos + tc) * H + i_h, mask=tc < L, other=0.0)
+    same, carried, _, _ = _sample_masks(sid, bos, tr, tc, t0, L, BT, SAMPLES)
     out = _outputs(qh, A, Gr, Gc, ec, vc, G, bos, i_h, tr, tc, b0, t0, L, j, H, V, BR, RAW, PER_CHANNEL, DT,
-                   PREC)
+                   PREC, same, carried, SAMPLES)
     store_rows(o, out, bos, i_h, tr, L, j, H, V)
+
+
+@triton.jit
+def _sample_prefix_kernel(g, sid, G, T, H, BT: tl.constexpr):
+    """G of decayed attention over rows of samples (``[B, T, H]`` log decays, ``sid [B, T]``): the log decays
+    summed within each chunk of BT tokens and each sample, for one chunk of one row and head."""
+    i_t, i_bh = tl.program_id(0), tl.program_id(1)
+    i_b, i_h = i_bh // H, i_bh % H
+    bos = i_b * T
+    t = i_t * BT + tl.arange(0, BT)
+    rm = t < T
+    gt = tl.load(g + (bos + t) * H + i_h, mask=rm, other=0.0)
+    ids = _ids_at(sid, bos, t, T)
+    upto = (t[None, :] <= t[:, None]) & (ids[None, :] == ids[:, None])
+    tl.store(G + (bos + t) * H + i_h, tl.sum(tl.where(upto, gt[None, :], 0.0), 1), mask=rm)

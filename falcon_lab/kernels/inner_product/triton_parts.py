@@ -1,5 +1,14 @@
 """Pieces of the falcon-1a/2a Triton kernels of their own: constants, the chunk-local log-carries, the read/write
-masks, and the outputs and source gradients of a block of rows (the rest is in falcon_lab/kernels/common/triton_helpers.py)."""
+masks, the masks of samples kept apart by their ids, and the outputs and source gradients of a block of rows (the
+rest is in falcon_lab/kernels/common/triton_helpers.py).
+
+Samples by id (``SAMPLES``, scalar gates only): rows of B·T tokens in full chunks with a sample id per token,
+non-decreasing along a row, each new id a fresh sample. Within a chunk a read sees the writes of its own sample
+only; the state before the chunk belongs to the sample of the token before it (the row's first sample at its first
+chunk: S0 enters it), and a token reads it only if it is of that sample; the state after the chunk is the
+sample of its last token: the carried state if that is still the sample carried in, plus its own writes. With G
+the log-carries summed within each chunk and sample (``_sample_prefix_kernel``), every difference G_t − G_s the
+kernels take is within one sample, and every masked one is masked before its exponential."""
 
 from __future__ import annotations
 
@@ -48,6 +57,36 @@ def _read_carries(G, bos, i_h, t, t0, L, j, H, V: tl.constexpr, RAW: tl.constexp
 
 
 @triton.jit
+def _ids_at(sid, bos, t, L):
+    """The sample ids of tokens ``t`` of the row starting at ``bos`` (``[len(t)]``); tokens past its end repeat the
+    last one's."""
+    return tl.load(sid + bos + tl.minimum(tl.maximum(t, 0), L - 1))
+
+
+@triton.jit
+def _sample_masks(sid, bos, tr, tc, t0, L, BT: tl.constexpr, SAMPLES: tl.constexpr):
+    """For tokens ``tr`` of the chunk starting at ``t0`` against its tokens ``tc``: ``same`` ``[len(tr), len(tc)]``
+    (of one sample), ``carried`` ``[len(tr)]`` (of the sample the state before the chunk holds: the token before
+    it, or the row's first), ``last`` ``[len(tr)]`` (of the sample of the chunk's last token) and ``keep`` (the
+    state after the chunk keeps the one before it: one sample runs through). Without sample ids: zeros, unused."""
+    if SAMPLES:
+        ir = _ids_at(sid, bos, tr, L)
+        ic = _ids_at(sid, bos, tc, L)
+        prev = tl.load(sid + bos + tl.maximum(t0 - 1, 0))
+        end = tl.load(sid + bos + tl.minimum(t0 + BT, L) - 1)
+        same = ir[:, None] == ic[None, :]
+        carried = ir == prev
+        last = ir == end
+        keep = end == prev
+    else:
+        same = 0
+        carried = 0
+        last = 0
+        keep = 0
+    return same, carried, last, keep
+
+
+@triton.jit
 def _sees(reader, source, RAW: tl.constexpr):
     """``[len(reader), len(source)]``: whether the read at ``reader`` sees the write at ``source``."""
     if RAW:
@@ -68,8 +107,9 @@ def _seen_by(source, reader, RAW: tl.constexpr):
 @triton.jit
 def _outputs(qh, A, Gr, Gc, ec, vc, G, bos, i_h, tr, tc, b0, t0, L, j, H, V: tl.constexpr,
              BR: tl.constexpr, RAW: tl.constexpr, PER_CHANNEL: tl.constexpr, DT: tl.constexpr,
-             PREC: tl.constexpr):
-    """o at reader rows tr from qh = q h_c and the scores A = q xᵀ over the chunk's sources tc."""
+             PREC: tl.constexpr, same, carried, SAMPLES: tl.constexpr):
+    """o at reader rows tr from qh = q h_c and the scores A = q xᵀ over the chunk's sources tc (with sample ids:
+    the sources of the reader's sample, and h_c for readers of the sample it holds, ``_sample_masks``)."""
     if PER_CHANNEL:
         ve = vc * ec
         # sources in earlier blocks, through the token before this block: e^{G_r − G_ref} e^{G_ref − G_s}
@@ -85,7 +125,11 @@ def _outputs(qh, A, Gr, Gc, ec, vc, G, bos, i_h, tr, tc, b0, t0, L, j, H, V: tl.
         out += mm(A_d.to(DT), v_d.to(DT), PREC) * tl.exp(Gr - Gm[None, :])
         out += qh * tl.exp(Gr)
     else:
-        dec = tl.exp(tl.where(_sees(tr, tc, RAW), Gr[:, None] - Gc[None, :], NEG_INF))
+        seen = _sees(tr, tc, RAW)
+        if SAMPLES:
+            seen = seen & same
+            qh = tl.where(carried[:, None], qh, 0.0)
+        dec = tl.exp(tl.where(seen, Gr[:, None] - Gc[None, :], NEG_INF))
         out = qh * tl.exp(Gr)[:, None] + mm((A * dec * ec[None, :]).to(DT), vc.to(DT), PREC)
     return out
 
@@ -93,8 +137,9 @@ def _outputs(qh, A, Gr, Gc, ec, vc, G, bos, i_h, tr, tc, b0, t0, L, j, H, V: tl.
 @triton.jit
 def _source_grads(xdh, At, Gs, Grc, Gl, doc, G, bos, i_h, ts, tc, b0, L, j, H,
                   V: tl.constexpr, BR: tl.constexpr, RAW: tl.constexpr, PER_CHANNEL: tl.constexpr,
-                  DT: tl.constexpr, PREC: tl.constexpr):
-    """dv' = Dᵀx at source rows ts from xdh = x dh_end and At = x qᵀ over the chunk's readers tc."""
+                  DT: tl.constexpr, PREC: tl.constexpr, same, last, SAMPLES: tl.constexpr):
+    """dv' = Dᵀx at source rows ts from xdh = x dh_end and At = x qᵀ over the chunk's readers tc (with sample ids:
+    the readers of the source's sample, and dh_end for sources of the chunk's last sample)."""
     if PER_CHANNEL:
         # readers in later blocks, through this block's last token
         Ge = _carry_at(G, bos, i_h, b0 + BR - 1, L, j, H, V, PER_CHANNEL)
@@ -109,6 +154,11 @@ def _source_grads(xdh, At, Gs, Grc, Gl, doc, G, bos, i_h, ts, tc, b0, L, j, H,
         out += mm(At_d.to(DT), do_d.to(DT), PREC) * tl.exp(Gm[None, :] - Gs)
         out += xdh * tl.exp(Gl[None, :] - Gs)
     else:
-        dec = tl.exp(tl.where(_seen_by(ts, tc, RAW), Grc[None, :] - Gs[:, None], NEG_INF))
-        out = xdh * tl.exp(Gl - Gs)[:, None] + mm((At * dec).to(DT), doc.to(DT), PREC)
+        seen = _seen_by(ts, tc, RAW)
+        kept = Gl - Gs
+        if SAMPLES:
+            seen = seen & same
+            kept = tl.where(last, kept, NEG_INF)
+        dec = tl.exp(tl.where(seen, Grc[None, :] - Gs[:, None], NEG_INF))
+        out = xdh * tl.exp(kept)[:, None] + mm((At * dec).to(DT), doc.to(DT), PREC)
     return out
