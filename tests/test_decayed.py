@@ -194,3 +194,85 @@ def test_decayed_attention_slices_past_the_launch_limit(monkeypatch: pytest.Monk
     assert grid.sequence_groups(bounds, H, 16) == [(0, 1), (1, 2), (2, 3)]
     for a, b in zip(whole, run_all()):
         torch.testing.assert_close(b, a, rtol=1e-6, atol=1e-6)
+
+
+# samples by id, chunks of 16 over rows of 45 tokens: samples of 1 token (a row's first among them), a sample that
+# ends a chunk, one that fills a chunk, ones that cross one or two chunk boundaries (32 tokens), a short last chunk
+LENGTHS = ([1, 15, 16, 3, 1, 9], [5, 32, 1, 7])
+SAMPLE_ID = torch.tensor([sum(([n] * size for n, size in enumerate(row)), []) for row in LENGTHS])
+
+
+def one_row_each(q, k, v, g, **opts):
+    """The float64 oracle over each sample alone."""
+    o = q.new_zeros(*q.shape[:-1], v.shape[-1])
+    for row, ids in enumerate(SAMPLE_ID):
+        for n in ids.unique():
+            at = (ids == n).nonzero().flatten().to(q.device)
+            o[row:row + 1, at] = linear_attention(*(t[row:row + 1, at] for t in (q, k, v, g)), backend="recurrent",
+                                                  **opts)[0]
+    return o, None
+
+
+@pytest.mark.parametrize(("alignment", "timing"), [("same_time", "raw"), ("same_time", "rbw"), ("shifted", "raw"),
+                                                   ("shifted", "rbw")])
+def test_samples_by_id_are_the_samples_run_apart_and_the_packed_sequences(alignment: str, timing: str) -> None:
+    """``decayed_over_samples(..., sample_ids=True)``: the rows as they are, in chunks of 16 with the samples told
+    apart by their ids, against each sample run alone by the float64 oracle and against the packed-sequence path
+    (``cu_seqlens``, chunks starting at every sample): outputs and the gradients of q, k, v and the log decays.
+    Shifted: every sample's first token writes nothing."""
+    samples = SAMPLE_ID.to(DEVICE)
+    x = case(SAMPLE_ID.shape[1], 23)
+    opts = dict(scale=0.7, alignment=alignment, timing=timing)
+
+    def on_kernels(by_id: bool):
+        return lambda *a, **kw: (decayed_over_samples(*a, samples, backend="triton", chunk_size=16,
+                                                      sample_ids=by_id, **kw), None)
+
+    by_id = outputs_and_grads(x, on_kernels(True), torch.float32, **opts)
+    packed = outputs_and_grads(x, on_kernels(False), torch.float32, **opts)
+    ref = outputs_and_grads({n: t.to(DEVICE) for n, t in x.items()}, one_row_each, torch.float64, **opts)
+    for name, a, b, c in zip(("o", "dq", "dk", "dv", "dg"), by_id, packed, ref):
+        assert not torch.isnan(a).any(), name
+        assert rel(a, b) <= 1e-5, f"{name}: relative error {rel(a, b):.2e} to the packed sequences"
+        assert rel(a, c) <= TOL_FP32, f"{name}: relative error {rel(a, c):.2e} to the oracle"
+
+
+def test_decayed_attention_by_sample_id_equals_its_packed_sequences() -> None:
+    """``decayed_attention(..., sample_id=)`` with η, log γ and S0 given: each row's first sample from its row of
+    S0, the others from zero, the final state each row's last sample's; the same outputs, final states and every
+    gradient (η's, log γ's and S0's included) as the packed sequences of one row that start there, both timings."""
+    from falcon_lab.kernels.inner_product.fused import decayed_attention
+
+    gen = torch.Generator().manual_seed(5)
+    B, T = SAMPLE_ID.shape
+    leaves = [torch.randn(B, T, H, DK, generator=gen), torch.randn(B, T, H, DK, generator=gen),
+              torch.randn(B, T, H, DV, generator=gen), torch.rand(B, T, H, generator=gen),
+              -0.3 * torch.rand(B, T, H, generator=gen), torch.randn(B, H, DK, DV, generator=gen)]
+    w, wS = torch.randn(B, T, H, DV, generator=gen), torch.randn(B, H, DK, DV, generator=gen)
+    starts = torch.cat([torch.ones(B, 1, dtype=torch.bool), SAMPLE_ID[:, 1:] != SAMPLE_ID[:, :-1]], 1).flatten()
+    bounds = torch.cat([starts.nonzero().flatten(), torch.tensor([B * T])]).to(DEVICE)
+    firsts = [0, len(LENGTHS[0])]  # each row's first sample among the packed sequences
+    for raw in (True, False):
+        def run(by_id: bool) -> list[torch.Tensor]:
+            ins = [t.to(DEVICE).clone().requires_grad_(True) for t in leaves]
+            if by_id:
+                o, S = decayed_attention(*ins, raw=raw, chunk_size=16, sample_id=SAMPLE_ID.to(DEVICE))
+            else:
+                S0 = ins[5].new_zeros(len(bounds) - 1, H, DK, DV).index_copy(0, torch.tensor(firsts, device=DEVICE),
+                                                                             ins[5])
+                o, S = decayed_attention(*(t.flatten(0, 1)[None] for t in ins[:5]), S0, raw=raw, chunk_size=16,
+                                         cu_seqlens=bounds)
+                o, S = o[0].unflatten(0, (B, T)), S[[firsts[1] - 1, len(bounds) - 2]]
+            ((o * w.to(DEVICE)).sum() + (S * wS.to(DEVICE)).sum()).backward()
+            return [o, S] + [t.grad for t in ins]
+
+        for name, a, b in zip(("o", "S", "dq", "dk", "dv", "deta", "dlog_gamma", "dS0"), run(True), run(False)):
+            assert not torch.isnan(a).any(), (raw, name)
+            assert rel(a, b) <= 1e-5, (raw, name, rel(a, b))
+    ins = [t.to(DEVICE) for t in leaves]
+    with pytest.raises(ValueError, match="cu_seqlens or sample_id, not both"):
+        decayed_attention(*ins, sample_id=SAMPLE_ID.to(DEVICE), cu_seqlens=bounds)
+    with pytest.raises(ValueError, match=r"sample_id must be integers \[B, T\] = \[2, 45\]"):
+        decayed_attention(*ins, sample_id=SAMPLE_ID[:, 1:].to(DEVICE))
+    with pytest.raises(ValueError, match=r"S0 must be \[B, H, Dk, Dv\]"):
+        decayed_attention(*ins[:5], ins[5][:1], sample_id=SAMPLE_ID.to(DEVICE))

@@ -13,10 +13,15 @@ these kernels' launches); the chunk form compiles. As for DeltaNet on falcon-1's
 this call, not the baseline op (a baseline's kernels import ``falcon_lab.kernels.common`` only). The fused path runs fresh
 sequences with no state out (training and evaluation); a call with a state in or out (prefill, decoding) takes the
 chunk form. Isolated samples (``decayed_over_samples``) reach the kernels as packed sequences of one row
-(``cu_seqlens``), so the samples of a packed batch are not padded to the longest.
+(``cu_seqlens``), so the samples of a packed batch are not padded to the longest; or, with ``SAMPLE_IDS``
+(``LAB_SAMPLE_IDS=1`` in the environment, or ``sample_ids=True``), as the rows they are, in full chunks with each
+token's sample id (``decayed_attention(..., sample_id=)``): shapes that follow the batch's alone and no host read,
+not yet the default until measured on a GPU.
 """
 
 from __future__ import annotations
+
+import os
 
 import torch
 from torch import Tensor
@@ -27,12 +32,14 @@ from falcon_lab.kernels.common.checks import interpreting
 from falcon_lab.kernels.common.config import CHUNK_SIZES, FUSED_MAX_HEAD_DIM
 from falcon_lab.kernels.common.state import FastWeightState
 from falcon_lab.kernels.linear_attention import BACKENDS as LINEAR_ATTENTION_BACKENDS
-from falcon_lab.mixers.layers import SampleRows, chunk_for, packed_chunk, sample_bounds
+from falcon_lab.mixers.layers import SampleRows, chunk_for, packed_chunk, sample_bounds, sample_starts
 
 BACKENDS = ("auto", *LINEAR_ATTENTION_BACKENDS, "triton")
 RULE = rule_spec("falcon-1a")  # the Falcon rule whose fused kernels the "triton" backend shares
 FUSED_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 HALF = (torch.bfloat16, torch.float16)  # the dtypes backend="auto" runs on the kernels
+# samples of packed rows on the kernels by their ids (the rows as they are) rather than as packed sequences
+SAMPLE_IDS = os.environ.get("LAB_SAMPLE_IDS", "0") not in ("", "0")
 
 
 def fused_refusal(q: Tensor, v: Tensor, chunk_size: int) -> str | None:
@@ -81,12 +88,15 @@ def takes_kernels(q: Tensor, v: Tensor, backend: str, chunk_size: int) -> bool:
 
 def decayed_over_samples(q: Tensor, k: Tensor, v: Tensor, g: Tensor, samples: Tensor, *, scale: float = 1.0,
                          alignment: str = "same_time", timing: str = "raw", backend: str = "auto",
-                         chunk_size: int = 64) -> Tensor:
-    """Decayed linear attention restarting at every sample of packed rows (``samples [B, L]``, inputs
-    ``[B, L, ...]``), each sample a fresh sequence. On the kernels the samples are the packed sequences of one row
-    of B·L tokens (``cu_seqlens``: no padding); on the other forms they are laid one to a row, padded at their
-    ends. Returns o ``[B, L, H, Dv]`` in q's dtype."""
+                         chunk_size: int = 64, sample_ids: bool | None = None) -> Tensor:
+    """Decayed linear attention restarting at every sample of packed rows (``samples [B, L]``, non-decreasing along
+    each row, inputs ``[B, L, ...]``), each sample a fresh sequence. On the kernels the samples are the packed
+    sequences of one row of B·L tokens (``cu_seqlens``: no padding), or with ``sample_ids`` (None: ``SAMPLE_IDS``)
+    the rows as they are in full chunks of ``chunk_size``, told apart by ``samples`` itself; on the other forms
+    they are laid one to a row, padded at their ends. Returns o ``[B, L, H, Dv]`` in q's dtype."""
     if takes_kernels(q, v, backend, chunk_size):
+        if SAMPLE_IDS if sample_ids is None else sample_ids:
+            return _fused(q, k, v, g, scale, alignment, timing, chunk_size, sample_id=samples)
         return _fused_over_samples(q, k, v, g, samples, scale, alignment, timing, chunk_size)
     rows = SampleRows(samples)
     o, _ = decayed_linear_attention(*(rows.apart(t) for t in (q, k, v, g)), scale=scale, alignment=alignment,
@@ -108,18 +118,20 @@ def _fused_over_samples(q: Tensor, k: Tensor, v: Tensor, g: Tensor, samples: Ten
 
 @torch.compiler.disable
 def _fused(q: Tensor, k: Tensor, v: Tensor, g: Tensor, scale: float, alignment: str, timing: str,
-           chunk_size: int, cu_seqlens: Tensor | None = None) -> Tensor:
+           chunk_size: int, cu_seqlens: Tensor | None = None, sample_id: Tensor | None = None) -> Tensor:
     """Fresh sequences on falcon-1a's kernels (η = 1, log γ = g, S0 = 0), packed along T of a batch of one with
-    ``cu_seqlens``: o in q's dtype."""
+    ``cu_seqlens``, or the samples of each row told apart by ``sample_id [B, T]``: o in q's dtype."""
     if alignment == "shifted":  # a fresh sequence: its first token writes nothing
         k = torch.cat([torch.zeros_like(k[:, :1]), k[:, :-1]], dim=1)
         if cu_seqlens is not None:
             k[:, cu_seqlens[:-1].long()] = 0
+        if sample_id is not None:
+            k = k.masked_fill(sample_starts(sample_id).view(sample_id.shape)[..., None, None], 0)
     B, T, H, Dk = q.shape
     N = B if cu_seqlens is None else cu_seqlens.numel() - 1
     dtype = q.dtype
     S0 = torch.zeros(N, H, Dk, v.shape[-1], dtype=torch.float32, device=q.device)
     eta = torch.ones(B, T, H, dtype=torch.float32, device=q.device)
     o, _ = decayed_attention(q * scale, k.to(dtype), v.to(dtype), eta, g.float(), S0, raw=timing == "raw",
-                             chunk_size=chunk_size, cu_seqlens=cu_seqlens)
+                             chunk_size=chunk_size, cu_seqlens=cu_seqlens, sample_id=sample_id)
     return o.to(dtype)

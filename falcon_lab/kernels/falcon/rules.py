@@ -71,13 +71,16 @@ def triton_falcon3a_packed(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, lam: T
 
 
 def decayed_attention(q: Tensor, k: Tensor, v: Tensor, eta: Tensor, log_gamma: Tensor, S0: Tensor, raw: bool = True,
-                      chunk_size: int = 64, cu_seqlens: Tensor | None = None) -> tuple[Tensor, Tensor]:
+                      chunk_size: int = 64, cu_seqlens: Tensor | None = None,
+                      sample_id: Tensor | None = None) -> tuple[Tensor, Tensor]:
     """Decayed linear attention ``S_t = γ_t S_{t−1} + η_t x_t v_tᵀ`` on falcon-1a's fused kernels, its gates given as
     they are (``falcon_lab.kernels.inner_product.fused.decayed_attention``): the op RetNet and Mamba-2 share with
-    falcon-1a. Returns (o in q's dtype, the final S)."""
+    falcon-1a. Packed sequences by ``cu_seqlens``, or the samples of each row by ``sample_id [B, T]``. Returns
+    (o in q's dtype, the final S)."""
     from falcon_lab.kernels.inner_product.fused import decayed_attention as fused
 
-    return fused(q, k, v, eta, log_gamma, S0, raw=raw, chunk_size=chunk_size, cu_seqlens=cu_seqlens)
+    return fused(q, k, v, eta, log_gamma, S0, raw=raw, chunk_size=chunk_size, cu_seqlens=cu_seqlens,
+                 sample_id=sample_id)
 
 
 FALCON_1 = register_rule(RuleSpec(

@@ -235,7 +235,8 @@ def _scalar_gate_grads(eta, P, deta, end, bos, t, tp, rm, pm, is_last, gch, i_h,
                        SAMPLES: tl.constexpr):
     """One chunk's η, dη (summed over value blocks) and d log γ of a scalar-gate rule: dG_τ = P_τ' − η_τ dη_τ
     (+ the chunk end's term at its last token), reverse-summed within the chunk (and within each sample, with
-    sample ids: ``same`` ``[BT, BT]``)."""
+    sample ids: ``same`` ``[BT, BT]``; a later sample's terms sum to zero, its log-carries shifted by a constant
+    changing nothing, and are left out rather than cancelled in rounding)."""
     Pt = tl.zeros([BT], dtype=tl.float32)
     de = tl.zeros([BT], dtype=tl.float32)
     for i_v in range(NV):
