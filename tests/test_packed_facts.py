@@ -56,6 +56,22 @@ def test_a_model_over_packed_samples_reads_the_device_on_the_host_once_a_step_wh
     `nonzero`) and copied to the host once a forward and backward pass, for one layer as for two (each mixer's
     way onto the kernels: falcon-1's, falcon-1a's, falcon-3's rows by length, falcon-3a's packed form, the gated
     delta rule's, decayed attention's; and the samples laid one to a row for the chunked forms)."""
+    assert host_reads(mixer, backend, monkeypatch) == {1: expected, 2: expected}
+
+
+@pytest.mark.parametrize("mixer", ["retnet", "mamba2"])
+def test_samples_by_id_on_the_kernels_read_nothing_on_the_host(mixer: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Decayed attention over packed samples by their ids (``falcon_lab.mixers.decayed.SAMPLE_IDS``): the rows as
+    they are, no bounds found or copied, no count or length read: no host read at all, for one layer as for two."""
+    import falcon_lab.mixers.decayed as decayed
+
+    monkeypatch.setattr(decayed, "SAMPLE_IDS", True)
+    assert host_reads(mixer, "triton", monkeypatch) == {1: [], 2: []}
+
+
+def host_reads(mixer: str, backend: str, monkeypatch: pytest.MonkeyPatch) -> dict[int, list[str]]:
+    """The host's reads of device tensors (by name) in a forward and backward pass of a model of one and of two
+    layers over one row of two samples, after a warm-up pass."""
     if os.environ.get("TRITON_INTERPRET") != "1":
         pytest.skip("the kernels' path on a CPU needs Triton's interpreter")
     from torch.utils._python_dispatch import TorchDispatchMode
@@ -88,7 +104,7 @@ def test_a_model_over_packed_samples_reads_the_device_on_the_host_once_a_step_wh
         with Waits():
             model(tokens).float().sum().backward()
         counts[layers] = sorted(waits)
-    assert counts[1] == counts[2] == expected, counts
+    return counts
 
 
 @pytest.mark.gpu
