@@ -276,3 +276,28 @@ def test_decayed_attention_by_sample_id_equals_its_packed_sequences() -> None:
         decayed_attention(*ins, sample_id=SAMPLE_ID[:, 1:].to(DEVICE))
     with pytest.raises(ValueError, match=r"S0 must be \[B, H, Dk, Dv\]"):
         decayed_attention(*ins[:5], ins[5][:1], sample_id=SAMPLE_ID.to(DEVICE))
+
+
+def test_decayed_attention_by_sample_id_slices_rows_past_the_launch_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rows of samples whose grid passes CUDA's axis limit run in slices of rows that fit, each with its rows'
+    sample ids: the same outputs, final states and gradients as one launch (the limit lowered to a row a slice)."""
+    from falcon_lab.kernels.common import grid
+    from falcon_lab.kernels.inner_product.fused import decayed_attention
+
+    gen = torch.Generator().manual_seed(6)
+    B, T = SAMPLE_ID.shape
+    leaves = [torch.randn(B, T, H, DK, generator=gen), torch.randn(B, T, H, DK, generator=gen),
+              torch.randn(B, T, H, DV, generator=gen), torch.rand(B, T, H, generator=gen),
+              -torch.rand(B, T, H, generator=gen), torch.randn(B, H, DK, DV, generator=gen)]
+
+    def run_all() -> list[torch.Tensor]:
+        ins = [t.to(DEVICE).clone().requires_grad_(True) for t in leaves]
+        o, S = decayed_attention(*ins, chunk_size=16, sample_id=SAMPLE_ID.to(DEVICE))
+        (o.square().sum() + S.sum()).backward()
+        return [o, S] + [t.grad for t in ins]
+
+    whole = run_all()
+    monkeypatch.setattr(grid, "MAX_GRID_ROWS", 16)
+    assert grid.row_groups(B, T, H, 16) == [(0, 1), (1, 2)]
+    for a, b in zip(whole, run_all()):
+        torch.testing.assert_close(b, a, rtol=1e-6, atol=1e-6)

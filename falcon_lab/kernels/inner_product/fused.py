@@ -17,6 +17,12 @@ Backward (same chunking): dh runs backwards over chunks, then per chunk dv' = D_
 dq = S_r(t) do_t, dx = D_t v'_t, and the carries' gradient from the chunk-local identity
 dG_τ = o_τ' ⊙ do_τ' − v'_τ ⊙ dv'_τ (+ dh_end ⊙ S_end summed over keys at the chunk's last token), whose
 reverse cumulative sum within the chunk is d log γ.
+
+Rows of samples (``decayed_attention(..., sample_id=)``): the same kernels over the rows as they are, in full
+chunks, each token's sample id masking what it sees (its own sample's writes; the carried state only if it is of
+the sample the state holds; the state after a chunk only the sample of its last token) and G summed within each
+chunk and sample (``triton_parts``): every sample is exact as if run alone, with the shapes of the batch alone and no
+table read on the host.
 """
 
 from __future__ import annotations
@@ -35,7 +41,8 @@ from falcon_lab.kernels.common.state import FastWeightState
 from falcon_lab.kernels.common.triton_helpers import chunk_table, next_power_of_2
 from falcon_lab.kernels.inner_product.triton_bwd import (_bwd_c_kernel, _bwd_dh_kernel, _bwd_dqdx_kernel, _bwd_dv_kernel,
                                               _bwd_final_kernel, _bwd_gates_kernel)
-from falcon_lab.kernels.inner_product.triton_fwd import _fwd_h_kernel, _fwd_o_kernel, _prep_kernel, _sample_prefix_kernel
+from falcon_lab.kernels.inner_product.triton_fwd import (_fwd_h_kernel, _fwd_o_kernel, _prep_kernel,
+                                                         _sample_prefix_kernel)
 from falcon_lab.kernels.inner_product.triton_parts import SUB
 
 # the kernels' matmul operands, by input dtype: fp32 at full precision, half types as they come (fp32 accumulation)

@@ -8,8 +8,8 @@ import triton.language as tl
 
 from falcon_lab.kernels.common.triton_helpers import (chunk_at, gates, is_pair, load_pairs, load_rows, mm, state_tile,
                                            store_rows)
-from falcon_lab.kernels.inner_product.triton_parts import (NEG_INF, _carries, _carry_at, _ids_at, _outputs, _read_carries,
-                                                           _sample_masks)
+from falcon_lab.kernels.inner_product.triton_parts import (NEG_INF, _carries, _carry_at, _ids_at, _outputs,
+                                                           _read_carries, _sample_masks)
 
 
 @triton.jit
