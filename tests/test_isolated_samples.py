@@ -320,6 +320,31 @@ def test_retnet_and_mamba2_on_the_fused_kernels_give_the_chunk_forms_loss(mixer:
         torch.testing.assert_close(a.grad, b.grad, rtol=1e-3, atol=1e-5, msg=name)
 
 
+def test_samples_by_id_on_the_kernels_give_the_packed_sequences_loss(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``falcon_lab.mixers.layers.SAMPLE_IDS`` (``LAB_SAMPLE_IDS=1``): falcon-1a.3 over packed samples on the kernels
+    by their ids, the rows as they are in chunks of 16, gives the loss and the gradients of the samples as the
+    kernels' packed sequences (float32, Triton's interpreter here; decayed attention's mixers by id:
+    tests/test_decayed.py)."""
+    from falcon_lab.mixers import layers
+    from falcon_lab.train.module import token_loss_sum
+
+    torch.manual_seed(0)
+    cfg = dict(vocab_size=VOCAB_SIZE, d_model=32, n_layers=1, n_heads=2, mixer="falcon-1a.3",
+               mixer_options={"backend": "triton", "chunk_size": 16}, positions=PositionsConfig(sample_end=EOS))
+    by_id, packed_rows = LanguageModel(LMConfig(**cfg)), LanguageModel(LMConfig(**cfg))
+    packed_rows.load_state_dict(by_id.state_dict())
+    batch = make_batch(seed=0, step=3, batch_size=4, digits=(1, 6), seq_len=48, pack=True)
+    losses = []
+    for m, switch in ((by_id, True), (packed_rows, False)):
+        monkeypatch.setattr(layers, "SAMPLE_IDS", switch)
+        loss, _ = token_loss_sum(m(batch.input_ids), batch.labels)
+        loss.backward()
+        losses.append(loss)
+    torch.testing.assert_close(losses[0], losses[1], rtol=1e-5, atol=1e-5)
+    for (name, a), b in zip(by_id.named_parameters(), packed_rows.parameters()):
+        torch.testing.assert_close(a.grad, b.grad, rtol=1e-4, atol=1e-6, msg=name)
+
+
 @pytest.mark.parametrize(("lengths", "size", "chunk"), [
     ([40] * 10, 64, 32), ([20, 60, 100, 2], 64, 32), ([10, 12, 3], 64, 16), ([64, 64], 64, 64), ([300, 900], 64, 64),
     ([300, 900], 32, 32), ([40] * 10, 16, 16), ([1], 64, 16)])

@@ -59,13 +59,14 @@ def test_a_model_over_packed_samples_reads_the_device_on_the_host_once_a_step_wh
     assert host_reads(mixer, backend, monkeypatch) == {1: expected, 2: expected}
 
 
-@pytest.mark.parametrize("mixer", ["retnet", "mamba2"])
+@pytest.mark.parametrize("mixer", ["falcon-1a", "retnet", "mamba2"])
 def test_samples_by_id_on_the_kernels_read_nothing_on_the_host(mixer: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Decayed attention over packed samples by their ids (``falcon_lab.mixers.decayed.SAMPLE_IDS``): the rows as
-    they are, no bounds found or copied, no count or length read: no host read at all, for one layer as for two."""
-    import falcon_lab.mixers.decayed as decayed
+    """falcon-1a's rule and decayed attention over packed samples by their ids
+    (``falcon_lab.mixers.layers.SAMPLE_IDS``): the rows as they are, no bounds found or copied, no count or length
+    read: no host read at all, for one layer as for two."""
+    from falcon_lab.mixers import layers
 
-    monkeypatch.setattr(decayed, "SAMPLE_IDS", True)
+    monkeypatch.setattr(layers, "SAMPLE_IDS", True)
     assert host_reads(mixer, "triton", monkeypatch) == {1: [], 2: []}
 
 

@@ -132,6 +132,58 @@ def test_packed_sequences_match_one_call_each(rule: str) -> None:
     check(out, run(x, "recurrent", torch.float64, cu_seqlens=cu, rule=rule), TOL_FP32)
 
 
+# rows of 45 tokens in chunks of 16: samples of 1 token (a row's first among them), one that ends a chunk, one that
+# fills a chunk, ones that cross one or two chunk boundaries (32 tokens), a short last chunk
+SAMPLE_ID = torch.tensor([sum(([n] * size for n, size in enumerate(row)), [])
+                          for row in ([1, 15, 16, 3, 1, 9], [5, 32, 1, 7])])
+
+
+@pytest.mark.parametrize(("alignment", "timing", "normalize"), [("shifted", "rbw", False), ("same_time", "raw", True)])
+def test_falcon1a_samples_by_id_are_the_samples_run_apart(alignment: str, timing: str, normalize: bool) -> None:
+    """falcon-1a over rows of samples by ``sample_id``, on the kernels in chunks of 16 as the rows are, against the
+    same samples as the kernels' packed sequences (``cu_seqlens``) and against each sample run alone by the float64
+    oracle (the op's own way for other backends): outputs and the gradients of q, k, v, β (or η) and λ. Shifted: a
+    sample's first token writes no pair, and its last key none in the next sample; with η given, the scale-coupled
+    ridge."""
+    B, T = SAMPLE_ID.shape
+    x = inputs("falcon-1a", B=B, T=T, H=2, D=16, seed=31 + normalize)
+    opts = dict(rule="falcon-1a", alignment=alignment, timing=timing, scale_coupled_ridge=not normalize)
+
+    def by(backend: str, dtype: torch.dtype, packed: bool = False, **kw) -> list[Tensor]:
+        leaves = [x[n].to(DEVICE, dtype).clone().requires_grad_(True) for n in ("q", "k", "v", "beta", "lam")]
+        q, k, v, beta, lam = leaves
+        if packed:
+            starts = torch.cat([torch.ones(B, 1, dtype=torch.bool), SAMPLE_ID[:, 1:] != SAMPLE_ID[:, :-1]], 1)
+            cu = torch.cat([starts.flatten().nonzero().flatten(), torch.tensor([B * T])]).to(DEVICE)
+            o, _ = fast_weight_rule(*(t.flatten(0, 1)[None] for t in (q, k, v)), lam=lam.flatten(0, 1)[None],
+                                    **gain(beta.flatten(0, 1)[None], normalize), backend=backend, cu_seqlens=cu,
+                                    **opts, **kw)
+            o = o[0].unflatten(0, (B, T))
+        else:
+            o, _ = fast_weight_rule(q, k, v, lam=lam, **gain(beta, normalize), backend=backend,
+                                    sample_id=SAMPLE_ID.to(DEVICE), **opts, **kw)
+        (o.double() * x["w"].to(DEVICE, torch.float64)).sum().backward()
+        return [o] + [t.grad for t in leaves]
+
+    by_id = by("triton", torch.float32, chunk_size=16)
+    packed = by("triton", torch.float32, packed=True, chunk_size=16)
+    oracle = by("recurrent", torch.float64)
+    for name, a, b, c in zip(("o", "dq", "dk", "dv", "dbeta", "dlam"), by_id, packed, oracle):
+        assert not torch.isnan(a).any(), f"{name}: NaN (an element was not written)"
+        assert rms_rel(a, b) <= 1e-5, f"{name}: relative RMS error {rms_rel(a, b):.2e} to the packed sequences"
+        assert rms_rel(a, c) <= TOL_FP32, f"{name}: relative RMS error {rms_rel(a, c):.2e} to the oracle"
+
+
+def test_sample_ids_refuse_a_state_and_a_bad_shape_by_name() -> None:
+    x = inputs("falcon-1a", B=2, T=45, H=1, D=16, seed=0)
+    args = [x[n].to(DEVICE) for n in ("q", "k", "v", "beta", "lam")]
+    ids = SAMPLE_ID.to(DEVICE)
+    with pytest.raises(ValueError, match="sample_id runs fresh samples with no state in or out"):
+        fast_weight_rule(*args, rule="falcon-1a", backend="triton", sample_id=ids, output_final_state=True)
+    with pytest.raises(ValueError, match=r"sample_id must be integers \[B, T\] = \(2, 45\)"):
+        fast_weight_rule(*args, rule="falcon-1a", backend="triton", sample_id=ids.float())
+
+
 @pytest.mark.parametrize("rule", ["falcon-1a", "falcon-2a"])
 @pytest.mark.parametrize("variant", ["scale_coupled_ridge", "ctx_eta", "clamped", "timing_rbw_clamped"])
 def test_ridge_options_and_the_decay_clamp(rule: str, variant: str) -> None:

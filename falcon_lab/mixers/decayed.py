@@ -13,15 +13,12 @@ these kernels' launches); the chunk form compiles. As for DeltaNet on falcon-1's
 this call, not the baseline op (a baseline's kernels import ``falcon_lab.kernels.common`` only). The fused path runs fresh
 sequences with no state out (training and evaluation); a call with a state in or out (prefill, decoding) takes the
 chunk form. Isolated samples (``decayed_over_samples``) reach the kernels as packed sequences of one row
-(``cu_seqlens``), so the samples of a packed batch are not padded to the longest; or, with ``SAMPLE_IDS``
-(``LAB_SAMPLE_IDS=1`` in the environment, or ``sample_ids=True``), as the rows they are, in full chunks with each
-token's sample id (``decayed_attention(..., sample_id=)``): shapes that follow the batch's alone and no host read,
-not yet the default until measured on a GPU.
+(``cu_seqlens``), so the samples of a packed batch are not padded to the longest; or, with
+``falcon_lab.mixers.layers.SAMPLE_IDS`` (``LAB_SAMPLE_IDS=1``) or ``sample_ids=True``, as the rows they are, in
+full chunks with each token's sample id (``decayed_attention(..., sample_id=)``).
 """
 
 from __future__ import annotations
-
-import os
 
 import torch
 from torch import Tensor
@@ -32,14 +29,13 @@ from falcon_lab.kernels.common.checks import interpreting
 from falcon_lab.kernels.common.config import CHUNK_SIZES, FUSED_MAX_HEAD_DIM
 from falcon_lab.kernels.common.state import FastWeightState
 from falcon_lab.kernels.linear_attention import BACKENDS as LINEAR_ATTENTION_BACKENDS
+from falcon_lab.mixers import layers
 from falcon_lab.mixers.layers import SampleRows, chunk_for, packed_chunk, sample_bounds, sample_starts
 
 BACKENDS = ("auto", *LINEAR_ATTENTION_BACKENDS, "triton")
 RULE = rule_spec("falcon-1a")  # the Falcon rule whose fused kernels the "triton" backend shares
 FUSED_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 HALF = (torch.bfloat16, torch.float16)  # the dtypes backend="auto" runs on the kernels
-# samples of packed rows on the kernels by their ids (the rows as they are) rather than as packed sequences
-SAMPLE_IDS = os.environ.get("LAB_SAMPLE_IDS", "0") not in ("", "0")
 
 
 def fused_refusal(q: Tensor, v: Tensor, chunk_size: int) -> str | None:
@@ -91,11 +87,12 @@ def decayed_over_samples(q: Tensor, k: Tensor, v: Tensor, g: Tensor, samples: Te
                          chunk_size: int = 64, sample_ids: bool | None = None) -> Tensor:
     """Decayed linear attention restarting at every sample of packed rows (``samples [B, L]``, non-decreasing along
     each row, inputs ``[B, L, ...]``), each sample a fresh sequence. On the kernels the samples are the packed
-    sequences of one row of B·L tokens (``cu_seqlens``: no padding), or with ``sample_ids`` (None: ``SAMPLE_IDS``)
+    sequences of one row of B·L tokens (``cu_seqlens``: no padding), or with ``sample_ids`` (None:
+    ``layers.SAMPLE_IDS``)
     the rows as they are in full chunks of ``chunk_size``, told apart by ``samples`` itself; on the other forms
     they are laid one to a row, padded at their ends. Returns o ``[B, L, H, Dv]`` in q's dtype."""
     if takes_kernels(q, v, backend, chunk_size):
-        if SAMPLE_IDS if sample_ids is None else sample_ids:
+        if layers.SAMPLE_IDS if sample_ids is None else sample_ids:
             return _fused(q, k, v, g, scale, alignment, timing, chunk_size, sample_id=samples)
         return _fused_over_samples(q, k, v, g, samples, scale, alignment, timing, chunk_size)
     rows = SampleRows(samples)

@@ -50,6 +50,7 @@ from torch import Tensor, nn
 
 from falcon_lab.kernels import BACKENDS, RuleSpec, fast_weight_rule, fast_weight_step, rule_spec
 from falcon_lab.kernels.common.checks import check_rule_options, check_sequence_options
+from falcon_lab.mixers import layers
 from falcon_lab.mixers.layers import (Mixer, RMSNorm, ShortConv, full_precision, l2_norm, residual_out, rms_norm,
                            packed_chunk, sample_bounds, short_conv_step)
 from falcon_lab.mixers.options import check_bool, check_choice, check_int, check_range, head_dim_of
@@ -236,8 +237,10 @@ class FalconMixer(Mixer):
               samples: Tensor | None = None) -> Tensor:
         # Under torch.compile (train.compile) the rule stays outside the graph: its host code picks and
         # launches Triton kernels; the projections, norms, convolutions and gates around it compile.
-        cu_seqlens, chunk_size = None, self.chunk_size
-        if samples is not None:  # every sample of every row one packed sequence of a batch of one
+        cu_seqlens, sample_id, chunk_size = None, None, self.chunk_size
+        if samples is not None and layers.SAMPLE_IDS and self.spec.by_sample_id:
+            sample_id = samples  # the rows as they are, their samples told apart by their ids (falcon-1a)
+        elif samples is not None:  # every sample of every row one packed sequence of a batch of one
             cu_seqlens = sample_bounds(samples)
             if q.is_cuda and not self.spec.chunk_by_window:  # the kernels' chunks at about a sample's length
                 chunk_size = packed_chunk(cu_seqlens, chunk_size)
@@ -246,8 +249,9 @@ class FalconMixer(Mixer):
         beta, eta = self._beta_eta(gain)
         with full_precision(q):
             o, _ = fast_weight_rule(q, k, v, beta=beta, lam=lam, eta=eta, backend=self.opts.backend,
-                                    chunk_size=chunk_size, cu_seqlens=cu_seqlens, **self._rule_options())
-        return o if samples is None else o[0].unflatten(0, samples.shape)
+                                    chunk_size=chunk_size, cu_seqlens=cu_seqlens, sample_id=sample_id,
+                                    **self._rule_options())
+        return o if cu_seqlens is None else o[0].unflatten(0, samples.shape)
 
     def forward_cached(self, x: Tensor, cache: dict) -> tuple[Tensor, dict]:
         """``forward`` over ``x [B, T, d]`` continuing from ``cache`` (``init_cache`` for a fresh sequence), in

@@ -4,6 +4,7 @@ and the ``Mixer`` interface every token mixer implements."""
 from __future__ import annotations
 
 import math
+import os
 from abc import ABC, abstractmethod
 from typing import Any
 
@@ -17,6 +18,12 @@ try:
     from falcon_lab.kernels.conv import short_conv as fused_short_conv
 except ImportError:  # no Triton: every short convolution takes ShortConv's PyTorch form
     fused_short_conv = None
+
+# Samples of packed rows on the kernels that take them by their ids (decayed attention's, falcon-1a's): the rows as
+# they are, in full chunks, shapes that follow the batch's alone and no host read, rather than the samples as packed
+# sequences (``sample_bounds``). Off until measured on a GPU; ``LAB_SAMPLE_IDS=1`` turns it on (read as
+# ``layers.SAMPLE_IDS`` at each call).
+SAMPLE_IDS = os.environ.get("LAB_SAMPLE_IDS", "0") not in ("", "0")
 
 
 def _wide(x: Tensor) -> Tensor:

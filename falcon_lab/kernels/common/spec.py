@@ -41,6 +41,8 @@ class RuleSpec:
     fused_min_decay_floor: the smallest decay floor ``triton`` takes (None: any).
     chunk_by_window: its chunk form solves one (C·B) × (C·B) system per chunk, so the mixer shortens its chunks as
         the window grows (falcon-3).
+    by_sample_id: ``triton`` takes rows of samples told apart by per-token sample ids (``sample_id``), the rows
+        as they are; other rules run such samples as packed sequences (falcon-1a).
     """
 
     name: str
@@ -58,6 +60,7 @@ class RuleSpec:
     fused_max_window: int | None = None
     fused_min_decay_floor: float | None = None
     chunk_by_window: bool = False
+    by_sample_id: bool = False
     summary: str = ""
 
     def __post_init__(self) -> None:

@@ -42,7 +42,7 @@ def fast_weight_rule(
     eta: Tensor | None = None, window: int = 4, eps: float = 1e-6, decay_floor: float = 1e-3,
     scale_coupled_ridge: bool = False, alignment: str = "shifted", timing: str = "raw", backend: str = "recurrent",
     chunk_size: int = 64, initial_state: FastWeightState | Tensor | None = None, output_final_state: bool = False,
-    validate: bool = False, cu_seqlens: Tensor | None = None,
+    validate: bool = False, cu_seqlens: Tensor | None = None, sample_id: Tensor | None = None,
 ) -> tuple[Tensor, FastWeightState | None]:
     """Run a Falcon rule over a sequence.
 
@@ -66,6 +66,11 @@ def fast_weight_rule(
         validate: also check value ranges (β ∈ (0, 2) or η ≥ 0, λ ≥ 0, finite); costs a device sync.
         cu_seqlens: ``[N + 1]`` int offsets of N sequences packed along T of a batch of one (as in fla);
             each sequence starts fresh (or from row n of ``initial_state``) and the final state has N rows.
+        sample_id: instead, ``[B, T]`` integers non-decreasing along each row (not checked: that would read the
+            device): the samples of each row run apart, each fresh, outputs alone (no state in or out). A rule
+            whose spec says ``by_sample_id`` (falcon-1a) runs them on ``"triton"`` as the rows they are, in full
+            chunks, with no host read; every other rule or backend as the packed sequences of one row of B·T
+            tokens (their ``cu_seqlens``, read on the host).
 
     Returns:
         o ``[B, T, H, Dv]`` in q's dtype, and the final state (or None).
@@ -74,6 +79,9 @@ def fast_weight_rule(
     check_sequence_options(alignment=alignment, timing=timing, backend=backend, backends=("auto", *BACKENDS),
                            chunk_size=chunk_size)
     check_inputs(q, k, v, gain, lam, cfg, validate)
+    if sample_id is not None:
+        return _by_sample_id(q, k, v, gain, lam, cfg, backend, chunk_size, initial_state, output_final_state,
+                             cu_seqlens, sample_id)
     bounds = None if cu_seqlens is None else check_cu_seqlens(cu_seqlens, q)
     if backend == "auto":
         backend = dispatch.auto_backend(q, v, cfg, chunk_size, packed=cu_seqlens is not None)
@@ -85,6 +93,37 @@ def fast_weight_rule(
         gain = gain[..., None].expand(*gain.shape, v.shape[-1])
     return _run(q, k, v, gain, lam, cfg, backend, chunk_size, initial_state, output_final_state, bounds,
                 cu_seqlens)
+
+
+def _by_sample_id(q: Tensor, k: Tensor, v: Tensor, gain: Tensor, lam: Tensor, cfg: RuleConfig, backend: str,
+                  chunk_size: int, initial_state: FastWeightState | Tensor | None, output_final_state: bool,
+                  cu_seqlens: Tensor | None, sample_id: Tensor) -> tuple[Tensor, None]:
+    """``fast_weight_rule`` over rows of samples told apart by ``sample_id``."""
+    B, T = q.shape[:2]
+    if cu_seqlens is not None or initial_state is not None or output_final_state:
+        raise ValueError("sample_id runs fresh samples with no state in or out, and takes no cu_seqlens")
+    if not isinstance(sample_id, Tensor) or tuple(sample_id.shape) != (B, T) or sample_id.is_floating_point() \
+            or sample_id.dtype == torch.bool:
+        got = f"{sample_id.dtype} {tuple(sample_id.shape)}" if isinstance(sample_id, Tensor) else type(sample_id)
+        raise ValueError(f"sample_id must be integers [B, T] = {(B, T)}, got {got}")
+    if backend == "auto":
+        backend = dispatch.auto_backend(q, v, cfg, chunk_size, packed=True)
+    if backend == "triton":
+        refusal = fused_refusal(q, v, cfg, chunk_size, True, gain, lam)
+        if refusal:
+            raise ValueError(refusal)
+    if cfg.per_channel and gain.dim() == 3:
+        gain = gain[..., None].expand(*gain.shape, v.shape[-1])
+    if backend == "triton" and cfg.spec.by_sample_id:
+        state, fresh = start_state(q, v, None, compute_dtype(q.dtype), span=cfg.span)
+        return dispatch.run(backend, q, k, v, gain, lam, cfg, state, fresh, chunk_size, sample_id=sample_id)[0], None
+    first = torch.ones_like(sample_id, dtype=torch.bool)
+    first[:, 1:] = sample_id[:, 1:] != sample_id[:, :-1]
+    starts = first.flatten().nonzero().flatten()
+    cu_seqlens = torch.cat([starts, starts.new_full((1,), B * T)])
+    flat = [t.flatten(0, 1)[None] for t in (q, k, v, gain, lam)]
+    o, _ = _run(*flat, cfg, backend, chunk_size, None, False, check_cu_seqlens(cu_seqlens, flat[0]), cu_seqlens)
+    return o[0].unflatten(0, (B, T)), None
 
 
 def _run(q: Tensor, k: Tensor, v: Tensor, gain: Tensor, lam: Tensor, cfg: RuleConfig, backend: str,

@@ -35,12 +35,14 @@ def triton_regression(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, lam: Tensor
 
 
 def triton_inner_product(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, lam: Tensor, cfg: RuleConfig,
-                         state: FastWeightState, fresh: bool, chunk_size: int = 64,
-                         cu_seqlens: Tensor | None = None) -> tuple[Tensor, FastWeightState]:
-    """falcon-1a/2a's fused kernels (``falcon_lab.kernels.inner_product.fused``)."""
+                         state: FastWeightState, fresh: bool, chunk_size: int = 64, cu_seqlens: Tensor | None = None,
+                         sample_id: Tensor | None = None) -> tuple[Tensor, FastWeightState]:
+    """falcon-1a/2a's fused kernels (``falcon_lab.kernels.inner_product.fused``); falcon-1a's take rows of samples
+    by ``sample_id``."""
     from falcon_lab.kernels.inner_product.fused import triton_inner_product as fused
 
-    return fused(q, k, v, beta, lam, cfg, state, fresh, chunk_size=chunk_size, cu_seqlens=cu_seqlens)
+    return fused(q, k, v, beta, lam, cfg, state, fresh, chunk_size=chunk_size, cu_seqlens=cu_seqlens,
+                 sample_id=sample_id)
 
 
 def triton_falcon3(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, lam: Tensor, cfg: RuleConfig,
@@ -99,7 +101,7 @@ FALCON_3 = register_rule(RuleSpec(
 FALCON_1A = register_rule(RuleSpec(
     "falcon-1a", "inner_product", regression=False, per_channel=False, windowed=False, gain_bound="energy",
     recurrent=recurrent_inner_product, masked=masked_inner_product, chunk=chunk_inner_product,
-    triton=triton_inner_product, summary="decayed linear attention with a data-dependent step"))
+    triton=triton_inner_product, by_sample_id=True, summary="decayed linear attention with a data-dependent step"))
 FALCON_2A = register_rule(RuleSpec(
     "falcon-2a", "inner_product", regression=False, per_channel=True, windowed=False, gain_bound="energy",
     recurrent=recurrent_inner_product, masked=masked_inner_product, chunk=chunk_inner_product,

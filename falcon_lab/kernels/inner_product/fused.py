@@ -112,9 +112,9 @@ def _forward(p: _Plan, q: Tensor, k: Tensor, v: Tensor, beta: Tensor, lam: Tenso
     if gates is None:
         eta = helpers.new_buffer(*gshape, dtype=torch.float32, device=dev)
         G = helpers.new_buffer(*gshape, dtype=torch.float32, device=dev)
-        _prep_kernel[(rows, B * H)](k, last_key, beta, lam, eta, G, *tables, p.eps, p.floor, T, p.NT, H=H, K=K,
-                                    V=V, BT=p.BT, BK=p.BK, BV=p.BV, NORMALIZE=p.normalize,
-                                    SCALE_RIDGE=p.scale_ridge, **_flags(p))
+        _prep_kernel[(rows, B * H)](k, last_key, beta, lam, eta, G, *tables, eps=p.eps, floor=p.floor, T=T,
+                                    NT=p.NT, H=H, K=K, V=V, BT=p.BT, BK=p.BK, BV=p.BV, NORMALIZE=p.normalize,
+                                    SCALE_RIDGE=p.scale_ridge, **_flags(p), **_samples(p))
     else:
         eta, G = gates
     NK, NV = triton.cdiv(K, p.BK), triton.cdiv(V, p.BV)
@@ -175,9 +175,9 @@ def _backward(p: _Plan, q: Tensor, k: Tensor, v: Tensor, beta: Tensor | None, la
     dbeta = helpers.new_buffer(*beta.shape, dtype=beta.dtype, device=dev)
     dlam = helpers.new_buffer(*lam.shape, dtype=lam.dtype, device=dev)
     _bwd_final_kernel[(rows, B * H)](k, last_key, beta, lam, eta, G, P, deta, end, dxd, dk, dbeta, dlam, *tables,
-                                     p.eps, p.floor, T, p.NT, p.NTT, H=H, K=K, V=V, BT=p.BT, BK=p.BK, BV=p.BV,
-                                     NK=NK, NV=NV, RAW=p.raw, NORMALIZE=p.normalize, SCALE_RIDGE=p.scale_ridge,
-                                     **_flags(p), **lean)
+                                     eps=p.eps, floor=p.floor, T=T, NT=p.NT, NTT=p.NTT, H=H, K=K, V=V, BT=p.BT,
+                                     BK=p.BK, BV=p.BV, NK=NK, NV=NV, RAW=p.raw, NORMALIZE=p.normalize,
+                                     SCALE_RIDGE=p.scale_ridge, **_flags(p), **_samples(p), **lean)
     return dq, dk, dv, dbeta, dlam, dS0
 
 
@@ -200,23 +200,32 @@ class _InnerProduct(torch.autograd.Function):
 
 def triton_inner_product(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, lam: Tensor, cfg: RuleConfig,
                          state: FastWeightState, fresh: bool, chunk_size: int = 64,
-                         cu_seqlens: Tensor | None = None) -> tuple[Tensor, FastWeightState]:
+                         cu_seqlens: Tensor | None = None,
+                         sample_id: Tensor | None = None) -> tuple[Tensor, FastWeightState]:
     """falcon-1a / falcon-2a with fused Triton chunk kernels (forward and backward).
 
     q, k ``[B, T, H, Dk]``, v ``[B, T, H, Dv]``, beta ``[B, T, H]`` (``[B, T, H, Dv]`` for 2a), lam ``[B, T, H]``
     in their own dtype; ``state`` a full fp32 state (one row per packed sequence with ``cu_seqlens``).
+    ``sample_id`` (falcon-1a; instead of ``cu_seqlens``): ``[B, T]`` integers non-decreasing along each row, the
+    samples of a row kept apart (``decayed_attention``'s), each new one fresh; ``state`` enters each row's first
+    sample and the final state is each row's after its last token.
     Returns o in q's dtype and the final state (S in fp32). The op has checked that the kernels take the inputs
     (``falcon_lab.kernels.common.checks.fused_refusal``).
     """
     B, T, H, Dk = q.shape
     Dv = v.shape[-1]
+    if sample_id is not None:
+        if cu_seqlens is not None or cfg.per_channel:
+            raise ValueError(f"sample_id runs {cfg.rule} on the kernels without cu_seqlens, for scalar gates only "
+                             "(falcon-1a)")
+        sample_id = sample_id.to(device=q.device, dtype=torch.int32).contiguous()
     cu_seqlens, chunk_indices, chunk_offsets, N, NT, NTT = _tables(q, cu_seqlens, chunk_size)
     plan = _Plan(per_channel=cfg.per_channel, shifted=cfg.shifted, fresh=fresh, raw=cfg.timing == "raw",
                  normalize=cfg.normalize, scale_ridge=cfg.scale_coupled_ridge, eps=float(cfg.eps),
                  floor=float(cfg.decay_floor), BT=chunk_size, BR=SUB if cfg.per_channel else chunk_size,
                  BK=min(next_power_of_2(Dk), 64), BV=min(next_power_of_2(Dv), 64), T=T, NT=NT, NTT=NTT, N=N,
                  cu_seqlens=cu_seqlens, chunk_indices=chunk_indices, chunk_offsets=chunk_offsets,
-                 prec=PRECISION[q.dtype])
+                 prec=PRECISION[q.dtype], sample_id=sample_id)
     S0 = state.S.to(torch.float32).contiguous()
     last_key = state.last_key.to(torch.float32).contiguous()
     o, ST = _InnerProduct.apply(q.contiguous(), k.contiguous(), v.contiguous(), beta.contiguous(), lam.contiguous(),

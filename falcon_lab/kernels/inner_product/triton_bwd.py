@@ -9,8 +9,8 @@ import triton
 import triton.language as tl
 
 from falcon_lab.kernels.common.triton_helpers import chunk_at, is_pair, load_pairs, load_rows, mm, state_tile, store_rows
-from falcon_lab.kernels.inner_product.triton_parts import (NEG_INF, _carries, _carry_at, _outputs, _read_carries,
-                                                           _sample_masks, _sees, _source_grads)
+from falcon_lab.kernels.inner_product.triton_parts import (NEG_INF, _carries, _carry_at, _opens_sample, _outputs,
+                                                           _read_carries, _sample_masks, _sees, _source_grads)
 
 
 @triton.jit
@@ -259,11 +259,11 @@ def _scalar_gate_grads(eta, P, deta, end, bos, t, tp, rm, pm, is_last, gch, i_h,
 
 @triton.jit
 def _bwd_final_kernel(k, last_key, beta, lam, eta, G, P, deta, end, dxd, dk, dbeta, dlam, cu_seqlens,
-                      chunk_indices, chunk_offsets, eps, floor, T, NT, NTT, H, K: tl.constexpr,
+                      chunk_indices, chunk_offsets, sid, eps, floor, T, NT, NTT, H, K: tl.constexpr,
                       V: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, NK: tl.constexpr,
                       NV: tl.constexpr, SHIFTED: tl.constexpr, FRESH, RAW: tl.constexpr,
                       PER_CHANNEL: tl.constexpr, NORMALIZE: tl.constexpr, SCALE_RIDGE: tl.constexpr,
-                      IS_VARLEN: tl.constexpr):
+                      IS_VARLEN: tl.constexpr, SAMPLES: tl.constexpr):
     """Per chunk: d log γ (reverse cumulative sum of dG), then dβ, dλ, d‖x‖² and dk (shifted back to k)."""
     i_t, i_bh = tl.program_id(0), tl.program_id(1)
     i_b, i_h = i_bh // H, i_bh % H
@@ -284,6 +284,8 @@ def _bwd_final_kernel(k, last_key, beta, lam, eta, G, P, deta, end, dxd, dk, dbe
         x = load_pairs(k, last_key, bos, t, L, i_n, i_h, d, H, K, SHIFTED, FRESH).to(tl.float32)
         energy += tl.sum(x * x, 1)
     valid = is_pair(t, rm, SHIFTED, FRESH)
+    if SAMPLES and SHIFTED:  # a sample's first token writes no pair: its dx is 0, and so the dk it passes back
+        valid = valid & ~_opens_sample(sid, bos, t, L)
     energy = tl.where(valid, energy, 0.0)
     lam_raw = tl.load(lam + (bos + t) * H + i_h, mask=rm, other=0.0).to(tl.float32)
     if SCALE_RIDGE:
@@ -317,8 +319,9 @@ def _bwd_final_kernel(k, last_key, beta, lam, eta, G, P, deta, end, dxd, dk, dbe
                 db = de
             store_rows(dbeta, db, bos, i_h, t, L, j, H, V)
     else:
+        same, _, _, _ = _sample_masks(sid, bos, t, t, t0, L, BT, SAMPLES)
         e, de, dg = _scalar_gate_grads(eta, P, deta, end, bos, t, tp, rm, pm, is_last, gch, i_h, NTT, H, V, BT,
-                                       BV, NK, NV, 0, False)
+                                       BV, NK, NV, same, SAMPLES)
         a = e * lam_t
         free = a <= 1.0 - floor
         dalpha = -dg / (1.0 - tl.minimum(a, 1.0 - floor))

@@ -8,16 +8,18 @@ import triton.language as tl
 
 from falcon_lab.kernels.common.triton_helpers import (chunk_at, gates, is_pair, load_pairs, load_rows, mm, state_tile,
                                            store_rows)
-from falcon_lab.kernels.inner_product.triton_parts import (NEG_INF, _carries, _carry_at, _ids_at, _outputs,
-                                                           _read_carries, _sample_masks)
+from falcon_lab.kernels.inner_product.triton_parts import (NEG_INF, _carries, _carry_at, _ids_at, _opens_sample,
+                                                           _outputs, _read_carries, _sample_cumsum, _sample_masks)
 
 
 @triton.jit
-def _prep_kernel(k, last_key, beta, lam, eta, G, cu_seqlens, chunk_indices, chunk_offsets, eps, floor, T, NT,
+def _prep_kernel(k, last_key, beta, lam, eta, G, cu_seqlens, chunk_indices, chunk_offsets, sid, eps, floor, T, NT,
                  H, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr,
                  BV: tl.constexpr, SHIFTED: tl.constexpr, FRESH, PER_CHANNEL: tl.constexpr,
-                 NORMALIZE: tl.constexpr, SCALE_RIDGE: tl.constexpr, IS_VARLEN: tl.constexpr):
-    """η and the chunk-local cumulative log-carry G of every token of one chunk."""
+                 NORMALIZE: tl.constexpr, SCALE_RIDGE: tl.constexpr, IS_VARLEN: tl.constexpr,
+                 SAMPLES: tl.constexpr):
+    """η and the chunk-local cumulative log-carry G of every token of one chunk (with sample ids, scalar gates
+    only: G within each sample, and shifted, a sample's first token no pair)."""
     i_t, i_bh = tl.program_id(0), tl.program_id(1)
     i_b, i_h = i_bh // H, i_bh % H
     i_n, i_c, bos, L, _ = chunk_at(i_b * NT + i_t, chunk_indices, cu_seqlens, chunk_offsets, T, NT, BT, IS_VARLEN)
@@ -29,6 +31,8 @@ def _prep_kernel(k, last_key, beta, lam, eta, G, cu_seqlens, chunk_indices, chun
         x = load_pairs(k, last_key, bos, t, L, i_n, i_h, d, H, K, SHIFTED, FRESH)
         energy += tl.sum(x * x, 1)
     pair = is_pair(t, rm, SHIFTED, FRESH)  # x_1 = 0 of a fresh sequence is not a pair
+    if SAMPLES and SHIFTED:
+        pair = pair & ~_opens_sample(sid, bos, t, L)
     lam_t = tl.load(lam + (bos + t) * H + i_h, mask=rm, other=0.0).to(tl.float32)
     if PER_CHANNEL:
         for i_v in range(tl.cdiv(V, BV)):
@@ -41,7 +45,11 @@ def _prep_kernel(k, last_key, beta, lam, eta, G, cu_seqlens, chunk_indices, chun
         b = tl.load(beta + (bos + t) * H + i_h, mask=rm, other=0.0).to(tl.float32)
         e, g = gates(b, lam_t, energy, pair, eps, floor, NORMALIZE, SCALE_RIDGE)
         tl.store(eta + (bos + t) * H + i_h, e, mask=rm)
-        tl.store(G + (bos + t) * H + i_h, tl.cumsum(g, 0), mask=rm)
+        if SAMPLES:
+            Gt = _sample_cumsum(g, _ids_at(sid, bos, t, L), t)
+        else:
+            Gt = tl.cumsum(g, 0)
+        tl.store(G + (bos + t) * H + i_h, Gt, mask=rm)
 
 
 @triton.jit
@@ -136,6 +144,4 @@ def _sample_prefix_kernel(g, sid, G, T, H, BT: tl.constexpr):
     t = i_t * BT + tl.arange(0, BT)
     rm = t < T
     gt = tl.load(g + (bos + t) * H + i_h, mask=rm, other=0.0)
-    ids = _ids_at(sid, bos, t, T)
-    upto = (t[None, :] <= t[:, None]) & (ids[None, :] == ids[:, None])
-    tl.store(G + (bos + t) * H + i_h, tl.sum(tl.where(upto, gt[None, :], 0.0), 1), mask=rm)
+    tl.store(G + (bos + t) * H + i_h, _sample_cumsum(gt, _ids_at(sid, bos, t, T), t), mask=rm)

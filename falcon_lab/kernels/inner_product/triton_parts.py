@@ -64,6 +64,19 @@ def _ids_at(sid, bos, t, L):
 
 
 @triton.jit
+def _opens_sample(sid, bos, t, L):
+    """``[len(t)]``: whether token t opens a sample after the row's first (shifted: it writes no pair)."""
+    return (t > 0) & (_ids_at(sid, bos, t, L) != _ids_at(sid, bos, t - 1, L))
+
+
+@triton.jit
+def _sample_cumsum(x, ids, t):
+    """``[len(t)]``: x summed over the tokens up to t of t's sample (``ids``) among ``t``."""
+    upto = (t[None, :] <= t[:, None]) & (ids[None, :] == ids[:, None])
+    return tl.sum(tl.where(upto, x[None, :], 0.0), 1)
+
+
+@triton.jit
 def _sample_masks(sid, bos, tr, tc, t0, L, BT: tl.constexpr, SAMPLES: tl.constexpr):
     """For tokens ``tr`` of the chunk starting at ``t0`` against its tokens ``tc``: ``same`` ``[len(tr), len(tc)]``
     (of one sample), ``carried`` ``[len(tr)]`` (of the sample the state before the chunk holds: the token before
