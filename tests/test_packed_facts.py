@@ -59,9 +59,9 @@ def test_a_model_over_packed_samples_reads_the_device_on_the_host_once_a_step_wh
     assert host_reads(mixer, backend, monkeypatch) == {1: expected, 2: expected}
 
 
-@pytest.mark.parametrize("mixer", ["falcon-1a", "retnet", "mamba2"])
+@pytest.mark.parametrize("mixer", ["falcon-1a", "retnet"])
 def test_samples_by_id_on_the_kernels_read_nothing_on_the_host(mixer: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """falcon-1a's rule and decayed attention over packed samples by their ids
+    """falcon-1a's rule and decayed attention (RetNet's; Mamba-2's is the same call) over packed samples by their ids
     (``falcon_lab.mixers.layers.SAMPLE_IDS``): the rows as they are, no bounds found or copied, no count or length
     read: no host read at all, for one layer as for two."""
     from falcon_lab.mixers import layers
