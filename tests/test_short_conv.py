@@ -30,7 +30,7 @@ def packed_rows(lengths: list[list[int]]) -> Tensor:
 
 
 # three rows: one-token samples beside long ones; one sample the whole row; samples of 2 and 3 tokens. 150 tokens:
-# two spans of the backward's programs, the second short
+# one span of the backward's programs (spans of one and three tiles are tested apart)
 SAMPLES = packed_rows([[1, 3, 1, 1, 40, 2, 1, 61, 40], [150], [2, 3] * 30])
 SHORT = packed_rows([[1, 3, 1, 1, 20, 2, 1, 11], [40], [2, 3] * 8])
 
@@ -85,6 +85,29 @@ def test_short_conv_matches_its_pytorch_twin(size: int, packed: bool, bias: bool
     for name, a, b, c in zip(("y", "dx", "dw", "dbias"), got, same, exact):
         assert torch.isfinite(a).all(), name
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5, msg=name)
+        torch.testing.assert_close(a, c, rtol=1e-5, atol=1e-5, msg=name)
+
+
+@pytest.mark.parametrize("tiles", [1, 3])
+@pytest.mark.parametrize("size", [4, 8])
+def test_short_conv_backward_across_tiles_and_spans(monkeypatch: pytest.MonkeyPatch, size: int, tiles: int) -> None:
+    """The backward's tiles overlap by size − 1 tokens (their g read back at the lags) and its programs take spans of
+    ``tiles`` tiles: at the widest convolution, with many spans to a row, the last one short, and samples that
+    cross the tiles' and the spans' edges, the gradients are the float64 twin's."""
+    from falcon_lab.kernels.conv import triton_short_conv
+
+    monkeypatch.setattr(triton_short_conv, "SPAN_TILES", tiles)
+    g = torch.Generator().manual_seed(size + tiles)
+    conv = ShortConv(12, size, bias=True)
+    with torch.no_grad():
+        conv.conv.weight.copy_(torch.randn(conv.conv.weight.shape, generator=g))
+        conv.conv.bias.copy_(torch.randn(12, generator=g))
+    B, L = SAMPLES.shape
+    x, dy = torch.randn(B, L, 12, generator=g), torch.randn(B, L, 12, generator=g)
+    got = run(fused, conv, x, SAMPLES, dy, torch.float32)
+    exact = run(twin, conv, x, SAMPLES, dy, torch.float64)
+    for name, a, c in zip(("y", "dx", "dw", "dbias"), got, exact):
+        assert torch.isfinite(a).all(), name
         torch.testing.assert_close(a, c, rtol=1e-5, atol=1e-5, msg=name)
 
 

@@ -12,17 +12,20 @@ gradients: a compiled training step launched many generated kernels for it. Here
 
 - forward, one program per ``BT_FWD`` tokens of a row and ``BC`` channels reads its tokens and the K − 1 before
   them (the shifted reads of neighbouring programs meet in the cache: x crosses memory about once) and writes y;
-- backward, one program per ``BT_BWD · SPAN_TILES`` tokens and ``BC`` channels writes dx = Σ_j w[c, K−1−j]
-  g_{t+j} [same sample], g = dy · silu'(a), and the taps' and bias's gradients of its tokens as partial sums
-  ``[programs, K + 1, C]`` that one torch sum reduces (a fixed order: the same sums on every run).
+- backward, one program per ``SPAN_TILES`` tiles of ``BT_BWD`` tokens overlapping by K − 1 and ``BC`` channels
+  writes dx = Σ_j w[c, K−1−j] g_{t+j} [same sample], g = dy · silu'(a), and the taps' and bias's gradients of its
+  tokens as partial sums ``[programs, K + 1, C]`` that one torch sum reduces (a fixed order: the same sums on
+  every run).
 
-The backward recomputes the pre-activation a at the K tokens t .. t + K − 1 that read each token t rather than
-keeping it from the forward. Kept, it would be one more tensor of x's size written forward and read backward
-(two passes over memory against the three a backward makes anyway: x and dy read, dx written); recomputed, it
-costs only reads of the x tiles the program already holds for the taps' gradients: the 2K − 1 shifted tiles of
-x and K of dy, each written as a read of "tokens t + D" so that the compiler makes one load of it for all the
-taps that use it. "Same sample" is read from ``samples`` itself (a vector of the tile's tokens a shift), so
-nothing is precomputed per step.
+The backward recomputes the pre-activation a rather than keeping it from the forward. Kept, it would be one more
+tensor of x's size written forward and read backward (two passes over memory against the three a backward makes
+anyway: x and dy read, dx written); recomputed, it costs K reads of x tiles that the cache holds. A tile computes
+a and g once for each of its tokens (one exponential a value) and hands g to the threads that need it at lags
+1 .. K − 1 through the program's own rows of a scratch buffer (written, a barrier, read back shifted: in L1 or
+L2, the rows reused tile after tile); its last K − 1 tokens only feed that, and the next tile begins at them.
+Its x and dy are read two tiles ahead so that the reads from memory are in flight while the tiles before are
+worked; the lags' x and the taps' gradients' x come from the cache. "Same sample" is read from ``samples`` itself
+(a vector of the tile's tokens a shift, folded into the reads' masks), so nothing is precomputed per step.
 
 Accumulation is float32 (float64 for float64 inputs); y and dx come back in x's dtype, the taps' and bias's
 gradients in their own. The op is a ``torch.library`` custom op with its backward registered: torch.compile keeps
@@ -39,9 +42,9 @@ from torch import Tensor
 from falcon_lab.kernels.common import triton_helpers
 
 BT_FWD = 32  # tokens a forward program takes
-BT_BWD = 16  # the tokens of a backward program's tile, BWD_WARPS warps: 4 values of a tile a thread (it holds the
-BWD_WARPS = 8  # 2K − 1 shifted tiles of x and K of dy at once; more a thread and the compiled kernel spills)
-SPAN_TILES = 8  # tiles a backward program loops over (its taps' gradients one partial sum)
+BT_BWD = 16  # the tokens of a backward tile (its last K − 1 only feed the others' dx), BWD_WARPS warps: 4 values a
+BWD_WARPS = 8  # thread, 113 registers compiled for sm_90 at K = 4 (2 programs an SM; 32 tokens a tile take 173)
+SPAN_TILES = 16  # tiles a backward program loops over (its taps' gradients one partial sum)
 MAX_BC = 64  # channels a program takes
 MAX_SIZE = 8  # the widest convolution the kernels unroll (the mixers use 4)
 
@@ -65,6 +68,14 @@ def _sample_at(s_ptr, row0, t, D: tl.constexpr, L, sst):
 
 
 @triton.jit
+def _raw_at(ptr, row0, t, D: tl.constexpr, c, L, C, st, sc):
+    """``_tile_at`` in the tensor's own dtype."""
+    p = t + D
+    return tl.load(ptr + (row0 + p)[:, None] * st + c[None, :] * sc,
+                   mask=((p >= 0) & (p < L))[:, None] & (c < C)[None, :], other=0.0)
+
+
+@triton.jit
 def _tile_at(ptr, row0, t, D: tl.constexpr, c, L, C, st, sc, F64: tl.constexpr):
     """``[len(t), len(c)]`` of a ``[B, L, C]`` tensor read as ``[B·L, C]`` at tokens t + D of the row whose first token
     is ``row0`` (0 outside the row)."""
@@ -75,9 +86,28 @@ def _tile_at(ptr, row0, t, D: tl.constexpr, c, L, C, st, sc, F64: tl.constexpr):
 
 
 @triton.jit
+def _tile_if(ptr, row0, t, D: tl.constexpr, c, L, C, st, sc, keep, F64: tl.constexpr):
+    """``_tile_at`` at the tokens where ``keep [len(t)]`` holds, 0 at the others: the condition one predicate of the
+    row's read, not a select of every value read."""
+    p = t + D
+    v = tl.load(ptr + (row0 + p)[:, None] * st + c[None, :] * sc,
+                mask=((p >= 0) & (p < L) & keep)[:, None] & (c < C)[None, :], other=0.0)
+    return _wide(v, F64)
+
+
+@triton.jit
 def _tap(w_ptr, c, C, swc, swk, I: tl.constexpr, F64: tl.constexpr):
     """Tap ``I`` of every channel c ``[len(c)]`` (0 past C)."""
     return _wide(tl.load(w_ptr + c * swc + I * swk, mask=c < C, other=0.0), F64)
+
+
+@triton.jit
+def _lag_tap(w_ptr, c, C, swc, swk, J: tl.constexpr, K: tl.constexpr, F64: tl.constexpr):
+    """The tap of lag ``J`` (tap K − 1 − J) of every channel c, 0 for J >= K."""
+    if J < K:
+        return _tap(w_ptr, c, C, swc, swk, K - 1 - J, F64)
+    else:
+        return _wide(tl.zeros(c.shape, dtype=tl.float32), F64)
 
 
 @triton.jit
@@ -89,9 +119,11 @@ def _pre(x_ptr, w_ptr, b_ptr, s_ptr, row0, t, J: tl.constexpr, c, L, C, sxt, sxc
         s_u = _sample_at(s_ptr, row0, t, J, L, sst)
     acc = _tile_at(x_ptr, row0, t, J, c, L, C, sxt, sxc, F64) * _tap(w_ptr, c, C, swc, swk, K - 1, F64)[None, :]
     for i in tl.static_range(1, K):
-        x = _tile_at(x_ptr, row0, t, J - i, c, L, C, sxt, sxc, F64)
         if HAS_SAMPLES:
-            x = tl.where((_sample_at(s_ptr, row0, t, J - i, L, sst) == s_u)[:, None], x, 0.0)
+            x = _tile_if(x_ptr, row0, t, J - i, c, L, C, sxt, sxc, _sample_at(s_ptr, row0, t, J - i, L, sst) == s_u,
+                         F64)
+        else:
+            x = _tile_at(x_ptr, row0, t, J - i, c, L, C, sxt, sxc, F64)
         acc += x * _tap(w_ptr, c, C, swc, swk, K - 1 - i, F64)[None, :]
     if HAS_BIAS:
         acc += _wide(tl.load(b_ptr + c, mask=c < C, other=0.0), F64)[None, :]
@@ -115,17 +147,6 @@ def _fwd_kernel(x_ptr, w_ptr, b_ptr, s_ptr, y_ptr, L, C, sxt, sxc, swc, swk, sst
 
 
 @triton.jit
-def _grad_pre(x_ptr, w_ptr, b_ptr, s_ptr, dy_ptr, row0, t, J: tl.constexpr, c, L, C, sxt, sxc,
-              swc, swk, sst, sdt, sdc, K: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_SAMPLES: tl.constexpr,
-              F64: tl.constexpr):
-    """g_u = dy_u · silu'(a_u) at tokens u = t + J (0 outside the row)."""
-    a = _pre(x_ptr, w_ptr, b_ptr, s_ptr, row0, t, J, c, L, C, sxt, sxc, swc, swk, sst,
-             K, HAS_BIAS, HAS_SAMPLES, F64)
-    sig = 1.0 / (1.0 + tl.exp(-a))
-    return _tile_at(dy_ptr, row0, t, J, c, L, C, sdt, sdc, F64) * sig * (1.0 + a * (1.0 - sig))
-
-
-@triton.jit
 def _pick(j: tl.constexpr, v0, v1, v2, v3, v4, v5, v6, v7):
     if j == 0:
         return v0
@@ -146,40 +167,86 @@ def _pick(j: tl.constexpr, v0, v1, v2, v3, v4, v5, v6, v7):
 
 
 @triton.jit(do_not_specialize=["L"])
-def _bwd_kernel(x_ptr, w_ptr, b_ptr, s_ptr, dy_ptr, dx_ptr, dwb_ptr, L, C, sxt, sxc, swc, swk, sst, sdt, sdc,
+def _bwd_kernel(x_ptr, w_ptr, b_ptr, s_ptr, dy_ptr, dx_ptr, dwb_ptr, scr_ptr, L, C, sxt, sxc, swc, swk, sst, sdt, sdc,
                 K: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_SAMPLES: tl.constexpr,
                 F64: tl.constexpr, BLOCK_T: tl.constexpr, TILES: tl.constexpr, BLOCK_C: tl.constexpr):
-    n_span = tl.cdiv(L, BLOCK_T * TILES)
+    OUT_T: tl.constexpr = BLOCK_T - (K - 1)  # the tokens a tile writes: its last K − 1 only feed them
+    n_span = tl.cdiv(L, OUT_T * TILES)
     pid = tl.program_id(0)
     i_b = (pid // n_span).to(tl.int64)
     c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
     mc = c < C
     row0 = i_b * L
+    r = tl.arange(0, BLOCK_T)
+    # the program's own [BLOCK_T, BLOCK_C] rows of scratch (its g, tile by tile: in L1 or L2, never all of memory)
+    scr = scr_ptr + (pid * tl.num_programs(1) + tl.program_id(1)).to(tl.int64) * BLOCK_T * BLOCK_C \
+        + (r * BLOCK_C)[:, None] + tl.arange(0, BLOCK_C)[None, :]
     # the bias's and the taps' gradients by lag j (tap K − 1 − j), token by token, summed over tokens at the end
     # (one reduction across the program's threads, not one a tile); K <= MAX_SIZE = 8: Triton keeps no lists of
     # tensors
     db = _wide(tl.zeros([BLOCK_T, BLOCK_C], dtype=tl.float32), F64)
     dw0, dw1, dw2, dw3, dw4, dw5, dw6, dw7 = db, db, db, db, db, db, db, db
-    first = (pid % n_span) * TILES * BLOCK_T
-    for tile in range(tl.minimum(TILES, tl.cdiv(L - first, BLOCK_T))):  # the row's last span may be short
-        t = first + tile * BLOCK_T + tl.arange(0, BLOCK_T)
+    first = (pid % n_span) * TILES * OUT_T
+    # the taps by lag, read once
+    w0 = _lag_tap(w_ptr, c, C, swc, swk, 0, K, F64)
+    w1 = _lag_tap(w_ptr, c, C, swc, swk, 1, K, F64)
+    w2 = _lag_tap(w_ptr, c, C, swc, swk, 2, K, F64)
+    w3 = _lag_tap(w_ptr, c, C, swc, swk, 3, K, F64)
+    w4 = _lag_tap(w_ptr, c, C, swc, swk, 4, K, F64)
+    w5 = _lag_tap(w_ptr, c, C, swc, swk, 5, K, F64)
+    w6 = _lag_tap(w_ptr, c, C, swc, swk, 6, K, F64)
+    w7 = _lag_tap(w_ptr, c, C, swc, swk, 7, K, F64)
+    # x and dy at a tile's tokens read two tiles ahead (in x's dtype): their reads from memory in flight while the
+    # tiles before are worked (the other reads of a tile, its lags and its g, come from the cache)
+    x_next = _raw_at(x_ptr, row0, first + r, 0, c, L, C, sxt, sxc)
+    dy_next = _raw_at(dy_ptr, row0, first + r, 0, c, L, C, sdt, sdc)
+    x_after = _raw_at(x_ptr, row0, first + r, OUT_T, c, L, C, sxt, sxc)
+    dy_after = _raw_at(dy_ptr, row0, first + r, OUT_T, c, L, C, sdt, sdc)
+    for tile in range(tl.minimum(TILES, tl.cdiv(L - first, OUT_T))):  # the row's last span may be short
+        t = first + tile * OUT_T + r
+        x0 = _wide(x_next, F64)
+        dyt = _wide(dy_next, F64)
+        x_next, dy_next = x_after, dy_after
+        x_after = _raw_at(x_ptr, row0, t, 2 * OUT_T, c, L, C, sxt, sxc)
+        dy_after = _raw_at(dy_ptr, row0, t, 2 * OUT_T, c, L, C, sdt, sdc)
+        # g = dy · silu'(a) once per token of the tile (0 past the row); the other lags' x from the cache
         if HAS_SAMPLES:
             s_t = _sample_at(s_ptr, row0, t, 0, L, sst)
-        g = _grad_pre(x_ptr, w_ptr, b_ptr, s_ptr, dy_ptr, row0, t, 0, c, L, C, sxt, sxc, swc, swk,
-                      sst, sdt, sdc, K, HAS_BIAS, HAS_SAMPLES, F64)
-        db += g
-        dx = g * _tap(w_ptr, c, C, swc, swk, K - 1, F64)[None, :]
+        a = x0 * w0[None, :]
+        for i in tl.static_range(1, K):
+            if HAS_SAMPLES:
+                x = _tile_if(x_ptr, row0, t, -i, c, L, C, sxt, sxc, _sample_at(s_ptr, row0, t, -i, L, sst) == s_t,
+                             F64)
+            else:
+                x = _tile_at(x_ptr, row0, t, -i, c, L, C, sxt, sxc, F64)
+            a += x * _pick(i, w0, w1, w2, w3, w4, w5, w6, w7)[None, :]
+        if HAS_BIAS:
+            a += _wide(tl.load(b_ptr + c, mask=mc, other=0.0), F64)[None, :]
+        sig = 1.0 / (1.0 + tl.exp(-a))
+        g = dyt * sig * (1.0 + a * (1.0 - sig))
+        own = ((r < OUT_T) & (t < L))[:, None]  # the tokens this tile answers for
+        # dx_t = Σ_j w[K−1−j] g_{t+j} [same sample]: g of the tile's own rows r + j
+        dx = g * w0[None, :]
+        # the tile's g through the program's scratch rows, read back at rows r + j by the threads that need them
+        # (the barriers: every thread's reads of the tile before done, every thread's g written)
+        tl.debug_barrier()
+        tl.store(scr, g)
+        tl.debug_barrier()
         for j in tl.static_range(1, K):
-            # token t + j reads t at lag j when it lies in t's sample
-            g_j = _grad_pre(x_ptr, w_ptr, b_ptr, s_ptr, dy_ptr, row0, t, j, c, L, C, sxt, sxc,
-                            swc, swk, sst, sdt, sdc, K, HAS_BIAS, HAS_SAMPLES, F64)
+            keep = r + j < BLOCK_T
             if HAS_SAMPLES:
-                g_j = tl.where((_sample_at(s_ptr, row0, t, j, L, sst) == s_t)[:, None], g_j, 0.0)
-            dx += g_j * _tap(w_ptr, c, C, swc, swk, K - 1 - j, F64)[None, :]
+                keep &= _sample_at(s_ptr, row0, t, j, L, sst) == s_t
+            g_j = tl.load(scr + j * BLOCK_C, mask=keep[:, None], other=0.0)
+            dx += g_j * _pick(j, w0, w1, w2, w3, w4, w5, w6, w7)[None, :]
+        tl.store(dx_ptr + ((row0 + t) * C)[:, None] + c[None, :], dx.to(dx_ptr.dtype.element_ty),
+                 mask=own & mc[None, :])
+        g = tl.where(own, g, 0.0)
+        db += g
         for j in tl.static_range(K):
-            x = _tile_at(x_ptr, row0, t, -j, c, L, C, sxt, sxc, F64)
             if HAS_SAMPLES:
-                x = tl.where((_sample_at(s_ptr, row0, t, -j, L, sst) == s_t)[:, None], x, 0.0)
+                x = _tile_if(x_ptr, row0, t, -j, c, L, C, sxt, sxc, _sample_at(s_ptr, row0, t, -j, L, sst) == s_t, F64)
+            else:
+                x = _tile_at(x_ptr, row0, t, -j, c, L, C, sxt, sxc, F64)
             part = g * x
             if j == 0:
                 dw0 += part
@@ -197,8 +264,6 @@ def _bwd_kernel(x_ptr, w_ptr, b_ptr, s_ptr, dy_ptr, dx_ptr, dwb_ptr, L, C, sxt, 
                 dw6 += part
             else:
                 dw7 += part
-        tl.store(dx_ptr + ((row0 + t) * C)[:, None] + c[None, :], dx.to(dx_ptr.dtype.element_ty),
-                 mask=(t < L)[:, None] & mc[None, :])
     # partial sums [programs, K + 1, C]: taps 0 .. K − 1 in the weights' order, then the bias
     out = dwb_ptr + (i_b * n_span + pid % n_span) * (K + 1) * C + c
     for j in tl.static_range(K):
@@ -243,16 +308,17 @@ def _short_conv_backward(dy: Tensor, x: Tensor, weight: Tensor, bias: Optional[T
     B, L, C = x.shape
     K = weight.shape[1]
     f64, BC = _flags(x, weight)
-    n_span = triton.cdiv(L, BT_BWD * SPAN_TILES)
+    n_span = triton.cdiv(L, (BT_BWD - K + 1) * SPAN_TILES)
     acc = torch.float64 if f64 else torch.float32
     dx = triton_helpers.new_buffer(B, L, C, dtype=x.dtype, device=x.device)
     parts = triton_helpers.new_buffer(B * n_span, K + 1, C, dtype=acc, device=x.device)
     x, dy, s = _flat_rows(x), _flat_rows(dy), x if samples is None else _flat_rows(samples)
     grid = (B * n_span, triton.cdiv(C, BC))
-    _bwd_kernel[grid](x, weight, weight if bias is None else bias, s, dy, dx, parts, L, C, *x.stride()[1:],
+    scratch = torch.empty(grid[0] * grid[1], BT_BWD, BC, dtype=acc, device=x.device)
+    _bwd_kernel[grid](x, weight, weight if bias is None else bias, s, dy, dx, parts, scratch, L, C, *x.stride()[1:],
                       *weight.stride(), s.stride(1), *dy.stride()[1:], K=K, HAS_BIAS=bias is not None,
                       HAS_SAMPLES=samples is not None, F64=f64, BLOCK_T=BT_BWD, TILES=SPAN_TILES, BLOCK_C=BC,
-                      num_warps=BWD_WARPS)
+                      num_warps=BWD_WARPS, num_stages=1)  # no loads moved across the barriers
     summed = parts.sum(0)  # [K + 1, C]
     db_dtype = weight.dtype if bias is None else bias.dtype
     return dx, summed[:K].t().to(weight.dtype).contiguous(), summed[K].to(db_dtype)
