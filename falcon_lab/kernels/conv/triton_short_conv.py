@@ -215,8 +215,7 @@ def _bwd_kernel(x_ptr, w_ptr, b_ptr, s_ptr, dy_ptr, dx_ptr, dwb_ptr, scr_ptr, L,
         a = x0 * w0[None, :]
         for i in tl.static_range(1, K):
             if HAS_SAMPLES:
-                x = _tile_if(x_ptr, row0, t, -i, c, L, C, sxt, sxc, _sample_at(s_ptr, row0, t, -i, L, sst) == s_t,
-                             F64)
+                x = _tile_if(x_ptr, row0, t, -i, c, L, C, sxt, sxc, _sample_at(s_ptr, row0, t, -i, L, sst) == s_t, F64)
             else:
                 x = _tile_at(x_ptr, row0, t, -i, c, L, C, sxt, sxc, F64)
             a += x * _pick(i, w0, w1, w2, w3, w4, w5, w6, w7)[None, :]
@@ -225,6 +224,31 @@ def _bwd_kernel(x_ptr, w_ptr, b_ptr, s_ptr, dy_ptr, dx_ptr, dwb_ptr, scr_ptr, L,
         sig = 1.0 / (1.0 + tl.exp(-a))
         g = dyt * sig * (1.0 + a * (1.0 - sig))
         own = ((r < OUT_T) & (t < L))[:, None]  # the tokens this tile answers for
+        # the taps' and bias's gradients of its own tokens, before any write (the lags' reads of x the same loads
+        # as a's, once compiled)
+        g_own = tl.where(own, g, 0.0)
+        db += g_own
+        dw0 += g_own * x0
+        for j in tl.static_range(1, K):
+            if HAS_SAMPLES:
+                x = _tile_if(x_ptr, row0, t, -j, c, L, C, sxt, sxc, _sample_at(s_ptr, row0, t, -j, L, sst) == s_t, F64)
+            else:
+                x = _tile_at(x_ptr, row0, t, -j, c, L, C, sxt, sxc, F64)
+            part = g_own * x
+            if j == 1:
+                dw1 += part
+            elif j == 2:
+                dw2 += part
+            elif j == 3:
+                dw3 += part
+            elif j == 4:
+                dw4 += part
+            elif j == 5:
+                dw5 += part
+            elif j == 6:
+                dw6 += part
+            else:
+                dw7 += part
         # dx_t = Σ_j w[K−1−j] g_{t+j} [same sample]: g of the tile's own rows r + j
         dx = g * w0[None, :]
         # the tile's g through the program's scratch rows, read back at rows r + j by the threads that need them
@@ -240,30 +264,6 @@ def _bwd_kernel(x_ptr, w_ptr, b_ptr, s_ptr, dy_ptr, dx_ptr, dwb_ptr, scr_ptr, L,
             dx += g_j * _pick(j, w0, w1, w2, w3, w4, w5, w6, w7)[None, :]
         tl.store(dx_ptr + ((row0 + t) * C)[:, None] + c[None, :], dx.to(dx_ptr.dtype.element_ty),
                  mask=own & mc[None, :])
-        g = tl.where(own, g, 0.0)
-        db += g
-        for j in tl.static_range(K):
-            if HAS_SAMPLES:
-                x = _tile_if(x_ptr, row0, t, -j, c, L, C, sxt, sxc, _sample_at(s_ptr, row0, t, -j, L, sst) == s_t, F64)
-            else:
-                x = _tile_at(x_ptr, row0, t, -j, c, L, C, sxt, sxc, F64)
-            part = g * x
-            if j == 0:
-                dw0 += part
-            elif j == 1:
-                dw1 += part
-            elif j == 2:
-                dw2 += part
-            elif j == 3:
-                dw3 += part
-            elif j == 4:
-                dw4 += part
-            elif j == 5:
-                dw5 += part
-            elif j == 6:
-                dw6 += part
-            else:
-                dw7 += part
     # partial sums [programs, K + 1, C]: taps 0 .. K − 1 in the weights' order, then the bias
     out = dwb_ptr + (i_b * n_span + pid % n_span) * (K + 1) * C + c
     for j in tl.static_range(K):
