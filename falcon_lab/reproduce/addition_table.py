@@ -153,8 +153,8 @@ def mean_std(values: list[float]) -> tuple[float | None, float | None]:
 
 def row_label(row: Any, cfg: Any) -> str:
     """The table's name of a row as the plan trains it: the transformer or RetNet without RoPE is the NoPE one; a Falcon row
-    with a constant ridge in place of its name's ctxλ says λ̄, and one given same-time writes or no output gate
-    says so (the `same-time` preset's rows)."""
+    with a constant ridge in place of its name's ctxλ says λ̄, and one given same-time writes, no output gate, the
+    read before the write or no short convolutions says so (the `same-time` preset's rows, the `tiny` one's)."""
     options = cfg.model.mixer_options
     if cfg.mixer == "transformer" and options.get("rope", True) is False:
         return row.label.replace("(RoPE)", "(NoPE)")
@@ -171,6 +171,10 @@ def row_label(row: Any, cfg: Any) -> str:
         extra.append("same-time writes")
     if options.get("output_gate") is False:
         extra.append("no output gate")
+    if options.get("timing") == "rbw":
+        extra.append("read before write")
+    if options.get("conv") is False:
+        extra.append("no short conv")
     if not extra:
         return label
     return f"{label[:-1]}; {', '.join(extra)})" if label.endswith(")") else f"{label} ({', '.join(extra)})"
@@ -343,7 +347,8 @@ def _model_options(jobs: Sequence[Job]) -> str:
               else f", digit positions (Abacus embeddings) with a random offset of 0–{m.abacus} in training"
                    f"{' per sample' if m.isolate_samples else ''}"
                    f"{f' on {m.abacus_shift_frac:.0%} of them' if m.abacus_shift_frac != 1.0 else ''}"
-                   f"{f', {e.abacus_offset} in evaluation' if e.abacus_offset else ''}")
+                   f"{f', {e.abacus_offset} in evaluation' if e.abacus_offset else ''}"
+                   f"{', the answer carrying the index of the digit it predicts' if m.abacus_ahead else ''}")
     if m.isolate_samples:
         from falcon_lab.mixers import masks_samples, resets_at_samples
 
@@ -358,7 +363,8 @@ def _model_options(jobs: Sequence[Job]) -> str:
 def _options_key(job: Job) -> str:
     m = job.cfg.model
     return json.dumps([m.mixer_options, m.abacus, m.isolate_samples, job.cfg.eval.abacus_offset,
-                       job.cfg.train.max_steps], sort_keys=True, default=str)
+                       job.cfg.train.max_steps, m.abacus_ahead, m.n_heads, job.cfg.optim.lr,
+                       job.cfg.optim.schedule()], sort_keys=True, default=str)
 
 
 def settings_sentence(jobs: Sequence[Job]) -> str:
@@ -382,16 +388,25 @@ def settings_sentence(jobs: Sequence[Job]) -> str:
             by_row.setdefault(job.cfg.mixer, []).append(job)
         phrases = []
         steps = len({j.cfg.train.max_steps for j in jobs}) > 1
+        heads = len({j.cfg.model.n_heads for j in jobs}) > 1
+        rates = len({(j.cfg.optim.lr, j.cfg.optim.schedule()) for j in jobs}) > 1
         for name, mine in by_row.items():
             label = row_label(ROW_BY_NAME[name], mine[0].cfg) if name in ROW_BY_NAME else name
-            own = (f", {mine[0].cfg.train.max_steps} steps" if steps else "") + _model_options(mine)
+            mc, oc = mine[0].cfg.model, mine[0].cfg.optim
+            own = (f", {mine[0].cfg.train.max_steps} steps" if steps else "") + (
+                f", {mc.n_heads} heads" if heads else "") + (
+                f", lr {oc.lr:g} ({oc.schedule()})" if rates else "") + _model_options(mine)
             phrases.append(f"{label}: {own.removeprefix(', ') or 'none'}")
         options, per_row = "", f" Options by row: {'; '.join(phrases)}."
     val, held_out = eval_widths(cfg)
     same_steps = len({j.cfg.train.max_steps for j in jobs}) == 1
-    return (f"Preset `{cfg.preset}`: d_model {m.d_model}, {m.n_layers} layers, {m.n_heads} heads{options}; "
+    same_heads = len({j.cfg.model.n_heads for j in jobs}) == 1
+    same_rate = len({(j.cfg.optim.lr, j.cfg.optim.schedule()) for j in jobs}) == 1
+    return (f"Preset `{cfg.preset}`: d_model {m.d_model}, {m.n_layers} layers, "
+            f"{f'{m.n_heads} heads' if same_heads else 'heads by row'}{options}; "
             f"{f'{t.max_steps} steps' if same_steps else 'steps by row'} "
-            f"of batch {t.batch_size}, lr {cfg.optim.lr:g} ({cfg.optim.schedule()}); train widths "
+            f"of batch {t.batch_size}, "
+            f"{f'lr {cfg.optim.lr:g} ({cfg.optim.schedule()})' if same_rate else 'lr by row'}; train widths "
             f"{d.widths[0]}–{d.widths[1]}{curriculum}{rows}; evaluated every {t.val_every} steps on widths "
             f"{val.start}–{held_out.stop - 1} (held out from {held_out.start}) with "
             f"{e.n_per_length} samples per width ({e.free_per_length} free-running, at the best and the last step); "
