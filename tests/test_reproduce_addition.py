@@ -127,11 +127,17 @@ def test_the_tiny_preset_trains_widths_1_to_6_and_holds_out_7_to_10_in_a_few_row
         cfg = job.cfg
         assert cfg.preset == "addition-cpu" and cfg.data.widths == (1, 6) and cfg.eval.enabled
         assert (cfg.eval.widths, cfg.eval.held_out_from) == ((1, 10), 7)
-    # the rows' own settings: digit positions and samples kept apart, and no RoPE for the transformer; other
-    # rows have none
+    # the rows' own settings: digit positions and samples kept apart, and no RoPE for the transformer; for
+    # falcon-1.3 keys at each digit's own position read before the write, no short convolutions, no ridge or output
+    # gate, two heads and its own rate; other rows have none
     transformer, falcon = jobs[0].cfg.model, jobs[1].cfg.model
     assert (transformer.mixer_options, transformer.abacus, transformer.isolate_samples) == ({"rope": False}, 4, True)
-    assert (falcon.mixer_options, falcon.abacus, falcon.isolate_samples) == ({}, 4, True)
+    assert (transformer.n_heads, transformer.abacus_ahead, jobs[0].cfg.optim.lr) == (4, False, 2e-3)
+    assert jobs[0].cfg.optim.min_lr_ratio == 1.0
+    assert falcon.mixer_options == {"output_gate": False, "alignment": "same_time", "ridge": "const_lambda",
+                                    "lam": 0.0, "conv": False, "timing": "rbw"}
+    assert (falcon.abacus, falcon.isolate_samples, falcon.abacus_ahead, falcon.n_heads) == (4, True, True, 2)
+    assert (jobs[1].cfg.optim.lr, jobs[1].cfg.optim.min_lr_ratio) == (1e-3, 0.1)
     # the transformer's cheaper steps: more of them in the time falcon-1.3 takes beside it
     assert (jobs[0].cfg.train.max_steps, jobs[1].cfg.train.max_steps) == (1000, 700)
     (mamba,) = plan("tiny", parse_rows("mamba2"), seeds=1)
@@ -167,9 +173,14 @@ def test_the_tables_name_the_widths_the_runs_were_trained_and_tested_on(tmp_path
     assert "Held out 33–48" in printed
     # rows of their own settings: the settings sentence names them row by row
     both = settings_sentence(plan("tiny", parse_rows("transformer,falcon-1.3"), seeds=1))
-    assert ("steps by row of batch 32" in both and "Options by row: Transformer (NoPE): 1000 steps, rope=False, "
-            "digit positions (Abacus embeddings) with a random offset of 0–4 in training per sample, attention "
-            "within each packed sample; Falcon-1.3 (QK-RMSNorm, ctxη-ctxλ): 700 steps, digit positions") in both
+    assert "2 layers, heads by row; steps by row of batch 32, lr by row; train widths" in both
+    assert ("Options by row: Transformer (NoPE): 1000 steps, 4 heads, lr 0.002 (warm-up 50, then constant), "
+            "rope=False, digit positions (Abacus embeddings) with a random offset of 0–4 in training per sample, "
+            "attention within each packed sample; Falcon-1.3 (QK-RMSNorm, ctxη, λ̄ = 0; same-time writes, no output "
+            "gate, read before write, no short conv): 700 steps, 2 heads, lr 0.001 (warm-up 50, cosine to 0.1×), "
+            "alignment=same_time, conv=False, lam=0.0, output_gate=False, ridge=const_lambda, timing=rbw, digit "
+            "positions (Abacus embeddings) with a random offset of 0–4 in training per sample, the answer carrying "
+            "the index of the digit it predicts, the state restarted at each packed sample.") in both
 
 
 def test_the_table_names_the_transformer_without_rope_and_the_digit_positions() -> None:
