@@ -97,10 +97,14 @@ def test_cells_keep_the_presets_row_settings_but_their_own_timing_and_pairing() 
                                                                       "lam": 0.0}
     assert jobs[Cell("rbw", "shifted")].cfg.model.mixer_options["timing"] == "rbw"
     assert len({j.run_id for j in jobs.values()}) == 4
-    # the tiny preset's digit positions for falcon-1.3 hold in its cells too
+    # the tiny preset's digit positions for falcon-1.3 hold in its cells too, and its RBW/same-time cell is the
+    # table's run
     tiny = {cell_of(j): j for j in plan("tiny", ["falcon-1.3"], seeds=1)}
-    assert tiny[Cell("raw", "shifted")].run_id == reproduce.plan("tiny", reproduce.parse_rows("falcon-1.3"), 1)[0].run_id
-    assert all(j.cfg.model.isolate_samples for j in tiny.values())
+    (table_run,) = reproduce.plan("tiny", reproduce.parse_rows("falcon-1.3"), 1)
+    assert tiny[Cell("rbw", "same_time")].run_id == table_run.run_id
+    assert all(j.cfg.model.isolate_samples and j.cfg.model.n_heads == 2 for j in tiny.values())
+    assert tiny[Cell("raw", "shifted")].cfg.model.mixer_options == {"output_gate": False, "ridge": "const_lambda",
+                                                                      "lam": 0.0, "conv": False}
 
 
 def test_set_may_not_move_a_cell() -> None:
