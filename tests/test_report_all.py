@@ -80,7 +80,9 @@ def test_lab_report_all_writes_every_section_with_its_provenance_and_figures(rec
             "Commit: runs trained at 16dedb6, 2da8e26, 3d85ec9, 41d6f29, 554ef6c, 674188d, 6bdcac8, 81c0410, aef2957, "
             "c16d0fc, c1db995, e9424eb; table written at aef2957a0522. GPU: NVIDIA H100 80GB HBM3 x1; NVIDIA H200 x1. "
             "Date: 2026-12-06T04:11:42+00:00.") in text
-    assert "`records/addition/tiny` (4 of 4 runs): best val. acc. Transformer (NoPE) 91.7 ± 8.2" in text
+    assert ("`records/addition/tiny` (4 of 4 runs): best val. acc. Falcon-1.3 (QK-RMSNorm, ctxη, λ̄ = 0; same-time "
+            "writes, no output gate, read before write, no short conv) 99.2 ± 1.2; best held-out mean Transformer "
+            "(NoPE) 30.0 ± 7.1.") in text
     assert "GPU: none (CPU: AMD EPYC)" in text
     assert ("`records/addition/regime`: Regimes on one H200 (read in `records/addition/regime/README.md`). "
             "Command: `bash records/device/regime_screen.sh`. Commit: c57fed1. GPU: NVIDIA H200 x1. "
