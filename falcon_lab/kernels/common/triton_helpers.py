@@ -220,3 +220,55 @@ def mm(a, b, PREC: tl.constexpr):
         return tl.dot(a.to(tl.float16), b.to(tl.float16))
     else:
         return tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision=PREC)
+
+
+# Rows of samples told apart by a per-token sample id (``sample_id [B, T]`` int32, non-decreasing along a row; a new
+# id opens a sample whose state starts at zero): the kernels run the rows as they are, in full chunks, and these
+# give each chunk its samples. A token reads and corrects against the state the chunk carries in only if it shares
+# the id of the token before the chunk (the row's first chunk: its first id, whose sample starts from the initial
+# state); the pair products inside a chunk are masked to pairs of one sample.
+
+
+@triton.jit
+def chunk_samples(sid_ptr, i_n, i_c, t, T, C: tl.constexpr):
+    """For chunk ``i_c`` of row ``i_n`` (local tokens ``t``): each token's sample id (tokens past the row's end take
+    its last id: the padding joins the last sample, where g = 0), the id of the sample the carried state belongs to,
+    the id of the chunk's last token, and whether each token opens a sample."""
+    row = sid_ptr + i_n * T
+    at = tl.minimum(t, T - 1)
+    sid = tl.load(row + at)
+    prev = tl.load(row + tl.maximum(i_c * C - 1, 0))
+    last = tl.load(row + tl.minimum(i_c * C + C - 1, T - 1))
+    opens = (t > 0) & (t < T) & (sid != tl.load(row + tl.maximum(at - 1, 0)))
+    return sid, prev, last, opens
+
+
+@triton.jit
+def cut_pairs(x, opens, SHIFTED: tl.constexpr):
+    """Shifted pairs x_t = k_{t−1}: the first token of a sample writes nothing (its x is 0; ``pair_apart``)."""
+    if SHIFTED:
+        x = tl.where(opens[:, None], 0.0, x)
+    return x
+
+
+@triton.jit
+def pair_apart(pair, opens, SHIFTED: tl.constexpr):
+    """Real pairs of rows of samples: shifted, no token that opens a sample is one."""
+    if SHIFTED:
+        pair = pair & (opens == 0)
+    return pair
+
+
+@triton.jit
+def sample_cumsum(x, sid, r):
+    """Σ_{s ≤ t, s in t's sample} x_s along axis 0 of a ``[C]`` tile (r = arange(C)): the chunk-local prefix of
+    each sample, so that every decay ratio the kernels form is a difference of two prefixes of one sample."""
+    m = (r[:, None] >= r[None, :]) & (sid[:, None] == sid[None, :])
+    return tl.sum(tl.where(m, x[None, :], 0.0), 1)
+
+
+@triton.jit
+def sample_rev_cumsum(x, sid, r):
+    """Σ_{s ≥ t, s in t's sample} x_s along axis 0 of a ``[C]`` tile: ``sample_cumsum``'s transpose."""
+    m = (r[None, :] >= r[:, None]) & (sid[:, None] == sid[None, :])
+    return tl.sum(tl.where(m, x[None, :], 0.0), 1)

@@ -26,12 +26,14 @@ from falcon_lab.kernels.window.naive import recurrent_window
 
 
 def triton_regression(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, lam: Tensor, cfg: RuleConfig,
-                      state: FastWeightState, fresh: bool, chunk_size: int = 64,
-                      cu_seqlens: Tensor | None = None) -> tuple[Tensor, FastWeightState]:
-    """falcon-1/2's fused kernels (``falcon_lab.kernels.regression.fused``)."""
+                      state: FastWeightState, fresh: bool, chunk_size: int = 64, cu_seqlens: Tensor | None = None,
+                      sample_id: Tensor | None = None) -> tuple[Tensor, FastWeightState]:
+    """falcon-1/2's fused kernels (``falcon_lab.kernels.regression.fused``); falcon-1's also over rows of samples
+    (``sample_id``)."""
     from falcon_lab.kernels.regression.fused import triton_regression as fused
 
-    return fused(q, k, v, beta, lam, cfg, state, fresh, chunk_size=chunk_size, cu_seqlens=cu_seqlens)
+    return fused(q, k, v, beta, lam, cfg, state, fresh, chunk_size=chunk_size, cu_seqlens=cu_seqlens,
+                 sample_id=sample_id)
 
 
 def triton_inner_product(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, lam: Tensor, cfg: RuleConfig,
@@ -88,7 +90,7 @@ def decayed_attention(q: Tensor, k: Tensor, v: Tensor, eta: Tensor, log_gamma: T
 FALCON_1 = register_rule(RuleSpec(
     "falcon-1", "regression", regression=True, per_channel=False, windowed=False, gain_bound="ridge",
     recurrent=recurrent_regression, masked=masked_regression, chunk=chunk_regression, triton=triton_regression,
-    summary="NLMS on the newest pair: one gain per head"))
+    by_sample_id=True, summary="NLMS on the newest pair: one gain per head"))
 FALCON_2 = register_rule(RuleSpec(
     "falcon-2", "regression", regression=True, per_channel=True, windowed=False, gain_bound="ridge",
     recurrent=recurrent_regression, masked=masked_regression, chunk=chunk_regression, triton=triton_regression,

@@ -26,8 +26,8 @@ class RegressionRule(torch.autograd.Function):
     """(q, k, v, β, λ, S0, last key) -> (o, final S), with the chunked backward in Triton."""
 
     @staticmethod
-    def forward(ctx, q, k, v, beta, lam, S0, lk, cfg, fresh, C, cu_seqlens):
-        lay = Layout(q, cu_seqlens, F2_CHUNK if cfg.per_channel else C)
+    def forward(ctx, q, k, v, beta, lam, S0, lk, cfg, fresh, C, cu_seqlens, sample_id=None):
+        lay = Layout(q, cu_seqlens, F2_CHUNK if cfg.per_channel else C, sample_id)
         run = f2_forward if cfg.per_channel else f1_forward
         keep = launch.KEEP_FOR_BACKWARD and any(ctx.needs_input_grad[:7])
         o, Sf, kept = run(q, k, v, beta, lam, S0, lk, cfg, fresh, lay, keep=keep)
@@ -41,18 +41,22 @@ class RegressionRule(torch.autograd.Function):
         run = f2_backward if ctx.cfg.per_channel else f1_backward
         grads = run(q, k, v, beta, lam, S0, lk, do.contiguous(), None if dSf is None else dSf.contiguous(),
                     ctx.cfg, ctx.fresh, ctx.lay, kept=tuple(kept))
-        return (*grads, None, None, None, None)
+        return (*grads, None, None, None, None, None)
 
 
 def triton_regression(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, lam: Tensor, cfg: RuleConfig,
-                      state: FastWeightState, fresh: bool, chunk_size: int = 64,
-                      cu_seqlens: Tensor | None = None) -> tuple[Tensor, FastWeightState]:
-    """falcon-1/2 over whole sequences (or packed ones, ``cu_seqlens``); o in q's dtype, the state in fp32. The
-    op has checked that the kernels take the inputs (``falcon_lab.kernels.common.checks.fused_refusal``)."""
+                      state: FastWeightState, fresh: bool, chunk_size: int = 64, cu_seqlens: Tensor | None = None,
+                      sample_id: Tensor | None = None) -> tuple[Tensor, FastWeightState]:
+    """falcon-1/2 over whole sequences (or packed ones, ``cu_seqlens``; or, falcon-1 alone, rows of samples told
+    apart by ``sample_id [B, T]`` int32, each row's first sample from its row of the state, the final state each
+    row's after its last token); o in q's dtype, the state in fp32. The op has checked that the kernels take the
+    inputs (``falcon_lab.kernels.common.checks.fused_refusal``, ``check_sample_id``)."""
     q, k, v, beta, lam = (t.contiguous() for t in (q, k, v, beta, lam))
     S0 = state.S.float().contiguous()
     lk = state.last_key.float().contiguous()
-    o, S = RegressionRule.apply(q, k, v, beta, lam, S0, lk, cfg, fresh, chunk_size, cu_seqlens)
+    if sample_id is not None:
+        sample_id = sample_id.to(device=q.device, dtype=torch.int32).contiguous()
+    o, S = RegressionRule.apply(q, k, v, beta, lam, S0, lk, cfg, fresh, chunk_size, cu_seqlens, sample_id)
     last = k[:, -1] if cu_seqlens is None else k[0, cu_seqlens[1:].long() - 1]
     final = FastWeightState(S=S, last_key=last.float(), x_tail=state.x_tail, v_tail=state.v_tail,
                             tail_mask=state.tail_mask)

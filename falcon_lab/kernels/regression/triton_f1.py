@@ -13,6 +13,12 @@ and the exit state is e^{G_C} S + Xᵀ diag(e^{G_C − G}) U. Decay ratios are f
 on the same kernels: η_t and g_t = log γ_t are given (in ``beta`` and ``lam``), and the residual reads the state
 already decayed by γ_t, u_t = η_t (y_t − (γ_t S_{t−1})ᵀ x_t), so G takes Gp's place in L and W (``Gw``); the
 outputs and the exit state are formed as above.
+
+``SAMPLES`` runs rows of samples told apart by their ids (``sid_ptr``, ``[B, T]``; ``triton_helpers.chunk_samples``)
+in full chunks: L and the output products are masked to pairs of one sample (so A is block diagonal by sample), the
+prefixes G restart at each sample, only the tokens of the carried state's sample read it (W's and the reads' other
+rows are 0), and the exit state keeps the carried one only when the chunk's last token is still of its sample, plus
+the writes of the last token's sample.
 """
 
 from __future__ import annotations
@@ -20,7 +26,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from falcon_lab.kernels.common.triton_helpers import chunk_of, gates, is_pair, load_pairs, mm, seq_bounds, state_tile
+from falcon_lab.kernels.common.triton_helpers import (chunk_of, chunk_samples, cut_pairs, gates, is_pair, load_pairs, mm,
+                                                      pair_apart, sample_cumsum, seq_bounds, state_tile)
 
 
 @triton.jit
@@ -48,12 +55,12 @@ def unit_lower_inverse(L, C: tl.constexpr, PREC: tl.constexpr):
 
 
 @triton.jit
-def f1_prep_kernel(k_ptr, v_ptr, beta_ptr, lam_ptr, lk_ptr, cu_ptr, cidx_ptr,
+def f1_prep_kernel(k_ptr, v_ptr, beta_ptr, lam_ptr, lk_ptr, cu_ptr, cidx_ptr, sid_ptr,
                    A_ptr, W_ptr, Ut_ptr, eta_ptr, G_ptr, g_ptr, T, NT, eps, floor,
                    H: tl.constexpr, Dk: tl.constexpr, Dv: tl.constexpr, C: tl.constexpr,
                    BK: tl.constexpr, BV: tl.constexpr, SHIFTED: tl.constexpr, FRESH: tl.constexpr,
                    NORMALIZE: tl.constexpr, COUPLED: tl.constexpr, GATED_DELTA: tl.constexpr,
-                   IS_VARLEN: tl.constexpr, PREC: tl.constexpr, SOLVE_PREC: tl.constexpr):
+                   IS_VARLEN: tl.constexpr, SAMPLES: tl.constexpr, PREC: tl.constexpr, SOLVE_PREC: tl.constexpr):
     """Per chunk: η, g, G, the UT transform A, W = A diag(η e^{Gw}) X and Ũ = A diag(η) Y (Gw = Gp, or G for
     the gated delta rule). SOLVE_PREC: the inverse's matmuls (errors in A reach every output;
     launch.SOLVE_PRECISION says which)."""
@@ -64,33 +71,49 @@ def f1_prep_kernel(k_ptr, v_ptr, beta_ptr, lam_ptr, lk_ptr, cu_ptr, cidx_ptr,
     t = i_c * C + r
     valid = t < T_n
     rows = bos + t
+    if SAMPLES:
+        sid, prev, _, opens = chunk_samples(sid_ptr, i_n, i_c, t, T, C)
     energy = tl.zeros([C], dtype=tl.float32)
     gram = tl.zeros([C, C], dtype=tl.float32)
     for i_k in range(0, tl.cdiv(Dk, BK)):
         x = load_pairs(k_ptr, lk_ptr, bos, t, T_n, i_n, i_h, i_k * BK + tl.arange(0, BK), H, Dk,
                        SHIFTED, FRESH)
+        if SAMPLES:
+            x = cut_pairs(x, opens, SHIFTED)
         energy += tl.sum(x * x, 1)
         gram += mm(x, tl.trans(x), PREC)
     beta = tl.load(beta_ptr + rows * H + i_h, mask=valid, other=0.0).to(tl.float32)
     lam = tl.load(lam_ptr + rows * H + i_h, mask=valid, other=0.0).to(tl.float32)
+    pair = is_pair(t, valid, SHIFTED, FRESH)
+    if SAMPLES:
+        pair = pair_apart(pair, opens, SHIFTED)
     if GATED_DELTA:  # η and log γ given (beta, lam); the decay of a token reaches the state before the pair's gate
-        eta = tl.where(is_pair(t, valid, SHIFTED, FRESH), beta, 0.0)
+        eta = tl.where(pair, beta, 0.0)
         g = tl.where(valid, lam, 0.0)
     else:
-        eta, g = gates(beta, lam, energy, is_pair(t, valid, SHIFTED, FRESH), eps, floor, NORMALIZE, COUPLED)
-    G = tl.cumsum(g, 0)
+        eta, g = gates(beta, lam, energy, pair, eps, floor, NORMALIZE, COUPLED)
+    if SAMPLES:
+        G = sample_cumsum(g, sid, r)
+    else:
+        G = tl.cumsum(g, 0)
     Gw = G if GATED_DELTA else G - g  # the prefix at which the residual reads the state
     tl.store(eta_ptr + rows * H + i_h, eta, mask=valid)
     tl.store(G_ptr + rows * H + i_h, G, mask=valid)
     tl.store(g_ptr + rows * H + i_h, g, mask=valid)
     strict = (r[:, None] > r[None, :]) & valid[:, None] & valid[None, :]
+    if SAMPLES:
+        strict = strict & (sid[:, None] == sid[None, :])
     decay = tl.where(strict, tl.exp(tl.where(strict, Gw[:, None] - G[None, :], 0.0)), 0.0)
     A = unit_lower_inverse(eta[:, None] * decay * gram, C, SOLVE_PREC)
     tl.store(A_ptr + (rows * H + i_h)[:, None] * C + r[None, :], A, mask=valid[:, None])
     scale_w = eta * tl.exp(Gw)
+    if SAMPLES:  # W's rows of the tokens of other samples than the carried state's are 0 (A is block diagonal)
+        scale_w = tl.where(sid == prev, scale_w, 0.0)
     for i_k in range(0, tl.cdiv(Dk, BK)):
         offs_k = i_k * BK + tl.arange(0, BK)
         x = load_pairs(k_ptr, lk_ptr, bos, t, T_n, i_n, i_h, offs_k, H, Dk, SHIFTED, FRESH)
+        if SAMPLES:
+            x = cut_pairs(x, opens, SHIFTED)
         w = mm(A, scale_w[:, None] * x, PREC)
         tl.store(W_ptr + (rows * H + i_h)[:, None] * Dk + offs_k[None, :], w.to(W_ptr.dtype.element_ty),
                  mask=valid[:, None] & (offs_k < Dk)[None, :])
@@ -103,10 +126,10 @@ def f1_prep_kernel(k_ptr, v_ptr, beta_ptr, lam_ptr, lk_ptr, cu_ptr, cidx_ptr,
 
 
 @triton.jit
-def f1_state_kernel(k_ptr, lk_ptr, W_ptr, Ut_ptr, G_ptr, S0_ptr, cu_ptr, coff_ptr, h_ptr, U_ptr, Sf_ptr,
+def f1_state_kernel(k_ptr, lk_ptr, W_ptr, Ut_ptr, G_ptr, S0_ptr, cu_ptr, coff_ptr, sid_ptr, h_ptr, U_ptr, Sf_ptr,
                     T, H: tl.constexpr, Dk: tl.constexpr, Dv: tl.constexpr, C: tl.constexpr,
                     BK: tl.constexpr, BV: tl.constexpr, SHIFTED: tl.constexpr, FRESH: tl.constexpr,
-                    IS_VARLEN: tl.constexpr, STORE_H: tl.constexpr, PREC: tl.constexpr):
+                    IS_VARLEN: tl.constexpr, SAMPLES: tl.constexpr, STORE_H: tl.constexpr, PREC: tl.constexpr):
     """The inter-chunk recurrence over one sequence and a block of value columns: U = Ũ − W S per chunk,
     then S ← e^{G_C} S + Xᵀ diag(e^{G_C − G}) U. Stores every chunk's entry state when asked."""
     i_v, i_nh = tl.program_id(0), tl.program_id(1)
@@ -132,15 +155,22 @@ def f1_state_kernel(k_ptr, lk_ptr, W_ptr, Ut_ptr, G_ptr, S0_ptr, cu_ptr, coff_pt
         G_last = tl.load(G_ptr + (bos + i_c * C + last) * H + i_h)
         x = load_pairs(k_ptr, lk_ptr, bos, t, T_n, i_n, i_h, offs_k, H, Dk, SHIFTED, FRESH)
         carry = tl.where(valid, tl.exp(tl.where(valid, G_last - G, 0.0)), 0.0)
-        S = tl.exp(G_last) * S + mm(tl.trans(x), carry[:, None] * u, PREC)
+        keep = tl.exp(G_last)
+        if SAMPLES:  # the exit state is the last token's sample's: the carried one only if that is its sample
+            sid, prev, sid_last, opens = chunk_samples(sid_ptr, i_n, i_c, t, T, C)
+            x = cut_pairs(x, opens, SHIFTED)
+            carry = tl.where(sid == sid_last, carry, 0.0)
+            keep = tl.where(sid_last == prev, keep, 0.0)
+        S = keep * S + mm(tl.trans(x), carry[:, None] * u, PREC)
     tl.store(Sf_ptr + (i_n * H + i_h) * Dk * Dv + p_S, S, mask=m_kv)
 
 
 @triton.jit
-def f1_intra_kernel(q_ptr, k_ptr, lk_ptr, h_ptr, src_ptr, G_ptr, g_ptr, cu_ptr, cidx_ptr, out_ptr, T, NT,
+def f1_intra_kernel(q_ptr, k_ptr, lk_ptr, h_ptr, src_ptr, G_ptr, g_ptr, cu_ptr, cidx_ptr, sid_ptr, out_ptr, T, NT,
                     H: tl.constexpr, Dk: tl.constexpr, Dv: tl.constexpr, C: tl.constexpr,
                     BK: tl.constexpr, BV: tl.constexpr, SHIFTED: tl.constexpr, FRESH: tl.constexpr,
-                    RBW: tl.constexpr, BACKWARD: tl.constexpr, IS_VARLEN: tl.constexpr, PREC: tl.constexpr):
+                    RBW: tl.constexpr, BACKWARD: tl.constexpr, IS_VARLEN: tl.constexpr, SAMPLES: tl.constexpr,
+                    PREC: tl.constexpr):
     """Forward: o = diag(e^{Gr}) Q S + (M ⊙ Q Xᵀ) U from src = U.
     Backward: the chunk-local part of dU, (M ⊙ Q Xᵀ)ᵀ dO from src = dO (fp32 out)."""
     i_v, pid, i_h = tl.program_id(0), tl.program_id(1), tl.program_id(2)
@@ -152,6 +182,8 @@ def f1_intra_kernel(q_ptr, k_ptr, lk_ptr, h_ptr, src_ptr, G_ptr, g_ptr, cu_ptr, 
     rows = bos + t
     offs_v = i_v * BV + tl.arange(0, BV)
     mv = offs_v < Dv
+    if SAMPLES:
+        sid, prev, _, opens = chunk_samples(sid_ptr, i_n, i_c, t, T, C)
     qx = tl.zeros([C, C], dtype=tl.float32)
     qs = tl.zeros([C, BV], dtype=tl.float32)
     for i_k in range(0, tl.cdiv(Dk, BK)):
@@ -160,6 +192,8 @@ def f1_intra_kernel(q_ptr, k_ptr, lk_ptr, h_ptr, src_ptr, G_ptr, g_ptr, cu_ptr, 
         qk = tl.load(q_ptr + (rows * H + i_h)[:, None] * Dk + offs_k[None, :], mask=valid[:, None] & mk[None, :],
                      other=0.0).to(tl.float32)
         x = load_pairs(k_ptr, lk_ptr, bos, t, T_n, i_n, i_h, offs_k, H, Dk, SHIFTED, FRESH)
+        if SAMPLES:
+            x = cut_pairs(x, opens, SHIFTED)
         qx += mm(qk, tl.trans(x), PREC)
         if not BACKWARD:
             S = tl.load(h_ptr + (pid * H + i_h) * Dk * Dv + offs_k[:, None] * Dv + offs_v[None, :],
@@ -173,12 +207,17 @@ def f1_intra_kernel(q_ptr, k_ptr, lk_ptr, h_ptr, src_ptr, G_ptr, g_ptr, cu_ptr, 
         Gr = G
         mask = (r[:, None] >= r[None, :])
     mask = mask & valid[:, None] & valid[None, :]
+    if SAMPLES:
+        mask = mask & (sid[:, None] == sid[None, :])
     mq = tl.where(mask, tl.exp(tl.where(mask, Gr[:, None] - G[None, :], 0.0)), 0.0) * qx
     m = valid[:, None] & mv[None, :]
     src = tl.load(src_ptr + (rows * H + i_h)[:, None] * Dv + offs_v[None, :], mask=m, other=0.0).to(tl.float32)
     if BACKWARD:
         tl.store(out_ptr + (rows * H + i_h)[:, None] * Dv + offs_v[None, :], mm(tl.trans(mq), src, PREC), mask=m)
     else:
-        o = tl.exp(Gr)[:, None] * qs + mm(mq, src, PREC)
+        read = tl.exp(Gr)
+        if SAMPLES:  # only the tokens of the carried state's sample read it
+            read = tl.where(sid == prev, read, 0.0)
+        o = read[:, None] * qs + mm(mq, src, PREC)
         tl.store(out_ptr + (rows * H + i_h)[:, None] * Dv + offs_v[None, :], o.to(out_ptr.dtype.element_ty),
                  mask=m)

@@ -8,7 +8,8 @@ U = A B:
     dL  = −dB Uᵀ (strictly lower), L[t, s] = η_t e^{Gp_t − G_s} x_tᵀ x_s
 and the rest (dq, dx, dy, dη and the decay-prefix gradients, then dβ, dλ) follows chunk by chunk. For the gated
 delta rule (``GATED_DELTA``) G stands in Gp's place in L and in the write diag(η e^{Gp}), so their decay
-gradients go to dG, and dη, d log γ are the gradients of the given ``beta`` and ``lam``.
+gradients go to dG, and dη, d log γ are the gradients of the given ``beta`` and ``lam``. ``SAMPLES`` (rows of
+samples, ``triton_f1``) masks the same products as the forward: the state gradient flows back only within a sample.
 """
 
 from __future__ import annotations
@@ -16,16 +17,17 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from falcon_lab.kernels.common.triton_helpers import (chunk_of, gates, gates_grad, is_pair, load_pairs, mm, rev_cumsum,
-                                           seq_bounds, state_tile)
+from falcon_lab.kernels.common.triton_helpers import (chunk_of, chunk_samples, cut_pairs, gates, gates_grad, is_pair,
+                                                      load_pairs, mm, pair_apart, rev_cumsum, sample_cumsum,
+                                                      sample_rev_cumsum, seq_bounds, state_tile)
 
 
 @triton.jit
 def f1_dstate_kernel(q_ptr, k_ptr, lk_ptr, do_ptr, dul_ptr, A_ptr, eta_ptr, G_ptr, g_ptr, dSf_ptr,
-                     cu_ptr, coff_ptr, dh_ptr, dB_ptr, dS0_ptr, T, H: tl.constexpr, Dk: tl.constexpr,
+                     cu_ptr, coff_ptr, sid_ptr, dh_ptr, dB_ptr, dS0_ptr, T, H: tl.constexpr, Dk: tl.constexpr,
                      Dv: tl.constexpr, C: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
                      SHIFTED: tl.constexpr, FRESH: tl.constexpr, RBW: tl.constexpr, HAS_DSF: tl.constexpr,
-                     GATED_DELTA: tl.constexpr, IS_VARLEN: tl.constexpr, PREC: tl.constexpr):
+                     GATED_DELTA: tl.constexpr, IS_VARLEN: tl.constexpr, SAMPLES: tl.constexpr, PREC: tl.constexpr):
     """The reverse recurrence over one sequence and a block of value columns: stores every chunk's exit-state
     gradient dS_C and dB = Aᵀ dU, and the gradient of the initial state."""
     i_v, i_nh = tl.program_id(0), tl.program_id(1)
@@ -53,6 +55,13 @@ def f1_dstate_kernel(q_ptr, k_ptr, lk_ptr, do_ptr, dul_ptr, A_ptr, eta_ptr, G_pt
         qk = tl.load(q_ptr + (rows * H + i_h)[:, None] * Dk + offs_k[None, :], mask=m_k, other=0.0)
         do = tl.load(do_ptr + (rows * H + i_h)[:, None] * Dv + offs_v[None, :], mask=m_v, other=0.0)
         carry = tl.where(valid, tl.exp(tl.where(valid, G_last - G, 0.0)), 0.0)
+        keep = tl.exp(G_last)
+        if SAMPLES:
+            sid, prev, sid_last, opens = chunk_samples(sid_ptr, i_n, i_c, t, T, C)
+            x = cut_pairs(x, opens, SHIFTED)
+            carry = tl.where(sid == sid_last, carry, 0.0)
+            keep = tl.where(sid_last == prev, keep, 0.0)
+            cont = sid == prev
         du = tl.load(dul_ptr + (rows * H + i_h)[:, None] * Dv + offs_v[None, :], mask=m_v, other=0.0)
         du += carry[:, None] * mm(x, dS, PREC)
         A = tl.load(A_ptr + (rows * H + i_h)[:, None] * C + r[None, :], mask=valid[:, None], other=0.0)
@@ -62,18 +71,21 @@ def f1_dstate_kernel(q_ptr, k_ptr, lk_ptr, do_ptr, dul_ptr, A_ptr, eta_ptr, G_pt
         read = tl.where(valid, tl.exp(Gr), 0.0)
         Gw = G if GATED_DELTA else G - g
         write = tl.where(valid, eta * tl.exp(Gw), 0.0)
-        dS = (tl.exp(G_last) * dS + mm(tl.trans(qk), read[:, None] * do, PREC)
+        if SAMPLES:  # the entry state reaches the tokens of its own sample alone
+            read = tl.where(cont, read, 0.0)
+            write = tl.where(cont, write, 0.0)
+        dS = (keep * dS + mm(tl.trans(qk), read[:, None] * do, PREC)
               - mm(tl.trans(x), write[:, None] * dB, PREC))
     tl.store(dS0_ptr + (i_n * H + i_h) * Dk * Dv + p_S, dS, mask=m_kv)
 
 
 @triton.jit
 def f1_grad_kernel(q_ptr, k_ptr, v_ptr, beta_ptr, lam_ptr, lk_ptr, do_ptr, U_ptr, dB_ptr, h_ptr, dh_ptr,
-                   cu_ptr, cidx_ptr, dq_ptr, dx_ptr, dv_ptr, dbeta_ptr, dlam_ptr, de_ptr, T, NT, eps, floor,
+                   cu_ptr, cidx_ptr, sid_ptr, dq_ptr, dx_ptr, dv_ptr, dbeta_ptr, dlam_ptr, de_ptr, T, NT, eps, floor,
                    H: tl.constexpr, Dk: tl.constexpr, Dv: tl.constexpr, C: tl.constexpr,
                    BK: tl.constexpr, BV: tl.constexpr, SHIFTED: tl.constexpr, FRESH: tl.constexpr,
                    RBW: tl.constexpr, NORMALIZE: tl.constexpr, COUPLED: tl.constexpr, GATED_DELTA: tl.constexpr,
-                   IS_VARLEN: tl.constexpr, PREC: tl.constexpr):
+                   IS_VARLEN: tl.constexpr, SAMPLES: tl.constexpr, PREC: tl.constexpr):
     """Per chunk: dq, dv, dβ, dλ, the write features' gradient without the energy path (dx) and dE."""
     pid, i_h = tl.program_id(0), tl.program_id(1)
     i_n, i_c = chunk_of(pid, cidx_ptr, NT, IS_VARLEN)
@@ -84,33 +96,52 @@ def f1_grad_kernel(q_ptr, k_ptr, v_ptr, beta_ptr, lam_ptr, lk_ptr, do_ptr, U_ptr
     rows = bos + t
     p_h = h_ptr + (pid * H + i_h) * Dk * Dv
     p_dh = dh_ptr + (pid * H + i_h) * Dk * Dv
+    if SAMPLES:
+        sid, prev, sid_last, opens = chunk_samples(sid_ptr, i_n, i_c, t, T, C)
     # the gates again (cheaper than storing them): energy needs the whole write feature
     energy = tl.zeros([C], dtype=tl.float32)
     for i_k in range(0, tl.cdiv(Dk, BK)):
         x = load_pairs(k_ptr, lk_ptr, bos, t, T_n, i_n, i_h, i_k * BK + tl.arange(0, BK), H, Dk,
                        SHIFTED, FRESH)
+        if SAMPLES:
+            x = cut_pairs(x, opens, SHIFTED)
         energy += tl.sum(x * x, 1)
     beta = tl.load(beta_ptr + rows * H + i_h, mask=valid, other=0.0).to(tl.float32)
     lam = tl.load(lam_ptr + rows * H + i_h, mask=valid, other=0.0).to(tl.float32)
     pair = is_pair(t, valid, SHIFTED, FRESH)
+    if SAMPLES:
+        pair = pair_apart(pair, opens, SHIFTED)
     if GATED_DELTA:
         eta = tl.where(pair, beta, 0.0)
         g = tl.where(valid, lam, 0.0)
     else:
         eta, g = gates(beta, lam, energy, pair, eps, floor, NORMALIZE, COUPLED)
-    G = tl.cumsum(g, 0)
+    if SAMPLES:
+        G = sample_cumsum(g, sid, r)
+    else:
+        G = tl.cumsum(g, 0)
     Gp = G - g
     Gw = G if GATED_DELTA else Gp  # the prefix at which the residual reads the state
     G_last = tl.sum(tl.where(r == C - 1, G, 0.0), 0)  # padded rows have g = 0: G there is the last G
     Gr = Gp if RBW else G
     lower = (r[:, None] > r[None, :]) if RBW else (r[:, None] >= r[None, :])
     lower = lower & valid[:, None] & valid[None, :]
-    M = tl.where(lower, tl.exp(tl.where(lower, Gr[:, None] - G[None, :], 0.0)), 0.0)
     strict = (r[:, None] > r[None, :]) & valid[:, None] & valid[None, :]
-    Dl = tl.where(strict, tl.exp(tl.where(strict, Gw[:, None] - G[None, :], 0.0)), 0.0)
     carry = tl.where(valid, tl.exp(G_last - G), 0.0)
+    wread = tl.where(valid, tl.exp(Gw), 0.0)  # where the correction reads the entry state
     read = tl.where(valid, tl.exp(Gr), 0.0)
-    write = tl.where(valid, eta * tl.exp(Gw), 0.0)
+    keep = tl.exp(G_last)
+    if SAMPLES:  # the products of one sample's pairs; the entry state read and corrected by its own sample's tokens
+        same = sid[:, None] == sid[None, :]
+        lower = lower & same
+        strict = strict & same
+        carry = tl.where(sid == sid_last, carry, 0.0)
+        wread = tl.where(sid == prev, wread, 0.0)
+        read = tl.where(sid == prev, read, 0.0)
+        keep = tl.where(sid_last == prev, keep, 0.0)
+    M = tl.where(lower, tl.exp(tl.where(lower, Gr[:, None] - G[None, :], 0.0)), 0.0)
+    Dl = tl.where(strict, tl.exp(tl.where(strict, Gw[:, None] - G[None, :], 0.0)), 0.0)
+    write = eta * wread
 
     # value blocks: dO Uᵀ, dL = −dB Uᵀ, dy = η dB and the target part of dη
     dou = tl.zeros([C, C], dtype=tl.float32)
@@ -147,6 +178,8 @@ def f1_grad_kernel(q_ptr, k_ptr, v_ptr, beta_ptr, lam_ptr, lk_ptr, do_ptr, U_ptr
         pk = (rows * H + i_h)[:, None] * Dk + offs_k[None, :]
         qk = tl.load(q_ptr + pk, mask=m_k, other=0.0).to(tl.float32)
         x = load_pairs(k_ptr, lk_ptr, bos, t, T_n, i_n, i_h, offs_k, H, Dk, SHIFTED, FRESH)
+        if SAMPLES:
+            x = cut_pairs(x, opens, SHIFTED)
         qx += mm(qk, tl.trans(x), PREC)
         gram += mm(x, tl.trans(x), PREC)
         do_h = tl.zeros([C, BK], dtype=tl.float32)
@@ -180,9 +213,9 @@ def f1_grad_kernel(q_ptr, k_ptr, v_ptr, beta_ptr, lam_ptr, lk_ptr, do_ptr, U_ptr
     P3 = MD * qx
     D2 = dL * Dl * gram
     P2 = D2 * eta[:, None]
-    deta += tl.sum(D2, 1) - tl.where(valid, tl.exp(Gw), 0.0) * wb
+    deta += tl.sum(D2, 1) - wread * wb
     dG = -tl.sum(P3, 0) - tl.sum(P2, 0) - zs
-    dG += tl.where(r == C - 1, tl.sum(zs, 0) + tl.exp(G_last) * tl.sum(hs, 0), 0.0)
+    dG += tl.where(r == C - 1, tl.sum(zs, 0) + keep * tl.sum(hs, 0), 0.0)
     if GATED_DELTA:  # L's rows and the write read at G
         dG += tl.sum(P2, 1) - write * wb
         dGp = tl.zeros([C], dtype=tl.float32)
@@ -192,7 +225,10 @@ def f1_grad_kernel(q_ptr, k_ptr, v_ptr, beta_ptr, lam_ptr, lk_ptr, do_ptr, U_ptr
         dGp += dGr + tl.sum(P3, 1)
     else:
         dG += dGr + tl.sum(P3, 1)
-    dg = rev_cumsum(dG) + rev_cumsum(dGp) - dGp
+    if SAMPLES:
+        dg = sample_rev_cumsum(dG + dGp, sid, r) - dGp
+    else:
+        dg = rev_cumsum(dG) + rev_cumsum(dGp) - dGp
     if GATED_DELTA:
         dbeta = tl.where(pair, deta, 0.0)
         dlam = tl.where(valid, dg, 0.0)

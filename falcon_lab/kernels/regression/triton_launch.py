@@ -51,10 +51,14 @@ F2_SOLVE = "inverses"
 
 
 class Layout:
-    """Where the sequences and their chunks lie: a batch of B sequences of T tokens, or packed ones."""
+    """Where the sequences and their chunks lie: a batch of B sequences of T tokens, or packed ones; or (falcon-1)
+    B rows of samples told apart by ``sample_id [B, T]`` (int32, non-decreasing along a row), in the batch's
+    chunks."""
 
-    def __init__(self, q: Tensor, cu_seqlens: Tensor | None, C: int):
+    def __init__(self, q: Tensor, cu_seqlens: Tensor | None, C: int, sample_id: Tensor | None = None):
         B, T, H, _ = q.shape
+        self.samples = sample_id is not None
+        self.sid = q if sample_id is None else sample_id  # never read without samples
         self.T, self.H, self.C = T, H, C
         if F2_SOLVE not in F2_SOLVES:
             raise ValueError(f"F2_SOLVE={F2_SOLVE!r}; accepted: {', '.join(F2_SOLVES)}")
@@ -122,6 +126,11 @@ def _gate_flags(cfg: RuleConfig) -> dict:
     return dict(NORMALIZE=cfg.normalize, COUPLED=cfg.scale_coupled_ridge)
 
 
+def _samples(lay: Layout) -> dict:
+    """falcon-1's kernels' flag of rows of samples (``Layout.sid`` is passed beside the packed tables)."""
+    return dict(SAMPLES=lay.samples)
+
+
 def _f1_chunks(k, v, beta, lam, lk, cfg, fresh, lay, prec):
     """The UT transform of every chunk: A, W, Ũ and the per-token η, G, g (fp32)."""
     rows, Dk, Dv, dev = k.shape[0] * k.shape[1], k.shape[-1], v.shape[-1], k.device
@@ -131,9 +140,10 @@ def _f1_chunks(k, v, beta, lam, lk, cfg, fresh, lay, prec):
     Ut = _f32(rows, lay.H, Dv, device=dev)
     eta, G, g = (_f32(rows, lay.H, device=dev) for _ in range(3))
     f1_prep_kernel[(lay.n_chunks, lay.H)](
-        k, v, beta, lam, lk, lay.cu, lay.cidx, A, W, Ut, eta, G, g, lay.T, lay.NT, cfg.eps, cfg.decay_floor,
-        Dk=Dk, Dv=Dv, SOLVE_PREC=solve_precision(k.dtype), GATED_DELTA=cfg.gated_delta,
-        **_flags(cfg, fresh, lay, prec), **_gate_flags(cfg), **launch_config("f1_prep", Dk, Dv, lay.C))
+        k, v, beta, lam, lk, lay.cu, lay.cidx, lay.sid, A, W, Ut, eta, G, g, lay.T, lay.NT, cfg.eps,
+        cfg.decay_floor, Dk=Dk, Dv=Dv, SOLVE_PREC=solve_precision(k.dtype), GATED_DELTA=cfg.gated_delta,
+        **_flags(cfg, fresh, lay, prec), **_samples(lay), **_gate_flags(cfg),
+        **launch_config("f1_prep", Dk, Dv, lay.C))
     return A, W, Ut, eta, G, g
 
 
@@ -145,8 +155,8 @@ def _f1_states(k, lk, W, Ut, G, S0, cfg, fresh, lay, prec):
     h = _f32(lay.n_chunks, lay.H, Dk, Dv, device=dev)
     conf = launch_config("f1_state", Dk, Dv, lay.C)
     f1_state_kernel[(triton.cdiv(Dv, conf["BV"]), lay.N * lay.H)](
-        k, lk, W, Ut, G, S0, lay.cu, lay.coff, h, U, Sf, lay.T, Dk=Dk, Dv=Dv, STORE_H=True,
-        **_flags(cfg, fresh, lay, prec), **conf)
+        k, lk, W, Ut, G, S0, lay.cu, lay.coff, lay.sid, h, U, Sf, lay.T, Dk=Dk, Dv=Dv, STORE_H=True,
+        **_flags(cfg, fresh, lay, prec), **_samples(lay), **conf)
     return U, Sf, h
 
 
@@ -154,8 +164,8 @@ def _f1_intra(q, k, lk, h, src, G, g, out, cfg, fresh, lay, prec, backward):
     Dk, Dv = k.shape[-1], src.shape[-1]
     conf = launch_config("f1_intra", Dk, Dv, lay.C)
     f1_intra_kernel[(triton.cdiv(Dv, conf["BV"]), lay.n_chunks, lay.H)](
-        q, k, lk, h, src, G, g, lay.cu, lay.cidx, out, lay.T, lay.NT, Dk=Dk, Dv=Dv, RBW=cfg.timing == "rbw",
-        BACKWARD=backward, **_flags(cfg, fresh, lay, prec), **conf)
+        q, k, lk, h, src, G, g, lay.cu, lay.cidx, lay.sid, out, lay.T, lay.NT, Dk=Dk, Dv=Dv,
+        RBW=cfg.timing == "rbw", BACKWARD=backward, **_flags(cfg, fresh, lay, prec), **_samples(lay), **conf)
 
 
 def f1_forward(q, k, v, beta, lam, S0, lk, cfg, fresh, lay, keep=False):
@@ -185,17 +195,18 @@ def f1_backward(q, k, v, beta, lam, S0, lk, do, dSf, cfg, fresh, lay, kept=()):
     dS0 = _f32(*S0.shape, device=dev)
     conf = launch_config("f1_dstate", Dk, Dv, lay.C)
     f1_dstate_kernel[(triton.cdiv(Dv, conf["BV"]), lay.N * lay.H)](
-        q, k, lk, do, dul, A, eta, G, g, dSf if dSf is not None else dS0, lay.cu, lay.coff, dh, dB, dS0, lay.T,
-        Dk=Dk, Dv=Dv, RBW=cfg.timing == "rbw", HAS_DSF=dSf is not None, GATED_DELTA=cfg.gated_delta,
-        **_flags(cfg, fresh, lay, prec), **conf)
+        q, k, lk, do, dul, A, eta, G, g, dSf if dSf is not None else dS0, lay.cu, lay.coff, lay.sid, dh, dB, dS0,
+        lay.T, Dk=Dk, Dv=Dv, RBW=cfg.timing == "rbw", HAS_DSF=dSf is not None, GATED_DELTA=cfg.gated_delta,
+        **_flags(cfg, fresh, lay, prec), **_samples(lay), **conf)
     del dul, A
     dq, dv, dbeta, dlam = _like(q), _like(v), _like(beta), _like(lam)
     dx = _f32(rows, lay.H, Dk, device=dev)
     de = _f32(rows, lay.H, device=dev)
     f1_grad_kernel[(lay.n_chunks, lay.H)](
-        q, k, v, beta, lam, lk, do, U, dB, h, dh, lay.cu, lay.cidx, dq, dx, dv, dbeta, dlam, de, lay.T, lay.NT,
-        cfg.eps, cfg.decay_floor, Dk=Dk, Dv=Dv, RBW=cfg.timing == "rbw", GATED_DELTA=cfg.gated_delta,
-        **_gate_flags(cfg), **_flags(cfg, fresh, lay, prec), **launch_config("f1_grad", Dk, Dv, lay.C))
+        q, k, v, beta, lam, lk, do, U, dB, h, dh, lay.cu, lay.cidx, lay.sid, dq, dx, dv, dbeta, dlam, de, lay.T,
+        lay.NT, cfg.eps, cfg.decay_floor, Dk=Dk, Dv=Dv, RBW=cfg.timing == "rbw", GATED_DELTA=cfg.gated_delta,
+        **_gate_flags(cfg), **_flags(cfg, fresh, lay, prec), **_samples(lay),
+        **launch_config("f1_grad", Dk, Dv, lay.C))
     dk, dlk = finish_dk(k, lk, dx, de, cfg, fresh, lay)
     return dq, dk, dv, dbeta, dlam, dS0, dlk
 
@@ -278,6 +289,7 @@ def finish_dk(k: Tensor, lk: Tensor, dx: Tensor, de: Tensor, cfg: RuleConfig, fr
     dk = torch.zeros_like(k)  # shifted: the last key of a sequence writes no pair in it
     dlk = torch.zeros_like(lk)
     finish_dk_kernel[(lay.n_chunks, lay.H)](
-        k, lk, dx, de, lay.cu, lay.cidx, dk, dlk, lay.T, lay.NT, H=lay.H, Dk=Dk, BT=lay.C, SHIFTED=cfg.shifted,
-        FRESH=fresh, IS_VARLEN=lay.varlen, **launch_config("finish_dk", Dk, Dk, lay.C))
+        k, lk, dx, de, lay.cu, lay.cidx, lay.sid, dk, dlk, lay.T, lay.NT, H=lay.H, Dk=Dk, BT=lay.C,
+        SHIFTED=cfg.shifted, FRESH=fresh, IS_VARLEN=lay.varlen, SAMPLES=lay.samples,
+        **launch_config("finish_dk", Dk, Dk, lay.C))
     return dk, dlk
