@@ -17,7 +17,7 @@ from torch import Tensor
 
 from falcon_lab.kernels.common import grid
 from falcon_lab.kernels.common.checks import (check_cu_seqlens, check_floating_on_one_device, check_qkv, check_real,
-                                   check_sequence_options, check_shape, fused_refusal, start_state)
+                                   check_sample_id, check_sequence_options, check_shape, fused_refusal, start_state)
 from falcon_lab.kernels.common.config import RuleConfig
 from falcon_lab.kernels.common.precision import autocast_off, compute_dtype
 from falcon_lab.kernels.common.state import FastWeightState
@@ -38,11 +38,14 @@ def refusal(q: Tensor, v: Tensor, beta: Tensor, chunk_size: int, packed: bool = 
 def gated_delta_triton(q: Tensor, k: Tensor, v: Tensor, g: Tensor | None, beta: Tensor, *, scale: float = 1.0,
                        alignment: str = "same_time", timing: str = "raw", chunk_size: int = 64,
                        initial_state: FastWeightState | Tensor | None = None, output_final_state: bool = False,
-                       cu_seqlens: Tensor | None = None) -> tuple[Tensor, FastWeightState | None]:
+                       cu_seqlens: Tensor | None = None,
+                       sample_id: Tensor | None = None) -> tuple[Tensor, FastWeightState | None]:
     """``kernels.gated_delta_rule`` on the fused kernels: the same arguments (g None for DeltaNet), the inputs in
     bf16, fp16 or fp32 (kept in their own dtype; the state float32), chunk_size 16, 32 or 64, CUDA tensors or
     Triton's interpreter, and ``cu_seqlens`` (``[N + 1]`` int offsets of N sequences packed along T of a batch of
-    one; each starts fresh, or from row n of ``initial_state``, and the final state has N rows).
+    one; each starts fresh, or from row n of ``initial_state``, and the final state has N rows), or in its place
+    ``sample_id`` (``[B, T]`` integers non-decreasing along each row: rows of samples told apart by their ids, as
+    ``fast_weight_rule`` takes them: no host read, shapes of B and T alone).
     Returns o ``[B, T, H, Dv]`` in q's dtype and the final state (or None)."""
     check_sequence_options(alignment=alignment, timing=timing, backend="triton", backends=("triton",),
                            chunk_size=chunk_size)
@@ -57,6 +60,8 @@ def gated_delta_triton(q: Tensor, k: Tensor, v: Tensor, g: Tensor | None, beta: 
     why = fused_refusal(q, v, cfg, chunk_size, cu_seqlens is not None, beta, g)
     if why:
         raise ValueError(why)
+    if sample_id is not None:
+        check_sample_id(sample_id, q, cfg.rule, "triton", cu_seqlens)
     bounds = None if cu_seqlens is None else check_cu_seqlens(cu_seqlens, q)
     state, fresh = start_state(q, v, initial_state, compute_dtype(q.dtype),
                                batch=None if bounds is None else len(bounds) - 1)
@@ -66,10 +71,14 @@ def gated_delta_triton(q: Tensor, k: Tensor, v: Tensor, g: Tensor | None, beta: 
 
     # within CUDA's launch limits: rows or packed sequences in slices that fit (falcon_lab.kernels.common.grid)
     if bounds is None:
-        parts = [triton_regression(*(t[i:j] for t in (q, k, v, beta, g)), cfg,
-                                   FastWeightState(*(s[i:j] for s in state)), fresh, chunk_size)
-                 for i, j in grid.row_groups(B, T, H, chunk_size)]
-        o, final = grid.joined(parts, dim=0)
+        groups = grid.row_groups(B, T, H, chunk_size)
+        if len(groups) == 1:
+            o, final = triton_regression(q, k, v, beta, g, cfg, state, fresh, chunk_size, sample_id=sample_id)
+        else:
+            o, final = grid.joined([triton_regression(*(t[i:j] for t in (q, k, v, beta, g)), cfg,
+                                                      FastWeightState(*(s[i:j] for s in state)), fresh, chunk_size,
+                                                      sample_id=None if sample_id is None else sample_id[i:j])
+                                    for i, j in groups], dim=0)
     else:
         groups = grid.sequence_groups(cu_seqlens, H, chunk_size)
         if len(groups) == 1:  # cu_seqlens itself: its host facts are the ones every layer reads (falcon_lab.kernels.common.packed)

@@ -1,0 +1,241 @@
+"""falcon-1's fused kernels over rows of samples told apart by a per-token sample id (``sample_id``): the rows as they
+are, in full chunks of 16, against each sample run alone by the float64 recurrent oracle and against the packed
+sequences (``cu_seqlens``); outputs, final states and every gradient, under Triton's interpreter on a CPU.
+
+Every buffer the kernels fill starts as NaN, so a row a kernel forgets to write cannot pass.
+"""
+
+from __future__ import annotations
+
+import os
+import traceback
+
+import pytest
+import torch
+
+from falcon_lab.kernels import FastWeightState, fast_weight_rule, gated_delta_rule
+from falcon_lab.kernels.common import triton_helpers
+from falcon_lab.kernels.regression.gated_delta import gated_delta_triton
+from tests.rules_util import gain
+from tests.test_triton_regression import DEVICE, TOL, draw, rel
+
+# chunks of 16 over rows of 40 tokens: a sample of 1 token first in its row, one ending a chunk, one filling a chunk
+# (16), one of 1 token opening a chunk, a short last chunk; one crossing a chunk boundary (30), one of 1 token
+# closing a chunk
+LENGTHS = ([1, 4, 11, 16, 1, 7], [1, 30, 1, 8])
+SAMPLE_ID = torch.tensor([sum(([n] * size for n, size in enumerate(row)), []) for row in LENGTHS], dtype=torch.int32)
+B, T = SAMPLE_ID.shape
+H = 2
+NAMES = ("q", "k", "v", "beta", "lam", "S0", "last_key")
+
+
+@pytest.fixture(autouse=True)
+def poisoned_buffers(monkeypatch: pytest.MonkeyPatch) -> None:
+    def nan_buffer(*shape: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+        return torch.full(shape, float("nan"), dtype=dtype, device=device)
+
+    monkeypatch.setattr(triton_helpers, "new_buffer", nan_buffer)
+
+
+def inputs(seed: int, lam: tuple[float, float] = (0.0, 0.5), beta: tuple[float, float] = (0.1, 1.9)):
+    """``draw``'s inputs with λ = 0 on head 0 (the gain alone) and λ > 0 on head 1 (the decayed rule)."""
+    q, k, v, b, lm = draw("falcon-1", B, T, H, seed, beta=beta, lam=lam)
+    lm[..., 0] = 0.0
+    return [q, k, v, b, lm]
+
+
+def start(kind: str, seed: int, **opts):
+    """None (fresh rows), or the float64 state after a first recurrent segment (S and the last key)."""
+    if kind == "fresh":
+        return None
+    _, st = fast_weight_rule(*draw("falcon-1", B, 6, H, seed + 2000)[:3], beta=torch.full((B, 6, H), 0.7,
+                             dtype=torch.float64), lam=torch.full((B, 6, H), 0.2, dtype=torch.float64),
+                             rule="falcon-1", backend="recurrent", output_final_state=True, **opts)
+    return st
+
+
+def each_sample(q, k, v, b, lam, state=None, normalize=True, **opts):
+    """The float64 oracle over each sample alone, each row's first from its row of ``state``; the final state each
+    row's last sample's."""
+    outs, finals = [], []
+    for row, lengths in enumerate(LENGTHS):
+        at, parts = 0, []
+        for n, size in enumerate(lengths):
+            init = None
+            if n == 0 and state is not None:
+                init = FastWeightState(*(t[row:row + 1] for t in state))
+            o, fin = fast_weight_rule(*(t[row:row + 1, at:at + size] for t in (q, k, v)),
+                                      lam=lam[row:row + 1, at:at + size],
+                                      **gain(b[row:row + 1, at:at + size], normalize), rule="falcon-1",
+                                      backend="recurrent", initial_state=init, output_final_state=True, **opts)
+            parts.append(o)
+            at += size
+        outs.append(torch.cat(parts, 1))
+        finals.append(fin)
+    return torch.cat(outs, 0), FastWeightState(*(torch.cat(f, 0) for f in zip(*finals)))
+
+
+def by_id(q, k, v, b, lam, state=None, normalize=True, **opts):
+    return fast_weight_rule(q, k, v, lam=lam, **gain(b, normalize), rule="falcon-1", backend="triton", chunk_size=16,
+                            sample_id=SAMPLE_ID.to(q.device), initial_state=state, output_final_state=True, **opts)
+
+
+def as_packed(q, k, v, b, lam, state=None, normalize=True, **opts):
+    """The samples as the packed sequences of one row (``cu_seqlens``), fresh; the final state each row's last."""
+    starts = torch.cat([torch.ones(B, 1, dtype=torch.bool), SAMPLE_ID[:, 1:] != SAMPLE_ID[:, :-1]], 1).flatten()
+    bounds = torch.cat([starts.nonzero().flatten(), torch.tensor([B * T])]).to(torch.int32).to(q.device)
+    o, fin = fast_weight_rule(*(t.flatten(0, 1)[None] for t in (q, k, v)), lam=lam.flatten(0, 1)[None],
+                              **gain(b.flatten(0, 1)[None], normalize), rule="falcon-1", backend="triton",
+                              chunk_size=16, cu_seqlens=bounds, output_final_state=True, **opts)
+    lasts = [len(LENGTHS[0]) - 1, len(LENGTHS[0]) + len(LENGTHS[1]) - 1]
+    return o[0].unflatten(0, (B, T)), FastWeightState(*(t[lasts] for t in fin))
+
+
+def outputs_and_grads(fn, xs, state, dtype: torch.dtype, seed: int, **opts):
+    """o, the final S and the gradients of a fixed random loss on them (inputs', and the state's when given)."""
+    device = "cpu" if fn is each_sample else DEVICE
+    leaves = [t.to(device=device, dtype=dtype).requires_grad_() for t in xs]
+    st = None
+    if state is not None:
+        st = FastWeightState(state.S.to(device, dtype).requires_grad_(),
+                             state.last_key.to(device, dtype).requires_grad_(), *state[2:])
+        leaves += [st.S, st.last_key]
+    o, fin = fn(*leaves[:5], state=st, **opts)
+    g = torch.Generator().manual_seed(seed + 3000)
+    wo = torch.randn(o.shape, generator=g, dtype=torch.float64).to(device, o.dtype)
+    wS = torch.randn(fin.S.shape, generator=g, dtype=torch.float64).to(device, fin.S.dtype)
+    ((o * wo).sum() + (fin.S * wS).sum()).backward()
+    return [o, fin.S] + [t.grad for t in leaves]
+
+
+def check(got, ref, tol: float) -> None:
+    for name, a, b in zip(("o", "final S", *NAMES), got, ref):
+        assert a is not None and not torch.isnan(a).any(), f"{name}: missing or NaN"
+        assert rel(a, b) <= tol, f"{name}: relative error {rel(a, b):.2e}"
+
+
+@pytest.mark.parametrize(("alignment", "timing"), [("shifted", "raw"), ("shifted", "rbw"), ("same_time", "raw"),
+                                                   ("same_time", "rbw")])
+def test_rows_of_samples_are_the_samples_run_alone(alignment: str, timing: str) -> None:
+    """Fresh rows, λ = 0 on one head and λ > 0 on the other: the same outputs, final states (each row's last
+    sample's) and gradients of q, k, v, β, λ as each sample run alone by the float64 oracle. Shifted: every sample's
+    first token writes nothing, and the last key of a sample gets no gradient from the next."""
+    seed = sum(map(ord, alignment + timing))
+    xs = inputs(seed)
+    opts = dict(alignment=alignment, timing=timing)
+    check(outputs_and_grads(by_id, xs, None, torch.float32, seed, **opts),
+          outputs_and_grads(each_sample, xs, None, torch.float64, seed, **opts), TOL)
+
+
+@pytest.mark.parametrize(("alignment", "timing", "normalize"), [("shifted", "rbw", True), ("same_time", "raw", False)])
+def test_rows_of_samples_from_a_state(alignment: str, timing: str, normalize: bool) -> None:
+    """Each row's first sample continues from its row of a state (S and, shifted, the last key, whose gradients are
+    checked too); the step size given itself (``eta``, with λ up to 4 so the carry's floor binds) or the gain."""
+    seed = 17 + normalize
+    xs = inputs(seed, **({} if normalize else dict(beta=(0.05, 0.6), lam=(0.0, 4.0))))
+    opts = dict(alignment=alignment, timing=timing)
+    state = start("continue", seed, **opts)
+    check(outputs_and_grads(by_id, xs, state, torch.float32, seed, normalize=normalize, **opts),
+          outputs_and_grads(each_sample, xs, state, torch.float64, seed, normalize=normalize, **opts), TOL)
+
+
+def test_rows_of_samples_equal_the_packed_sequences() -> None:
+    """The same outputs, final states and gradients in float32 as the packed-sequence path (every sample a sequence
+    of its own chunks), scale-coupled ridge."""
+    xs = inputs(29, lam=(0.0, 2.0))
+    opts = dict(alignment="shifted", timing="raw", scale_coupled_ridge=True)
+    check(outputs_and_grads(by_id, xs, None, torch.float32, 29, **opts),
+          outputs_and_grads(as_packed, xs, None, torch.float32, 29, **opts), 1e-5)
+
+
+@pytest.mark.parametrize(("alignment", "timing"), [("same_time", "raw"), ("shifted", "rbw")])
+def test_gated_delta_rule_on_rows_of_samples(alignment: str, timing: str) -> None:
+    """``gated_delta_triton(..., sample_id=)`` against each sample run alone by the gated delta rule's float64
+    oracle: outputs and the gradients of q, k, v, g and β."""
+    gen = torch.Generator().manual_seed(41)
+    d = 16
+    xs = [torch.randn(B, T, H, d, generator=gen, dtype=torch.float64),
+          torch.nn.functional.normalize(torch.randn(B, T, H, d, generator=gen, dtype=torch.float64), dim=-1),
+          torch.randn(B, T, H, d, generator=gen, dtype=torch.float64),
+          -2 * torch.rand(B, T, H, generator=gen, dtype=torch.float64),
+          2 * torch.rand(B, T, H, generator=gen, dtype=torch.float64)]
+    w = torch.randn(B, T, H, d, generator=gen, dtype=torch.float64)
+    opts = dict(scale=0.5, alignment=alignment, timing=timing)
+
+    def run(kernels: bool) -> list[torch.Tensor]:
+        device, dtype = (DEVICE, torch.float32) if kernels else ("cpu", torch.float64)
+        leaves = [t.to(device, dtype).requires_grad_() for t in xs]
+        if kernels:
+            o, _ = gated_delta_triton(*leaves, chunk_size=16, sample_id=SAMPLE_ID.to(device), **opts)
+        else:
+            rows = []
+            for row, lengths in enumerate(LENGTHS):
+                ends = torch.tensor(lengths).cumsum(0).tolist()
+                rows.append(torch.cat([gated_delta_rule(*(t[row:row + 1, e - n:e] for t in leaves),
+                                                        backend="recurrent", **opts)[0]
+                                       for n, e in zip(lengths, ends)], 1))
+            o = torch.cat(rows, 0)
+        (o * w.to(device, dtype)).sum().backward()
+        return [o] + [t.grad for t in leaves]
+
+    for name, a, b in zip(("o", "q", "k", "v", "g", "beta"), run(True), run(False)):
+        assert not torch.isnan(a).any(), name
+        assert rel(a, b) <= TOL, f"{name}: relative error {rel(a, b):.2e}"
+
+
+def test_sample_id_is_refused_where_it_is_not_taken() -> None:
+    """One ValueError naming the argument: another rule or backend, beside cu_seqlens, a wrong shape or dtype, and
+    (with validate) ids that fall along a row."""
+    q, k, v, b, lam = (t.float().to(DEVICE) for t in inputs(3))
+    sid = SAMPLE_ID.to(DEVICE)
+    base = dict(beta=b, lam=lam, chunk_size=16)
+    with pytest.raises(ValueError, match="sample_id .* backend='triton' for falcon-1; got rule 'falcon-2'"):
+        fast_weight_rule(q, k, v, rule="falcon-2", backend="triton", sample_id=sid, **base)
+    with pytest.raises(ValueError, match="sample_id .* got rule 'falcon-1' on backend 'chunk'"):
+        fast_weight_rule(q, k, v, rule="falcon-1", backend="chunk", sample_id=sid, **base)
+    with pytest.raises(ValueError, match="cu_seqlens .* or sample_id .*, not both"):
+        fast_weight_rule(q[:1], k[:1], v[:1], rule="falcon-1", backend="triton", beta=b[:1], lam=lam[:1],
+                         sample_id=sid[:1], cu_seqlens=torch.tensor([0, T], device=DEVICE))
+    with pytest.raises(ValueError, match=r"sample_id must be an integer tensor \[B, T\] = \(2, 40\)"):
+        fast_weight_rule(q, k, v, rule="falcon-1", backend="triton", sample_id=sid[:, 1:], **base)
+    with pytest.raises(ValueError, match="sample_id must be an integer tensor"):
+        fast_weight_rule(q, k, v, rule="falcon-1", backend="triton", sample_id=sid.float(), **base)
+    with pytest.raises(ValueError, match="non-decreasing along each row"):
+        fast_weight_rule(q, k, v, rule="falcon-1", backend="triton", sample_id=sid.flip(1), validate=True, **base)
+    with pytest.raises(ValueError, match="cu_seqlens .* or sample_id .*, not both"):
+        gated_delta_triton(q[:1], k[:1], v[:1], None, b[:1], sample_id=sid[:1],
+                           cu_seqlens=torch.tensor([0, T], device=DEVICE))
+
+
+def test_rows_of_samples_read_nothing_on_the_host(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A forward and backward pass by sample id (falcon-1 with a decay, and the gated delta rule) makes no operation
+    that reads a device tensor on the host (counted as ``tests/test_packed_facts.py`` counts them): no scalar read,
+    no ``nonzero``, no ``tolist``."""
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.skip("counts the host reads around the kernels as the interpreter runs them")
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    reads: list[str] = []
+
+    def read(what: str) -> None:  # Triton's interpreter reads its launches' tensors on the host: not a GPU's wait
+        if not any(f"{os.sep}triton{os.sep}" in frame.filename for frame in traceback.extract_stack()):
+            reads.append(what)
+
+    tolist = torch.Tensor.tolist
+    monkeypatch.setattr(torch.Tensor, "tolist", lambda t: read("tolist") or tolist(t))
+
+    class Reads(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func.overloadpacket.__name__ in ("_local_scalar_dense", "nonzero", "masked_select", "unique"):
+                read(func.overloadpacket.__name__)
+            return func(*args, **(kwargs or {}))
+
+    xs = [t.float().requires_grad_() for t in inputs(5)]
+    sid = SAMPLE_ID.clone()
+    with Reads():
+        o, _ = fast_weight_rule(*xs[:3], beta=xs[3], lam=xs[4], rule="falcon-1", backend="triton", chunk_size=16,
+                                sample_id=sid)
+        o.sum().backward()
+        o, _ = gated_delta_triton(*xs[:3], -xs[4], xs[3], chunk_size=16, sample_id=sid)
+        o.sum().backward()
+    assert reads == []
