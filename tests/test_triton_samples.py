@@ -208,8 +208,8 @@ def test_sample_id_is_refused_where_it_is_not_taken() -> None:
 
 
 def test_rows_of_samples_read_nothing_on_the_host(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A forward and backward pass by sample id (falcon-1 with a decay, and the gated delta rule) makes no operation
-    that reads a device tensor on the host (counted as ``tests/test_packed_facts.py`` counts them): no scalar read,
+    """A forward and backward pass by sample id (falcon-1 with a decay) makes no operation that reads a device
+    tensor on the host (counted as ``tests/test_packed_facts.py`` counts them): no scalar read,
     no ``nonzero``, no ``tolist``."""
     if os.environ.get("TRITON_INTERPRET") != "1":
         pytest.skip("counts the host reads around the kernels as the interpreter runs them")
@@ -236,6 +236,29 @@ def test_rows_of_samples_read_nothing_on_the_host(monkeypatch: pytest.MonkeyPatc
         o, _ = fast_weight_rule(*xs[:3], beta=xs[3], lam=xs[4], rule="falcon-1", backend="triton", chunk_size=16,
                                 sample_id=sid)
         o.sum().backward()
-        o, _ = gated_delta_triton(*xs[:3], -xs[4], xs[3], chunk_size=16, sample_id=sid)
-        o.sum().backward()
     assert reads == []
+
+
+@pytest.mark.parametrize("name", ["falcon-1.3", "deltanet", "gated-deltanet"])
+def test_mixers_take_samples_by_id_when_switched_on(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``SAMPLE_IDS`` (``LAB_SAMPLE_IDS=1``): the mixer's isolated samples reach the kernels by their ids, never as
+    packed sequences, with the same outputs and input gradients as the packed sequences (the default); over the
+    second row (samples of 1, 30, 1 and 8 tokens)."""
+    from falcon_lab.mixers import build_mixer, deltanet, falcon, layers
+
+    torch.manual_seed(0)
+    mixer = build_mixer(name, 32, 2, backend="triton", chunk_size=16).to(DEVICE)
+    samples = SAMPLE_ID[1:].to(DEVICE)
+    x = torch.randn(1, T, 32, device=DEVICE)
+    outs = []
+    for on in (False, True):
+        monkeypatch.setattr(layers, "SAMPLE_IDS", on)
+        if on:
+            for module in (falcon, deltanet):
+                monkeypatch.setattr(module, "sample_bounds", lambda s: pytest.fail("packed sequences by id"))
+        xi = x.clone().requires_grad_(True)
+        y = mixer(xi, samples=samples)
+        y.square().sum().backward()
+        outs.append((y.detach(), xi.grad))
+    (y0, g0), (y1, g1) = outs
+    assert rel(y1, y0) <= 1e-5 and rel(g1, g0) <= 1e-5, (rel(y1, y0), rel(g1, g0))

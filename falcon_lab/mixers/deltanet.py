@@ -12,6 +12,10 @@
 Gated DeltaNet initialises A uniform in [A_init_min, A_init_max] = [0, 16] and Δ = softplus(dt_bias)
 log-uniform in [dt_min, dt_max] (as Mamba-2), and widens values by ``expand_v`` = 2 (its default);
 DeltaNet keeps ``expand_v`` = 1.
+
+Isolated samples reach the fused kernels as packed sequences (``cu_seqlens``); with ``layers.SAMPLE_IDS``
+(``LAB_SAMPLE_IDS=1`` in the environment) as the rows they are, told apart by each token's sample id
+(``sample_id=``): full chunks, shapes of the batch's alone and no host read; off until measured on a GPU.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from torch import Tensor, nn
 from falcon_lab.kernels import fast_weight_rule, gated_delta_refusal, gated_delta_rule, gated_delta_triton, rule_spec
 from falcon_lab.kernels.common import packed
 from falcon_lab.kernels.delta import DELTA_BACKENDS
+from falcon_lab.mixers import layers
 from falcon_lab.mixers.layers import (Mixer, RMSNorm, SampleRows, ShortConv, chunk_for, dt_bias_init, full_precision,
                            l2_norm, packed_chunk, residual_out, sample_bounds, short_conv_step)
 from falcon_lab.mixers.options import check_bool, check_int, check_kernel_choices, check_range, head_dim_of
@@ -152,6 +157,8 @@ class DeltaNet(Mixer):
             opts = dict(scale=scale, alignment=self.opts.alignment, timing=self.opts.timing,
                         chunk_size=self.opts.chunk_size)
             with full_precision(q):
+                if samples is not None and layers.SAMPLE_IDS:  # the rows as they are, their samples told apart by id
+                    return gated_delta_triton(q, k, v, g, beta, sample_id=samples, **opts)
                 if samples is not None:  # every sample of every row one packed sequence of a batch of one
                     bounds = sample_bounds(samples)
                     opts["chunk_size"] = (packed_chunk(bounds, self.opts.chunk_size) if q.is_cuda
@@ -170,6 +177,10 @@ class DeltaNet(Mixer):
                                         chunk_size=rows.chunk(self.opts.chunk_size))
             return rows.back(o), None
         with full_precision(q):
+            if samples is not None and fused and layers.SAMPLE_IDS:  # the rows as they are, their samples told apart by id
+                return fast_weight_rule(q * scale, k, v, eta=beta, lam=torch.zeros_like(beta), rule=RULE.name,
+                                        alignment=self.opts.alignment, timing=self.opts.timing, backend=backend,
+                                        chunk_size=self.opts.chunk_size, sample_id=samples)
             if samples is not None:  # every sample of every row one packed sequence of a batch of one
                 bounds = sample_bounds(samples)
                 chunk = packed_chunk(bounds, self.opts.chunk_size) if q.is_cuda else self.opts.chunk_size
