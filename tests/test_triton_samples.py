@@ -262,3 +262,45 @@ def test_mixers_take_samples_by_id_when_switched_on(name: str, monkeypatch: pyte
         outs.append((y.detach(), xi.grad))
     (y0, g0), (y1, g1) = outs
     assert rel(y1, y0) <= 1e-5 and rel(g1, g0) <= 1e-5, (rel(y1, y0), rel(g1, g0))
+
+
+@pytest.mark.parametrize("mixer", ["falcon-1.3", "gated-deltanet"])
+def test_a_model_over_samples_by_id_reads_nothing_on_the_host(mixer: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A language model over packed samples (``PositionsConfig.sample_end``) with ``SAMPLE_IDS`` on: its forward
+    and backward pass make no host read at all (the packed sequences' path reads their bounds once a step,
+    ``tests/test_packed_facts.py``), so nothing in the step stops a CUDA graph from replaying it."""
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.skip("counts the host reads around the kernels as the interpreter runs them")
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    import falcon_lab.kernels.common.packed as packed
+    from falcon_lab.mixers import LanguageModel, LMConfig, PositionsConfig, deltanet, falcon
+    from falcon_lab.tasks.addition.vocab import EOS, VOCAB_SIZE, encode
+
+    for module in (falcon, deltanet):
+        monkeypatch.setattr(module, "SAMPLE_IDS", True)
+    reads: list[str] = []
+
+    def read(what: str) -> None:  # Triton's interpreter reads its launches' tensors on the host: not a GPU's wait
+        if not any(f"{os.sep}triton{os.sep}" in frame.filename for frame in traceback.extract_stack()):
+            reads.append(what)
+
+    to_host = packed.to_host
+    monkeypatch.setattr(packed, "to_host", lambda t: read("to_host") or to_host(t))
+    tolist = torch.Tensor.tolist
+    monkeypatch.setattr(torch.Tensor, "tolist", lambda t: read("tolist") or tolist(t))
+
+    class Reads(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func.overloadpacket.__name__ in ("_local_scalar_dense", "nonzero", "masked_select", "unique"):
+                read(func.overloadpacket.__name__)
+            return func(*args, **(kwargs or {}))
+
+    tokens = torch.tensor([encode("12+34=640") + [EOS] + encode("5+6=11") + [EOS]])  # one row of two samples
+    torch.manual_seed(0)
+    model = LanguageModel(LMConfig(vocab_size=VOCAB_SIZE, d_model=32, n_layers=1, n_heads=2, mixer=mixer,
+                                   mixer_options={"backend": "triton", "chunk_size": 16},
+                                   positions=PositionsConfig(sample_end=EOS)))
+    with Reads():
+        model(tokens).float().sum().backward()
+    assert reads == []
