@@ -386,13 +386,15 @@ def validate(cfg: RunConfig) -> None:
                           f"training; model.abacus is {m.abacus})")
     if m.isolate_samples:
         _model_option(cfg, "model.isolate_samples", "model.isolate_samples", " (samples end with EOS)")
-        from falcon_lab.mixers import MIXERS, masks_samples
+        from falcon_lab.mixers import MIXERS, masks_samples, samples_by_id
 
-        if cfg.mixer in MIXERS and not masks_samples(cfg.mixer) and t.cuda_graphs:
+        if (cfg.mixer in MIXERS and not masks_samples(cfg.mixer) and t.cuda_graphs
+                and not samples_by_id(cfg.mixer, m.mixer_options)):
             raise ConfigError(f"model.isolate_samples with {cfg.mixer!r} changes the work of a step with its samples "
                               f"(their bounds read on the host, or each sample laid on its own row); "
                               f"train.cuda_graphs replays one fixed step (accepted with isolated samples: "
-                              f"train.cuda_graphs=false, or an attention mixer)")
+                              f"train.cuda_graphs=false, an attention mixer, or falcon-1's kernels taking the samples "
+                              f"by id: LAB_SAMPLE_IDS=1)")
     _validate_data(cfg)
     _validate_mixer(cfg)
 

@@ -207,38 +207,6 @@ def test_sample_id_is_refused_where_it_is_not_taken() -> None:
                            cu_seqlens=torch.tensor([0, T], device=DEVICE))
 
 
-def test_rows_of_samples_read_nothing_on_the_host(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A forward and backward pass by sample id (falcon-1 with a decay) makes no operation that reads a device
-    tensor on the host (counted as ``tests/test_packed_facts.py`` counts them): no scalar read,
-    no ``nonzero``, no ``tolist``."""
-    if os.environ.get("TRITON_INTERPRET") != "1":
-        pytest.skip("counts the host reads around the kernels as the interpreter runs them")
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    reads: list[str] = []
-
-    def read(what: str) -> None:  # Triton's interpreter reads its launches' tensors on the host: not a GPU's wait
-        if not any(f"{os.sep}triton{os.sep}" in frame.filename for frame in traceback.extract_stack()):
-            reads.append(what)
-
-    tolist = torch.Tensor.tolist
-    monkeypatch.setattr(torch.Tensor, "tolist", lambda t: read("tolist") or tolist(t))
-
-    class Reads(TorchDispatchMode):
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            if func.overloadpacket.__name__ in ("_local_scalar_dense", "nonzero", "masked_select", "unique"):
-                read(func.overloadpacket.__name__)
-            return func(*args, **(kwargs or {}))
-
-    xs = [t.float().requires_grad_() for t in inputs(5)]
-    sid = SAMPLE_ID.clone()
-    with Reads():
-        o, _ = fast_weight_rule(*xs[:3], beta=xs[3], lam=xs[4], rule="falcon-1", backend="triton", chunk_size=16,
-                                sample_id=sid)
-        o.sum().backward()
-    assert reads == []
-
-
 @pytest.mark.parametrize("name", ["falcon-1.3", "deltanet", "gated-deltanet"])
 def test_mixers_take_samples_by_id_when_switched_on(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """``SAMPLE_IDS`` (``LAB_SAMPLE_IDS=1``): the mixer's isolated samples reach the kernels by their ids, never as
@@ -304,3 +272,28 @@ def test_a_model_over_samples_by_id_reads_nothing_on_the_host(mixer: str, monkey
     with Reads():
         model(tokens).float().sum().backward()
     assert reads == []
+
+
+def test_cuda_graphs_take_isolated_samples_by_id(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``train.cuda_graphs`` with isolated samples is refused where a step's work changes with its samples, and
+    accepted for falcon-1's kernels taking them by id (``LAB_SAMPLE_IDS=1``): falcon-1.x, DeltaNet, Gated DeltaNet
+    on backend auto or triton."""
+    from falcon_lab.config import ConfigError, load_config
+    from falcon_lab.mixers import deltanet, falcon, samples_by_id
+
+    def graphs(mixer: str, *more: str):
+        return load_config(preset="addition-tiny", mixer=mixer, overrides=[
+            "model.isolate_samples=true", "train.cuda_graphs=true", *more])
+
+    with pytest.raises(ConfigError, match="train.cuda_graphs replays one fixed step"):
+        graphs("falcon-1.3")
+    for module in (falcon, deltanet):
+        monkeypatch.setattr(module, "SAMPLE_IDS", True)
+    for mixer in ("falcon-1.3", "falcon-1", "deltanet", "gated-deltanet"):
+        assert samples_by_id(mixer) and graphs(mixer).train.cuda_graphs
+    assert samples_by_id("deltanet", {"backend": "triton"})
+    for mixer, more in (("falcon-1.3", ["model.mixer_options={backend: chunk}"]), ("falcon-1a.3", []),
+                        ("falcon-2", []), ("retnet", [])):
+        assert not samples_by_id(mixer, {"backend": "chunk"} if more else None)
+        with pytest.raises(ConfigError, match="by id: LAB_SAMPLE_IDS=1"):
+            graphs(mixer, *more)

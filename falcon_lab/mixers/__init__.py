@@ -7,7 +7,8 @@
 from falcon_lab.mixers.attention import FalconAttention
 from falcon_lab.mixers.model import LanguageModel, LMConfig
 from falcon_lab.mixers.positions import PositionsConfig
-from falcon_lab.mixers.registry import MIXERS, build_mixer, default_options, masks_samples, resets_at_samples
+from falcon_lab.mixers.registry import (MIXERS, build_mixer, default_options, masks_samples, resets_at_samples,
+                                        samples_by_id)
 
 __all__ = ["FalconAttention", "MIXERS", "LMConfig", "LanguageModel", "PositionsConfig", "build_mixer",
-           "default_options", "masks_samples", "resets_at_samples"]
+           "default_options", "masks_samples", "resets_at_samples", "samples_by_id"]
