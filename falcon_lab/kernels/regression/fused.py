@@ -55,6 +55,8 @@ def triton_regression(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, lam: Tensor
     S0 = state.S.float().contiguous()
     lk = state.last_key.float().contiguous()
     if sample_id is not None:
+        if cfg.per_channel:
+            raise ValueError(f"sample_id is taken by falcon-1's kernels alone, not {cfg.rule}'s")
         sample_id = sample_id.to(device=q.device, dtype=torch.int32).contiguous()
     o, S = RegressionRule.apply(q, k, v, beta, lam, S0, lk, cfg, fresh, chunk_size, cu_seqlens, sample_id)
     last = k[:, -1] if cu_seqlens is None else k[0, cu_seqlens[1:].long() - 1]
