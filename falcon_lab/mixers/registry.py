@@ -16,8 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from falcon_lab.kernels import RuleSpec, rule_spec, rule_specs
-from falcon_lab.kernels.common.checks import SAMPLE_ID_RULES
-from falcon_lab.mixers import deltanet, falcon
+from falcon_lab.mixers import layers
 from falcon_lab.mixers.deltanet import DeltaNet, DeltaNetOptions, GatedDeltaNetOptions
 from falcon_lab.mixers.falcon import VARIANTS, FalconMixer, FalconOptions
 from falcon_lab.mixers.layers import Mixer
@@ -50,7 +49,7 @@ def _falcon(spec: RuleSpec) -> Callable[[int, int, FalconOptions, str], Mixer]:
     def make(d_model: int, n_heads: int, opts: FalconOptions, name: str) -> Mixer:
         return FalconMixer(d_model, n_heads, opts, spec, name)
     make.resets_at_samples = FalconMixer.resets_at_samples  # type: ignore[attr-defined]
-    make.rule = spec.name  # type: ignore[attr-defined]
+    make.spec = spec  # type: ignore[attr-defined]
     return make
 
 
@@ -122,15 +121,14 @@ def resets_at_samples(name: str) -> bool:
 
 def samples_by_id(name: str, options: Mapping[str, Any] | None = None) -> bool:
     """Whether mixer ``name`` (built with ``options``) runs isolated samples on a GPU's fused kernels by their ids
-    (``SAMPLE_IDS`` of its module, ``LAB_SAMPLE_IDS=1``): the rows as they are, so a step's work follows its
+    (``layers.SAMPLE_IDS``, ``LAB_SAMPLE_IDS=1``): the rows as they are, so a step's work follows its
     batch's shape alone and reads nothing on the host."""
     if name not in MIXERS or {**MIXERS[name].preset, **(options or {})}.get("backend", "auto") not in ("auto",
                                                                                                      "triton"):
         return False
     make = MIXERS[name].make
-    if make is DeltaNet:
-        return deltanet.SAMPLE_IDS
-    return falcon.SAMPLE_IDS and getattr(make, "rule", None) in SAMPLE_ID_RULES
+    spec = getattr(make, "spec", None)
+    return layers.SAMPLE_IDS and (make is DeltaNet or (spec is not None and spec.by_sample_id))
 
 
 def build_mixer(name: str, d_model: int, n_heads: int, **options: Any) -> Mixer:

@@ -113,22 +113,12 @@ def check_cu_seqlens(cu_seqlens: Tensor, q: Tensor) -> tuple[int, ...]:
     return packed.offsets(cu_seqlens)
 
 
-# the rules whose fused kernels take rows of samples told apart by a per-token sample id (``sample_id``)
-SAMPLE_ID_RULES = ("falcon-1",)
-
-
-def check_sample_id(sample_id: object, q: Tensor, rule: str, backend: str, cu_seqlens: Tensor | None,
-                    validate: bool = False) -> None:
-    """Rows of samples told apart by ``sample_id``: ``[B, T]`` integers on q's device, non-decreasing along each row
-    (read only when ``validate``: a device sync), on backend='triton' for ``SAMPLE_ID_RULES``, not with
-    ``cu_seqlens``."""
+def check_sample_id(sample_id: object, q: Tensor, cu_seqlens: Tensor | None) -> None:
+    """Rows of samples told apart by ``sample_id``: ``[B, T]`` integers on q's device (non-decreasing along each row,
+    not checked: that would read the device), not with ``cu_seqlens``."""
     if cu_seqlens is not None:
         raise ValueError("pass cu_seqlens (sequences packed along T of a batch of one) or sample_id (rows of "
                          "samples told apart by their ids), not both")
-    if rule not in SAMPLE_ID_RULES or backend != "triton":
-        raise ValueError(f"sample_id (rows of samples told apart by their ids) is taken by backend='triton' for "
-                         f"{', '.join(SAMPLE_ID_RULES)}; got rule {rule!r} on backend {backend!r} (use cu_seqlens "
-                         f"for packed sequences)")
     B, T = q.shape[:2]
     if not isinstance(sample_id, Tensor) or sample_id.is_floating_point() or sample_id.is_complex() \
             or sample_id.dtype == torch.bool or tuple(sample_id.shape) != (B, T):
@@ -138,8 +128,6 @@ def check_sample_id(sample_id: object, q: Tensor, rule: str, backend: str, cu_se
                          f"row), got {got}")
     if sample_id.device != q.device:
         raise ValueError(f"sample_id is on {sample_id.device}, q on {q.device}; pass them on one device")
-    if validate and not bool((sample_id[:, 1:] >= sample_id[:, :-1]).all()):
-        raise ValueError("sample_id must be non-decreasing along each row (a new id opens a sample)")
 
 
 def check_shape(name: str, t: object, expected: tuple[int, ...], what: str) -> None:

@@ -61,7 +61,7 @@ def gated_delta_triton(q: Tensor, k: Tensor, v: Tensor, g: Tensor | None, beta: 
     if why:
         raise ValueError(why)
     if sample_id is not None:
-        check_sample_id(sample_id, q, cfg.rule, "triton", cu_seqlens)
+        check_sample_id(sample_id, q, cu_seqlens)
     bounds = None if cu_seqlens is None else check_cu_seqlens(cu_seqlens, q)
     state, fresh = start_state(q, v, initial_state, compute_dtype(q.dtype),
                                batch=None if bounds is None else len(bounds) - 1)
