@@ -393,8 +393,8 @@ def validate(cfg: RunConfig) -> None:
             raise ConfigError(f"model.isolate_samples with {cfg.mixer!r} changes the work of a step with its samples "
                               f"(their bounds read on the host, or each sample laid on its own row); "
                               f"train.cuda_graphs replays one fixed step (accepted with isolated samples: "
-                              f"train.cuda_graphs=false, an attention mixer, or falcon-1's kernels taking the samples "
-                              f"by id: LAB_SAMPLE_IDS=1)")
+                              f"train.cuda_graphs=false, an attention mixer, or kernels taking the samples by id: "
+                              f"LAB_SAMPLE_IDS=1)")
     _validate_data(cfg)
     _validate_mixer(cfg)
 

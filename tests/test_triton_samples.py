@@ -15,6 +15,9 @@ import torch
 
 from falcon_lab.kernels import FastWeightState, fast_weight_rule, gated_delta_rule
 from falcon_lab.kernels.common import triton_helpers
+from falcon_lab.kernels.common.checks import start_state
+from falcon_lab.kernels.common.config import RuleConfig
+from falcon_lab.kernels.regression.fused import triton_regression
 from falcon_lab.kernels.regression.gated_delta import gated_delta_triton
 from tests.rules_util import gain
 from tests.test_triton_regression import DEVICE, TOL, draw, rel
@@ -75,24 +78,34 @@ def each_sample(q, k, v, b, lam, state=None, normalize=True, **opts):
     return torch.cat(outs, 0), FastWeightState(*(torch.cat(f, 0) for f in zip(*finals)))
 
 
-def by_id(q, k, v, b, lam, state=None, normalize=True, **opts):
+def by_id(q, k, v, b, lam, state=None, normalize=True, alignment="shifted", timing="raw", **opts):
+    """falcon-1's kernels over the rows by sample id at their entry, with the final state (each row's after its
+    last token) and a state in when given (each row's first sample from its row); the op's ``sample_id`` takes
+    fresh rows with outputs alone (``by_id_op``)."""
+    cfg = RuleConfig(rule="falcon-1", alignment=alignment, timing=timing, normalize=normalize, **opts)
+    st, fresh = start_state(q, v, state, torch.float32, span=cfg.span)
+    return triton_regression(q, k, v, b, lam, cfg, st, fresh, chunk_size=16, sample_id=SAMPLE_ID.to(q.device))
+
+
+def by_id_op(q, k, v, b, lam, state=None, normalize=True, **opts):
+    """``fast_weight_rule(..., sample_id=)``: fresh rows, outputs alone."""
     return fast_weight_rule(q, k, v, lam=lam, **gain(b, normalize), rule="falcon-1", backend="triton", chunk_size=16,
-                            sample_id=SAMPLE_ID.to(q.device), initial_state=state, output_final_state=True, **opts)
+                            sample_id=SAMPLE_ID.to(q.device), **opts)
 
 
 def as_packed(q, k, v, b, lam, state=None, normalize=True, **opts):
-    """The samples as the packed sequences of one row (``cu_seqlens``), fresh; the final state each row's last."""
+    """The samples as the packed sequences of one row (``cu_seqlens``), fresh, outputs alone."""
     starts = torch.cat([torch.ones(B, 1, dtype=torch.bool), SAMPLE_ID[:, 1:] != SAMPLE_ID[:, :-1]], 1).flatten()
     bounds = torch.cat([starts.nonzero().flatten(), torch.tensor([B * T])]).to(torch.int32).to(q.device)
     o, fin = fast_weight_rule(*(t.flatten(0, 1)[None] for t in (q, k, v)), lam=lam.flatten(0, 1)[None],
                               **gain(b.flatten(0, 1)[None], normalize), rule="falcon-1", backend="triton",
                               chunk_size=16, cu_seqlens=bounds, output_final_state=True, **opts)
-    lasts = [len(LENGTHS[0]) - 1, len(LENGTHS[0]) + len(LENGTHS[1]) - 1]
-    return o[0].unflatten(0, (B, T)), FastWeightState(*(t[lasts] for t in fin))
+    return o[0].unflatten(0, (B, T)), None
 
 
 def outputs_and_grads(fn, xs, state, dtype: torch.dtype, seed: int, **opts):
-    """o, the final S and the gradients of a fixed random loss on them (inputs', and the state's when given)."""
+    """o, the final S (when ``fn`` gives one) and the gradients of a fixed random loss on them (inputs', and the
+    state's when given)."""
     device = "cpu" if fn is each_sample else DEVICE
     leaves = [t.to(device=device, dtype=dtype).requires_grad_() for t in xs]
     st = None
@@ -103,13 +116,17 @@ def outputs_and_grads(fn, xs, state, dtype: torch.dtype, seed: int, **opts):
     o, fin = fn(*leaves[:5], state=st, **opts)
     g = torch.Generator().manual_seed(seed + 3000)
     wo = torch.randn(o.shape, generator=g, dtype=torch.float64).to(device, o.dtype)
+    if fin is None:
+        (o * wo).sum().backward()
+        return [o] + [t.grad for t in leaves]
     wS = torch.randn(fin.S.shape, generator=g, dtype=torch.float64).to(device, fin.S.dtype)
     ((o * wo).sum() + (fin.S * wS).sum()).backward()
     return [o, fin.S] + [t.grad for t in leaves]
 
 
 def check(got, ref, tol: float) -> None:
-    for name, a, b in zip(("o", "final S", *NAMES), got, ref):
+    names = ("o", "final S", *NAMES) if len(got) > 6 else ("o", *NAMES)
+    for name, a, b in zip(names, got, ref):
         assert a is not None and not torch.isnan(a).any(), f"{name}: missing or NaN"
         assert rel(a, b) <= tol, f"{name}: relative error {rel(a, b):.2e}"
 
@@ -140,11 +157,11 @@ def test_rows_of_samples_from_a_state(alignment: str, timing: str, normalize: bo
 
 
 def test_rows_of_samples_equal_the_packed_sequences() -> None:
-    """The same outputs, final states and gradients in float32 as the packed-sequence path (every sample a sequence
-    of its own chunks), scale-coupled ridge."""
+    """``fast_weight_rule(..., sample_id=)`` on falcon-1's kernels: the same outputs and gradients in float32 as the
+    packed-sequence path (every sample a sequence of its own chunks), scale-coupled ridge."""
     xs = inputs(29, lam=(0.0, 2.0))
     opts = dict(alignment="shifted", timing="raw", scale_coupled_ridge=True)
-    check(outputs_and_grads(by_id, xs, None, torch.float32, 29, **opts),
+    check(outputs_and_grads(by_id_op, xs, None, torch.float32, 29, **opts),
           outputs_and_grads(as_packed, xs, None, torch.float32, 29, **opts), 1e-5)
 
 
@@ -184,33 +201,27 @@ def test_gated_delta_rule_on_rows_of_samples(alignment: str, timing: str) -> Non
 
 
 def test_sample_id_is_refused_where_it_is_not_taken() -> None:
-    """One ValueError naming the argument: another rule or backend, beside cu_seqlens, a wrong shape or dtype, and
-    (with validate) ids that fall along a row."""
+    """One ValueError naming the argument: beside cu_seqlens or a state, a wrong shape or dtype."""
     q, k, v, b, lam = (t.float().to(DEVICE) for t in inputs(3))
     sid = SAMPLE_ID.to(DEVICE)
-    base = dict(beta=b, lam=lam, chunk_size=16)
-    with pytest.raises(ValueError, match="sample_id .* backend='triton' for falcon-1; got rule 'falcon-2'"):
-        fast_weight_rule(q, k, v, rule="falcon-2", backend="triton", sample_id=sid, **base)
-    with pytest.raises(ValueError, match="sample_id .* got rule 'falcon-1' on backend 'chunk'"):
-        fast_weight_rule(q, k, v, rule="falcon-1", backend="chunk", sample_id=sid, **base)
-    with pytest.raises(ValueError, match="cu_seqlens .* or sample_id .*, not both"):
-        fast_weight_rule(q[:1], k[:1], v[:1], rule="falcon-1", backend="triton", beta=b[:1], lam=lam[:1],
-                         sample_id=sid[:1], cu_seqlens=torch.tensor([0, T], device=DEVICE))
-    with pytest.raises(ValueError, match=r"sample_id must be an integer tensor \[B, T\] = \(2, 40\)"):
-        fast_weight_rule(q, k, v, rule="falcon-1", backend="triton", sample_id=sid[:, 1:], **base)
-    with pytest.raises(ValueError, match="sample_id must be an integer tensor"):
-        fast_weight_rule(q, k, v, rule="falcon-1", backend="triton", sample_id=sid.float(), **base)
-    with pytest.raises(ValueError, match="non-decreasing along each row"):
-        fast_weight_rule(q, k, v, rule="falcon-1", backend="triton", sample_id=sid.flip(1), validate=True, **base)
+    base = dict(beta=b, lam=lam, rule="falcon-1", backend="triton", chunk_size=16)
+    with pytest.raises(ValueError, match="sample_id runs fresh samples with no state in or out"):
+        fast_weight_rule(q, k, v, sample_id=sid, output_final_state=True, **base)
+    with pytest.raises(ValueError, match=r"sample_id must be integers \[B, T\] = \(2, 40\)"):
+        fast_weight_rule(q, k, v, sample_id=sid[:, 1:], **base)
+    with pytest.raises(ValueError, match=r"sample_id must be integers"):
+        fast_weight_rule(q, k, v, sample_id=sid.float(), **base)
     with pytest.raises(ValueError, match="cu_seqlens .* or sample_id .*, not both"):
         gated_delta_triton(q[:1], k[:1], v[:1], None, b[:1], sample_id=sid[:1],
                            cu_seqlens=torch.tensor([0, T], device=DEVICE))
+    with pytest.raises(ValueError, match=r"sample_id must be an integer tensor \[B, T\] = \(2, 40\)"):
+        gated_delta_triton(q, k, v, None, b, sample_id=sid[:, 1:])
 
 
 @pytest.mark.parametrize("name", ["falcon-1.3", "deltanet", "gated-deltanet"])
 def test_mixers_take_samples_by_id_when_switched_on(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """``SAMPLE_IDS`` (``LAB_SAMPLE_IDS=1``): the mixer's isolated samples reach the kernels by their ids, never as
-    packed sequences, with the same outputs and input gradients as the packed sequences (the default); over the
+    """``layers.SAMPLE_IDS`` (``LAB_SAMPLE_IDS=1``): the mixer's isolated samples reach the kernels by their ids,
+    never as packed sequences, with the same outputs and input gradients as the packed sequences (the default); over the
     second row (samples of 1, 30, 1 and 8 tokens)."""
     from falcon_lab.mixers import build_mixer, deltanet, falcon, layers
 
@@ -234,19 +245,18 @@ def test_mixers_take_samples_by_id_when_switched_on(name: str, monkeypatch: pyte
 
 @pytest.mark.parametrize("mixer", ["falcon-1.3", "gated-deltanet"])
 def test_a_model_over_samples_by_id_reads_nothing_on_the_host(mixer: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A language model over packed samples (``PositionsConfig.sample_end``) with ``SAMPLE_IDS`` on: its forward
-    and backward pass make no host read at all (the packed sequences' path reads their bounds once a step,
+    """A language model over packed samples (``PositionsConfig.sample_end``) with ``layers.SAMPLE_IDS`` on: its
+    forward and backward pass make no host read at all (the packed sequences' path reads their bounds once a step,
     ``tests/test_packed_facts.py``), so nothing in the step stops a CUDA graph from replaying it."""
     if os.environ.get("TRITON_INTERPRET") != "1":
         pytest.skip("counts the host reads around the kernels as the interpreter runs them")
     from torch.utils._python_dispatch import TorchDispatchMode
 
     import falcon_lab.kernels.common.packed as packed
-    from falcon_lab.mixers import LanguageModel, LMConfig, PositionsConfig, deltanet, falcon
+    from falcon_lab.mixers import LanguageModel, LMConfig, PositionsConfig, layers
     from falcon_lab.tasks.addition.vocab import EOS, VOCAB_SIZE, encode
 
-    for module in (falcon, deltanet):
-        monkeypatch.setattr(module, "SAMPLE_IDS", True)
+    monkeypatch.setattr(layers, "SAMPLE_IDS", True)
     reads: list[str] = []
 
     def read(what: str) -> None:  # Triton's interpreter reads its launches' tensors on the host: not a GPU's wait
@@ -276,10 +286,10 @@ def test_a_model_over_samples_by_id_reads_nothing_on_the_host(mixer: str, monkey
 
 def test_cuda_graphs_take_isolated_samples_by_id(monkeypatch: pytest.MonkeyPatch) -> None:
     """``train.cuda_graphs`` with isolated samples is refused where a step's work changes with its samples, and
-    accepted for falcon-1's kernels taking them by id (``LAB_SAMPLE_IDS=1``): falcon-1.x, DeltaNet, Gated DeltaNet
-    on backend auto or triton."""
+    accepted where the kernels take them by id (``LAB_SAMPLE_IDS=1``): falcon-1.x, falcon-1a.x, DeltaNet, Gated
+    DeltaNet, RetNet, Mamba-2 on backend auto or triton."""
     from falcon_lab.config import ConfigError, load_config
-    from falcon_lab.mixers import deltanet, falcon, samples_by_id
+    from falcon_lab.mixers import layers, samples_by_id
 
     def graphs(mixer: str, *more: str):
         return load_config(preset="addition-tiny", mixer=mixer, overrides=[
@@ -287,13 +297,12 @@ def test_cuda_graphs_take_isolated_samples_by_id(monkeypatch: pytest.MonkeyPatch
 
     with pytest.raises(ConfigError, match="train.cuda_graphs replays one fixed step"):
         graphs("falcon-1.3")
-    for module in (falcon, deltanet):
-        monkeypatch.setattr(module, "SAMPLE_IDS", True)
-    for mixer in ("falcon-1.3", "falcon-1", "deltanet", "gated-deltanet"):
+    monkeypatch.setattr(layers, "SAMPLE_IDS", True)
+    for mixer in ("falcon-1.3", "falcon-1", "falcon-1a.3", "deltanet", "gated-deltanet", "retnet", "mamba2"):
         assert samples_by_id(mixer) and graphs(mixer).train.cuda_graphs
     assert samples_by_id("deltanet", {"backend": "triton"})
-    for mixer, more in (("falcon-1.3", ["model.mixer_options={backend: chunk}"]), ("falcon-1a.3", []),
-                        ("falcon-2", []), ("retnet", [])):
+    for mixer, more in (("falcon-1.3", ["model.mixer_options={backend: chunk}"]), ("falcon-2", []),
+                        ("falcon-3a.3", [])):
         assert not samples_by_id(mixer, {"backend": "chunk"} if more else None)
         with pytest.raises(ConfigError, match="by id: LAB_SAMPLE_IDS=1"):
             graphs(mixer, *more)

@@ -177,7 +177,7 @@ class DeltaNet(Mixer):
                                         chunk_size=rows.chunk(self.opts.chunk_size))
             return rows.back(o), None
         with full_precision(q):
-            if samples is not None and fused and layers.SAMPLE_IDS:  # the rows as they are, their samples told apart by id
+            if samples is not None and fused and layers.SAMPLE_IDS:  # the rows as they are, samples told apart by id
                 return fast_weight_rule(q * scale, k, v, eta=beta, lam=torch.zeros_like(beta), rule=RULE.name,
                                         alignment=self.opts.alignment, timing=self.opts.timing, backend=backend,
                                         chunk_size=self.opts.chunk_size, sample_id=samples)

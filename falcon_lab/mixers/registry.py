@@ -126,9 +126,8 @@ def samples_by_id(name: str, options: Mapping[str, Any] | None = None) -> bool:
     if name not in MIXERS or {**MIXERS[name].preset, **(options or {})}.get("backend", "auto") not in ("auto",
                                                                                                      "triton"):
         return False
-    make = MIXERS[name].make
-    spec = getattr(make, "spec", None)
-    return layers.SAMPLE_IDS and (make is DeltaNet or (spec is not None and spec.by_sample_id))
+    spec = getattr(MIXERS[name].make, "spec", None)  # the rule whose kernels the mixer runs
+    return layers.SAMPLE_IDS and spec is not None and spec.by_sample_id
 
 
 def build_mixer(name: str, d_model: int, n_heads: int, **options: Any) -> Mixer:
