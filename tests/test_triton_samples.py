@@ -30,6 +30,9 @@ SAMPLE_ID = torch.tensor([sum(([n] * size for n, size in enumerate(row)), []) fo
 B, T = SAMPLE_ID.shape
 H = 2
 NAMES = ("q", "k", "v", "beta", "lam", "S0", "last_key")
+# two float32 paths through the same kernels, chunked differently: exact fp32 products under the interpreter, three
+# tf32 passes on a GPU
+SAME = 1e-5 if DEVICE == "cpu" else TOL
 
 
 @pytest.fixture(autouse=True)
@@ -162,7 +165,7 @@ def test_rows_of_samples_equal_the_packed_sequences() -> None:
     xs = inputs(29, lam=(0.0, 2.0))
     opts = dict(alignment="shifted", timing="raw", scale_coupled_ridge=True)
     check(outputs_and_grads(by_id_op, xs, None, torch.float32, 29, **opts),
-          outputs_and_grads(as_packed, xs, None, torch.float32, 29, **opts), 1e-5)
+          outputs_and_grads(as_packed, xs, None, torch.float32, 29, **opts), SAME)
 
 
 @pytest.mark.parametrize(("alignment", "timing"), [("same_time", "raw"), ("shifted", "rbw")])
@@ -240,7 +243,7 @@ def test_mixers_take_samples_by_id_when_switched_on(name: str, monkeypatch: pyte
         y.square().sum().backward()
         outs.append((y.detach(), xi.grad))
     (y0, g0), (y1, g1) = outs
-    assert rel(y1, y0) <= 1e-5 and rel(g1, g0) <= 1e-5, (rel(y1, y0), rel(g1, g0))
+    assert rel(y1, y0) <= SAME and rel(g1, g0) <= SAME, (rel(y1, y0), rel(g1, g0))
 
 
 @pytest.mark.parametrize("mixer", ["falcon-1.3", "gated-deltanet"])
