@@ -7,8 +7,6 @@ Every buffer the kernels fill starts as NaN, so a row a kernel forgets to write 
 
 from __future__ import annotations
 
-import os
-import traceback
 
 import pytest
 import torch
@@ -251,40 +249,11 @@ def test_a_model_over_samples_by_id_reads_nothing_on_the_host(mixer: str, monkey
     """A language model over packed samples (``PositionsConfig.sample_end``) with ``layers.SAMPLE_IDS`` on: its
     forward and backward pass make no host read at all (the packed sequences' path reads their bounds once a step,
     ``tests/test_packed_facts.py``), so nothing in the step stops a CUDA graph from replaying it."""
-    if os.environ.get("TRITON_INTERPRET") != "1":
-        pytest.skip("counts the host reads around the kernels as the interpreter runs them")
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    import falcon_lab.kernels.common.packed as packed
-    from falcon_lab.mixers import LanguageModel, LMConfig, PositionsConfig, layers
-    from falcon_lab.tasks.addition.vocab import EOS, VOCAB_SIZE, encode
+    from falcon_lab.mixers import layers
+    from tests.test_packed_facts import host_reads
 
     monkeypatch.setattr(layers, "SAMPLE_IDS", True)
-    reads: list[str] = []
-
-    def read(what: str) -> None:  # Triton's interpreter reads its launches' tensors on the host: not a GPU's wait
-        if not any(f"{os.sep}triton{os.sep}" in frame.filename for frame in traceback.extract_stack()):
-            reads.append(what)
-
-    to_host = packed.to_host
-    monkeypatch.setattr(packed, "to_host", lambda t: read("to_host") or to_host(t))
-    tolist = torch.Tensor.tolist
-    monkeypatch.setattr(torch.Tensor, "tolist", lambda t: read("tolist") or tolist(t))
-
-    class Reads(TorchDispatchMode):
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            if func.overloadpacket.__name__ in ("_local_scalar_dense", "nonzero", "masked_select", "unique"):
-                read(func.overloadpacket.__name__)
-            return func(*args, **(kwargs or {}))
-
-    tokens = torch.tensor([encode("12+34=640") + [EOS] + encode("5+6=11") + [EOS]])  # one row of two samples
-    torch.manual_seed(0)
-    model = LanguageModel(LMConfig(vocab_size=VOCAB_SIZE, d_model=32, n_layers=1, n_heads=2, mixer=mixer,
-                                   mixer_options={"backend": "triton", "chunk_size": 16},
-                                   positions=PositionsConfig(sample_end=EOS)))
-    with Reads():
-        model(tokens).float().sum().backward()
-    assert reads == []
+    assert host_reads(mixer, "triton", monkeypatch) == {1: [], 2: []}
 
 
 def test_cuda_graphs_take_isolated_samples_by_id(monkeypatch: pytest.MonkeyPatch) -> None:
