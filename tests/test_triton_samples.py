@@ -7,7 +7,6 @@ Every buffer the kernels fill starts as NaN, so a row a kernel forgets to write 
 
 from __future__ import annotations
 
-
 import pytest
 import torch
 
