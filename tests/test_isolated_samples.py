@@ -300,8 +300,6 @@ def test_a_compiled_mixer_over_samples_apart_recompiles_for_a_few_row_lengths_on
 def test_retnet_and_mamba2_on_the_fused_kernels_give_the_chunk_forms_loss(mixer: str, options: dict) -> None:
     """backend="triton" (falcon-1a's kernels with η = 1; Triton's interpreter here) against the PyTorch chunk form,
     float32, over packed samples kept apart: one loss and the same gradients."""
-    from falcon_lab.train.module import token_loss_sum
-
     torch.manual_seed(0)
     # one layer: the kernels' every gradient reaches the parameters through it (a second adds only interpreter time)
     cfg = dict(vocab_size=VOCAB_SIZE, d_model=32, n_layers=1, n_heads=2, mixer=mixer,
@@ -309,15 +307,24 @@ def test_retnet_and_mamba2_on_the_fused_kernels_give_the_chunk_forms_loss(mixer:
     fused = LanguageModel(LMConfig(**cfg, mixer_options={**options, "backend": "triton"}))
     chunk = LanguageModel(LMConfig(**cfg, mixer_options={**options, "backend": "chunk"}))
     chunk.load_state_dict(fused.state_dict())
-    packed = make_batch(seed=0, step=3, batch_size=4, digits=(1, 6), seq_len=48, pack=True)
+    _same_loss_and_gradients((fused, lambda: None), (chunk, lambda: None), rtol=1e-3, atol=1e-5)
+
+
+def _same_loss_and_gradients(*models: tuple, rtol: float, atol: float) -> None:
+    """Two models (each with what to set before its pass) over one packed addition batch: the same loss, and the
+    same gradient of every parameter within rtol/atol."""
+    from falcon_lab.train.module import token_loss_sum
+
+    batch = make_batch(seed=0, step=3, batch_size=4, digits=(1, 6), seq_len=48, pack=True)
     losses = []
-    for m in (fused, chunk):
-        loss, _ = token_loss_sum(m(packed.input_ids), packed.labels)
+    for m, setup in models:
+        setup()
+        loss, _ = token_loss_sum(m(batch.input_ids), batch.labels)
         loss.backward()
         losses.append(loss)
     torch.testing.assert_close(losses[0], losses[1], rtol=1e-5, atol=1e-5)
-    for (name, a), b in zip(fused.named_parameters(), chunk.parameters()):
-        torch.testing.assert_close(a.grad, b.grad, rtol=1e-3, atol=1e-5, msg=name)
+    for (name, a), b in zip(models[0][0].named_parameters(), models[1][0].parameters()):
+        torch.testing.assert_close(a.grad, b.grad, rtol=rtol, atol=atol, msg=name)
 
 
 def test_samples_by_id_on_the_kernels_give_the_packed_sequences_loss(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -326,23 +333,15 @@ def test_samples_by_id_on_the_kernels_give_the_packed_sequences_loss(monkeypatch
     kernels' packed sequences (float32, Triton's interpreter here; decayed attention's mixers by id:
     tests/test_decayed.py)."""
     from falcon_lab.mixers import layers
-    from falcon_lab.train.module import token_loss_sum
 
     torch.manual_seed(0)
     cfg = dict(vocab_size=VOCAB_SIZE, d_model=32, n_layers=1, n_heads=2, mixer="falcon-1a.3",
                mixer_options={"backend": "triton", "chunk_size": 16}, positions=PositionsConfig(sample_end=EOS))
     by_id, packed_rows = LanguageModel(LMConfig(**cfg)), LanguageModel(LMConfig(**cfg))
     packed_rows.load_state_dict(by_id.state_dict())
-    batch = make_batch(seed=0, step=3, batch_size=4, digits=(1, 6), seq_len=48, pack=True)
-    losses = []
-    for m, switch in ((by_id, True), (packed_rows, False)):
-        monkeypatch.setattr(layers, "SAMPLE_IDS", switch)
-        loss, _ = token_loss_sum(m(batch.input_ids), batch.labels)
-        loss.backward()
-        losses.append(loss)
-    torch.testing.assert_close(losses[0], losses[1], rtol=1e-5, atol=1e-5)
-    for (name, a), b in zip(by_id.named_parameters(), packed_rows.parameters()):
-        torch.testing.assert_close(a.grad, b.grad, rtol=1e-4, atol=1e-6, msg=name)
+    _same_loss_and_gradients((by_id, lambda: monkeypatch.setattr(layers, "SAMPLE_IDS", True)),
+                             (packed_rows, lambda: monkeypatch.setattr(layers, "SAMPLE_IDS", False)),
+                             rtol=1e-4, atol=1e-6)
 
 
 @pytest.mark.parametrize(("lengths", "size", "chunk"), [
