@@ -1,5 +1,5 @@
-"""falcon-1's fused kernels over rows of samples told apart by a per-token sample id (``sample_id``): the rows as they
-are, in full chunks of 16, against each sample run alone by the float64 recurrent oracle and against the packed
+"""falcon-1's and falcon-3a's fused kernels over rows of samples told apart by a per-token sample id (``sample_id``): the
+rows as they are, in full chunks of 16, against each sample run alone by the float64 recurrent oracle and against the packed
 sequences (``cu_seqlens``); outputs, final states and every gradient, under Triton's interpreter on a CPU.
 
 Every buffer the kernels fill starts as NaN, so a row a kernel forgets to write cannot pass.
@@ -200,6 +200,45 @@ def test_gated_delta_rule_on_rows_of_samples(alignment: str, timing: str) -> Non
         assert rel(a, b) <= TOL, f"{name}: relative error {rel(a, b):.2e}"
 
 
+@pytest.mark.parametrize(("alignment", "timing", "scale_coupled_ridge"),
+                         [("shifted", "raw", False), ("shifted", "rbw", True), ("same_time", "raw", True),
+                          ("same_time", "rbw", False)])
+def test_falcon3a_rows_of_samples_are_the_samples_run_alone(alignment: str, timing: str,
+                                                            scale_coupled_ridge: bool) -> None:
+    """falcon-3a (window 3) on ``fast_weight_rule(..., sample_id=)``: its delayed pass on falcon-1a's kernels by
+    sample id and its band over each row, windows cut at each sample's first token, against each sample run alone
+    by the float64 recurrent oracle: outputs and the gradients of q, k, v, β and λ (samples of 1 token hold no
+    pair when shifted; one of 30 fills every window)."""
+    seed = sum(map(ord, alignment + timing)) + 7
+    xs = inputs(seed)
+    opts = dict(rule="falcon-3a", window=3, alignment=alignment, timing=timing,
+                scale_coupled_ridge=scale_coupled_ridge)
+
+    def run(kernels: bool) -> list[torch.Tensor]:
+        device, dtype = (DEVICE, torch.float32) if kernels else ("cpu", torch.float64)
+        leaves = [t.to(device, dtype).requires_grad_() for t in xs]
+        if kernels:
+            o, _ = fast_weight_rule(*leaves[:3], beta=leaves[3], lam=leaves[4], backend="triton", chunk_size=16,
+                                    sample_id=SAMPLE_ID.to(device), **opts)
+        else:
+            rows = []
+            for row, lengths in enumerate(LENGTHS):
+                ends = torch.tensor(lengths).cumsum(0).tolist()
+                rows.append(torch.cat([fast_weight_rule(*(t[row:row + 1, e - n:e] for t in leaves[:3]),
+                                                        beta=leaves[3][row:row + 1, e - n:e],
+                                                        lam=leaves[4][row:row + 1, e - n:e], backend="recurrent",
+                                                        **opts)[0]
+                                       for n, e in zip(lengths, ends)], 1))
+            o = torch.cat(rows, 0)
+        w = torch.randn(o.shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+        (o * w.to(device, dtype)).sum().backward()
+        return [o] + [t.grad for t in leaves]
+
+    for name, a, b in zip(("o", *NAMES[:5]), run(True), run(False)):
+        assert not torch.isnan(a).any(), name
+        assert rel(a, b) <= TOL, f"{name}: relative error {rel(a, b):.2e}"
+
+
 def test_sample_id_is_refused_where_it_is_not_taken() -> None:
     """One ValueError naming the argument: beside cu_seqlens or a state, a wrong shape or dtype."""
     q, k, v, b, lam = (t.float().to(DEVICE) for t in inputs(3))
@@ -218,7 +257,7 @@ def test_sample_id_is_refused_where_it_is_not_taken() -> None:
         gated_delta_triton(q, k, v, None, b, sample_id=sid[:, 1:])
 
 
-@pytest.mark.parametrize("name", ["falcon-1.3", "deltanet", "gated-deltanet"])
+@pytest.mark.parametrize("name", ["falcon-1.3", "falcon-3a.3", "deltanet", "gated-deltanet"])
 def test_mixers_take_samples_by_id_when_switched_on(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """``layers.SAMPLE_IDS`` (``LAB_SAMPLE_IDS=1``): the mixer's isolated samples reach the kernels by their ids,
     never as packed sequences, with the same outputs and input gradients as the packed sequences (the default); over the
@@ -243,7 +282,7 @@ def test_mixers_take_samples_by_id_when_switched_on(name: str, monkeypatch: pyte
     assert rel(y1, y0) <= SAME and rel(g1, g0) <= SAME, (rel(y1, y0), rel(g1, g0))
 
 
-@pytest.mark.parametrize("mixer", ["falcon-1.3", "gated-deltanet"])
+@pytest.mark.parametrize("mixer", ["falcon-1.3", "falcon-3a.3", "gated-deltanet"])
 def test_a_model_over_samples_by_id_reads_nothing_on_the_host(mixer: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """A language model over packed samples (``PositionsConfig.sample_end``) with ``layers.SAMPLE_IDS`` on: its
     forward and backward pass make no host read at all (the packed sequences' path reads their bounds once a step,
@@ -257,8 +296,8 @@ def test_a_model_over_samples_by_id_reads_nothing_on_the_host(mixer: str, monkey
 
 def test_cuda_graphs_take_isolated_samples_by_id(monkeypatch: pytest.MonkeyPatch) -> None:
     """``train.cuda_graphs`` with isolated samples is refused where a step's work changes with its samples, and
-    accepted where the kernels take them by id (``LAB_SAMPLE_IDS=1``): falcon-1.x, falcon-1a.x, DeltaNet, Gated
-    DeltaNet, RetNet, Mamba-2 on backend auto or triton."""
+    accepted where the kernels take them by id (``LAB_SAMPLE_IDS=1``): falcon-1.x, falcon-1a.x, falcon-3a.x,
+    DeltaNet, Gated DeltaNet, RetNet, Mamba-2 on backend auto or triton."""
     from falcon_lab.config import ConfigError, load_config
     from falcon_lab.mixers import layers, samples_by_id
 
@@ -269,11 +308,12 @@ def test_cuda_graphs_take_isolated_samples_by_id(monkeypatch: pytest.MonkeyPatch
     with pytest.raises(ConfigError, match="train.cuda_graphs replays one fixed step"):
         graphs("falcon-1.3")
     monkeypatch.setattr(layers, "SAMPLE_IDS", True)
-    for mixer in ("falcon-1.3", "falcon-1", "falcon-1a.3", "deltanet", "gated-deltanet", "retnet", "mamba2"):
+    for mixer in ("falcon-1.3", "falcon-1", "falcon-1a.3", "falcon-3a.3", "deltanet", "gated-deltanet", "retnet",
+                  "mamba2"):
         assert samples_by_id(mixer) and graphs(mixer).train.cuda_graphs
     assert samples_by_id("deltanet", {"backend": "triton"})
     for mixer, more in (("falcon-1.3", ["model.mixer_options={backend: chunk}"]), ("falcon-2", []),
-                        ("falcon-3a.3", [])):
+                        ("falcon-3", [])):
         assert not samples_by_id(mixer, {"backend": "chunk"} if more else None)
         with pytest.raises(ConfigError, match="by id: LAB_SAMPLE_IDS=1"):
             graphs(mixer, *more)

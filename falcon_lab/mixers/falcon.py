@@ -239,7 +239,7 @@ class FalconMixer(Mixer):
         # launches Triton kernels; the projections, norms, convolutions and gates around it compile.
         cu_seqlens, sample_id, chunk_size = None, None, self.chunk_size
         if samples is not None and layers.SAMPLE_IDS and self.spec.by_sample_id:
-            sample_id = samples  # the rows as they are, their samples told apart by their ids (falcon-1a)
+            sample_id = samples  # the rows as they are, their samples told apart by their ids
         elif samples is not None:  # every sample of every row one packed sequence of a batch of one
             cu_seqlens = sample_bounds(samples)
             if q.is_cuda and not self.spec.chunk_by_window:  # the kernels' chunks at about a sample's length

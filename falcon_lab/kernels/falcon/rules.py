@@ -57,13 +57,14 @@ def triton_falcon3(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, lam: Tensor, c
 
 
 def triton_falcon3a(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, lam: Tensor, cfg: RuleConfig,
-                    state: FastWeightState, fresh: bool, chunk_size: int = 64,
-                    cu_seqlens: Tensor | None = None) -> tuple[Tensor, FastWeightState]:
-    """falcon-3a's fused form: W falcon-1a recurrences, one per lag of its window
-    (``falcon_lab.kernels.window.fused``)."""
+                    state: FastWeightState, fresh: bool, chunk_size: int = 64, cu_seqlens: Tensor | None = None,
+                    sample_id: Tensor | None = None) -> tuple[Tensor, FastWeightState]:
+    """falcon-3a's fused form: one delayed decayed linear attention on falcon-1a's kernels and a band
+    (``falcon_lab.kernels.window.fused``); also over rows of fresh samples by ``sample_id``."""
     from falcon_lab.kernels.window.fused import triton_falcon3a as fused
 
-    return fused(q, k, v, beta, lam, cfg, state, fresh, chunk_size=chunk_size, cu_seqlens=cu_seqlens)
+    return fused(q, k, v, beta, lam, cfg, state, fresh, chunk_size=chunk_size, cu_seqlens=cu_seqlens,
+                 sample_id=sample_id)
 
 
 def triton_falcon3a_packed(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, lam: Tensor, cfg: RuleConfig,
@@ -109,9 +110,9 @@ FALCON_2A = register_rule(RuleSpec(
     recurrent=recurrent_inner_product, masked=masked_inner_product, chunk=chunk_inner_product,
     triton=triton_inner_product, fused_min_decay_floor=FUSED_MIN_DECAY_FLOOR_PER_CHANNEL,
     summary="falcon-1a with one gain and one carry per value channel"))
-# falcon-3a's parallel forms are the inner-product ones with a window of pairs; its fused form runs W falcon-1a
-# recurrences, one per lag of the window
+# falcon-3a's parallel forms are the inner-product ones with a window of pairs; its fused form is one falcon-1a pass
+# over the pairs delayed by W − 1 and a band of the pairs still inside the window
 FALCON_3A = register_rule(RuleSpec(
     "falcon-3a", "window", regression=False, per_channel=False, windowed=True, gain_bound="energy",
     recurrent=recurrent_window, masked=masked_inner_product, chunk=chunk_inner_product, triton=triton_falcon3a,
-    triton_packed=triton_falcon3a_packed, summary="falcon-1a on the mean of the last B pairs"))
+    triton_packed=triton_falcon3a_packed, by_sample_id=True, summary="falcon-1a on the mean of the last B pairs"))

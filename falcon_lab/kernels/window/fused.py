@@ -69,13 +69,20 @@ def window_coefficients(a: Tensor, log_gamma: Tensor, W: int) -> list[Tensor]:
 
 def triton_falcon3a(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, lam: Tensor, cfg: RuleConfig,
                     state: FastWeightState, fresh: bool, chunk_size: int = 64,
-                    cu_seqlens: Tensor | None = None) -> tuple[Tensor, FastWeightState]:
+                    cu_seqlens: Tensor | None = None,
+                    sample_id: Tensor | None = None) -> tuple[Tensor, FastWeightState]:
     """falcon-3a over ``[B, T, H, D]`` inputs in their own dtype from a float32 ``state``; o in q's dtype. The form
-    takes no ``cu_seqlens`` (one window tail a row): ``fast_weight_rule`` lays packed sequences one to a row."""
+    takes no ``cu_seqlens`` (one window tail a row): ``fast_weight_rule`` lays packed sequences one to a row.
+    ``sample_id`` ``[B, T]``: the samples of each row apart, each fresh, outputs alone (``falcon3a_by_sample_id``;
+    the state is returned as it came)."""
     if not (cfg.windowed and not cfg.regression):
         raise ValueError(f"triton_falcon3a runs rule 'falcon-3a' only, got {cfg.rule!r}")
     if cu_seqlens is not None:
         raise ValueError("triton_falcon3a takes no cu_seqlens; fast_weight_rule lays packed sequences one to a row")
+    if sample_id is not None:
+        if not fresh:
+            raise ValueError("triton_falcon3a runs rows of samples by sample_id from fresh states only")
+        return falcon3a_by_sample_id(q, k, v, beta, lam, cfg, chunk_size, sample_id), state
     f32 = torch.float32
     # k and v as given: prepare's concatenations with the float32 state make the pairs float32 in one copy
     prep = prepare(k, v, beta.to(f32), lam.to(f32), cfg, state, fresh)
@@ -111,21 +118,40 @@ class PackedWindows(NamedTuple):
     inside: list[Tensor]
 
 
+def _windows_at(place: Tensor, W: int, shifted: bool) -> PackedWindows:
+    """``PackedWindows`` from ``place`` ``[B, T, 1]``, each token's place in its own sample (0 at its first)."""
+    f32 = torch.float32
+    pair = place > 0 if shifted else torch.ones_like(place, dtype=torch.bool)
+    held = [((place >= j) & _late(pair, j)).to(f32) for j in range(W)]
+    return PackedWindows(pair=pair, held=held, n_pairs=torch.stack(held).sum(0),
+                         inside=[(place >= d).to(f32) for d in range(W)])
+
+
 def packed_windows(bounds: Tensor, T: int, W: int, shifted: bool) -> PackedWindows:
     """``PackedWindows`` of the packed sequences ``bounds`` (int64 ``cu_seqlens`` on the inputs' device), made once
     per tensor for every layer of a step (``falcon_lab.kernels.common.packed.memo``), from device operations alone:
     no host read."""
     def make() -> PackedWindows:
-        f32 = torch.float32
         lengths = bounds[1:] - bounds[:-1]
         place = torch.arange(T, device=bounds.device) - torch.repeat_interleave(bounds[:-1], lengths, output_size=T)
-        place = place[None, :, None]  # [1, T, 1]: broadcast over heads
-        pair = place > 0 if shifted else torch.ones_like(place, dtype=torch.bool)
-        held = [((place >= j) & _late(pair, j)).to(f32) for j in range(W)]
-        return PackedWindows(pair=pair, held=held, n_pairs=torch.stack(held).sum(0),
-                             inside=[(place >= d).to(f32) for d in range(W)])
+        return _windows_at(place[None, :, None], W, shifted)  # [1, T, 1]: broadcast over heads
 
     return packed.memo(bounds, ("falcon-3a windows", T, W, shifted), make)
+
+
+def sample_windows(sample_id: Tensor, W: int, shifted: bool, device: torch.device) -> PackedWindows:
+    """``PackedWindows`` of rows of samples told apart by ``sample_id`` ``[B, T]`` (non-decreasing along each row),
+    ``[B, T, 1]`` each, made once per tensor for every layer of a step, from device operations alone: a token's
+    place in its sample is its distance from the last token at or before it that starts a new id."""
+    def make() -> PackedWindows:
+        sid = sample_id.to(device)
+        at = torch.arange(sid.shape[1], device=device).expand_as(sid)
+        starts = torch.ones_like(sid, dtype=torch.bool)
+        starts[:, 1:] = sid[:, 1:] != sid[:, :-1]
+        place = at - torch.where(starts, at, torch.zeros_like(at)).cummax(dim=1).values
+        return _windows_at(place[..., None], W, shifted)
+
+    return packed.memo(sample_id, ("falcon-3a sample windows", W, shifted, str(device)), make)
 
 
 def triton_falcon3a_packed(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, lam: Tensor, cfg: RuleConfig,
@@ -153,6 +179,28 @@ def triton_falcon3a_packed(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, lam: T
     lag = 0 if cfg.timing == "raw" else 1
     pad = (0, 0, 0, 0, W - 1, 0)  # the extended arrays: W − 1 empty slots in front of the row
     o = band_read(q, F.pad(x, pad), F.pad(v, pad), band, lag) + o  # the band reads v in its own dtype
+    return o.to(q.dtype)
+
+
+def falcon3a_by_sample_id(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, lam: Tensor, cfg: RuleConfig,
+                          chunk_size: int, sample_id: Tensor) -> Tensor:
+    """falcon-3a over rows ``[B, T]`` of fresh samples told apart by ``sample_id``, outputs alone: the packed form's
+    windows cut at each sample's first token (``sample_windows``), the delayed pass on the kernels' rows of samples
+    (``decayed_attention(..., sample_id=)``) and the band over each row. Every shape follows B and T alone and
+    nothing is read on the host. Returns o in q's dtype."""
+    B, T, H = q.shape[:3]
+    W = cfg.span
+    win = sample_windows(sample_id, W, cfg.shifted, q.device)
+    glue = _glue_compiled() if q.is_cuda else _packed_glue
+    x, xd, vd, gain, log_gamma, band = glue(q, k, v, beta, lam, win.pair, win.held, win.n_pairs, win.inside, cfg)
+    S0 = q.new_zeros(B, H, q.shape[3], v.shape[-1], dtype=torch.float32)
+    o, _ = decayed_attention(q, xd, vd, gain, log_gamma, S0, raw=cfg.timing == "raw", chunk_size=chunk_size,
+                             sample_id=sample_id)
+    if W == 1:
+        return o
+    lag = 0 if cfg.timing == "raw" else 1
+    pad = (0, 0, 0, 0, W - 1, 0)  # the extended arrays: W − 1 empty slots in front of each row
+    o = band_read(q, F.pad(x, pad), F.pad(v, pad), band, lag) + o
     return o.to(q.dtype)
 
 
