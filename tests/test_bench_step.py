@@ -73,3 +73,31 @@ def test_each_row_is_compiled_afresh_not_after_the_rows_before_it(monkeypatch, t
     step.run(["transformer", "falcon-1a", "retnet"], preset="tiny", task="addition", steps=1, out=tmp_path,
              echo=lambda _: None)
     assert frames == [1, 1, 1], frames
+
+
+def test_samples_by_id_or_packed_is_set_for_every_row_and_recorded(monkeypatch, tmp_path: Path) -> None:
+    """`--samples by-id` runs every row with `layers.SAMPLE_IDS` on (`packed`: off), the process's own setting back
+    after; `by_id` says whether the row's isolated samples did reach its kernels by id (not the transformer's,
+    which masks them)."""
+    from falcon_lab.bench import step
+    from falcon_lab.mixers import layers
+
+    seen = []
+
+    def measure(cfg, steps, trace=None):
+        seen.append((cfg.mixer, layers.SAMPLE_IDS))
+        return {"params": 1, "tokens_per_s": 1.0, "loop_ms": 1.0}
+
+    monkeypatch.setattr(step, "measure", measure)
+    monkeypatch.setattr(layers, "SAMPLE_IDS", False)
+    for choice, on in (("by-id", True), ("packed", False)):
+        out = tmp_path / choice
+        result = CliRunner().invoke(app, ["bench", "step", "--mixers", "transformer,falcon-1a.3", "--preset",
+                                          "same-time", "--samples", choice, "--out", str(out)])
+        assert result.exit_code == 0, result.output
+        assert seen[-2:] == [("transformer", on), ("falcon-1a.3", on)] and layers.SAMPLE_IDS is False
+        rows = list(csv.DictReader((out / "step.csv").open()))
+        assert [r["by_id"] for r in rows] == ["False", str(on)]
+    result = CliRunner().invoke(app, ["bench", "step", "--samples", "ids", "--out", str(tmp_path / "no")])
+    assert result.exit_code == 2 and result.output == "lab bench step: --samples must be packed or by-id, got ids\n"
+    assert not (tmp_path / "no").exists()

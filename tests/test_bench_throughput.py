@@ -52,3 +52,21 @@ def test_an_unknown_row_is_refused_in_one_line(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["bench", "throughput", "--mixers", "nope", "--out", str(tmp_path / "o")])
     assert result.exit_code == 2 and result.output.startswith("lab bench throughput: unknown mixer nope")
     assert result.output.count("\n") == 1 and not (tmp_path / "o").exists()
+
+
+def test_samples_reach_the_runs_through_their_environment(monkeypatch, tmp_path: Path) -> None:
+    """`--samples by-id` / `packed` set `LAB_SAMPLE_IDS` for every run's process; without it the environment is
+    passed as it is."""
+    from falcon_lab.bench import throughput
+
+    envs = []
+
+    def timed_run(cmd, timeout_s, env=None):
+        envs.append(env)
+        return 1, "", "no run", 0.1
+
+    monkeypatch.setattr(throughput, "timed_run", timed_run)
+    for choice in ("by-id", "packed", None):
+        CliRunner().invoke(app, ["bench", "throughput", "--mixers", "falcon-1a.3", "--preset", "addition-tiny",
+                                 "--out", str(tmp_path / str(choice)), *(["--samples", choice] if choice else [])])
+    assert envs == [{"LAB_SAMPLE_IDS": "1"}, {"LAB_SAMPLE_IDS": "0"}, None]

@@ -17,7 +17,9 @@ the run's own batches from the middle of the run on (a curriculum's widths there
 - `warmup_s`: the untimed first steps, compilation included (`--set train.compile=true` runs the forward
   through torch.compile as `lab train` does; `--set train.cuda_graphs=true` replays the forward and
   backward from CUDA graphs, falcon_lab/train/graphs.py, the capture counted here; both together capture the
-  compiled forward).
+  compiled forward);
+- `by_id`: whether the row's isolated samples reached its kernels by their ids (`--samples by-id`,
+  `LAB_SAMPLE_IDS=1`: the rows as they are, no host read) rather than as packed sequences.
 
 Set beside `lab bench train` (the same config through Lightning), the difference is the trainer's share.
 """
@@ -31,7 +33,7 @@ from typing import Any
 
 from falcon_lab.runs import atomic_write_text, device_name, now
 
-COLUMNS = ("mixer", "compile", "cuda_graphs", "params", "tokens", "loop_ms", "tokens_per_s", "tflop", "mfu", "gpu_mfu",
+COLUMNS = ("mixer", "compile", "cuda_graphs", "by_id", "params", "tokens", "loop_ms", "tokens_per_s", "tflop", "mfu", "gpu_mfu",
            "data_ms", "fwd_ms", "bwd_ms", "opt_ms", "kernels", "gpu_ms", "warmup_s", "top_kernels")
 
 
@@ -169,12 +171,31 @@ def _write_trace(prof: Any, path: Path) -> None:
 
 
 def run(mixers: Sequence[str], *, preset: str, task: str, steps: int, out: Path, overrides: Sequence[str] = (),
-        echo: Callable[[str], None] = print, traces: bool = False) -> list[dict[str, Any]]:
-    """Measure each mixer; write `step.md` and `step.csv` into `out` after each one."""
+        echo: Callable[[str], None] = print, traces: bool = False,
+        sample_ids: bool | None = None) -> list[dict[str, Any]]:
+    """Measure each mixer; write `step.md` and `step.csv` into `out` after each one. `sample_ids`: isolated samples
+    by their ids (True) or as packed sequences (False) for every row; None: as the environment says."""
+    from falcon_lab.mixers import layers
+
+    if sample_ids is None:
+        return _run(mixers, preset=preset, task=task, steps=steps, out=out, overrides=overrides, echo=echo,
+                    traces=traces)
+    before = layers.SAMPLE_IDS
+    layers.SAMPLE_IDS = sample_ids
+    try:
+        return _run(mixers, preset=preset, task=task, steps=steps, out=out, overrides=overrides, echo=echo,
+                    traces=traces)
+    finally:
+        layers.SAMPLE_IDS = before
+
+
+def _run(mixers: Sequence[str], *, preset: str, task: str, steps: int, out: Path, overrides: Sequence[str],
+         echo: Callable[[str], None], traces: bool) -> list[dict[str, Any]]:
     import torch
 
     from falcon_lab.bench.train import _write_csv
     from falcon_lab.config import load_config
+    from falcon_lab.mixers import samples_by_id
     from falcon_lab.reproduce.names import train_preset
 
     rows: list[dict[str, Any]] = []
@@ -190,7 +211,8 @@ def run(mixers: Sequence[str], *, preset: str, task: str, steps: int, out: Path,
         torch._dynamo.reset()
         try:
             trace = out / f"trace-{mixer}.json.gz" if traces else None
-            row = {"mixer": mixer, **measure(cfg, steps=steps, trace=trace)}
+            by_id = bool(cfg.model.isolate_samples and samples_by_id(cfg.mixer, cfg.model.mixer_options))
+            row = {"mixer": mixer, "by_id": by_id, **measure(cfg, steps=steps, trace=trace)}
         except Exception as err:  # one mixer's failure is a row, the others still run
             row = {"mixer": mixer, "top_kernels": f"failed: {type(err).__name__}: {err}"[:200]}
         rows.append(row)

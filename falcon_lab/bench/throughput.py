@@ -124,8 +124,10 @@ def step_tflop(row: str, preset: str, task: str, overrides: Sequence[str]) -> fl
 
 def run(rows: Sequence[str], *, preset: str, task: str, out: Path, overrides: Sequence[str] = (),
         repeat: int = 1, seed: int = 0, timeout_s: float | None = None,
-        echo: Callable[[str], None] = print) -> list[dict[str, Any]]:
-    """Train each row `repeat` times (seeds seed, seed + 1, ...) under `out/results`; write the tables into `out`."""
+        echo: Callable[[str], None] = print, sample_ids: bool | None = None) -> list[dict[str, Any]]:
+    """Train each row `repeat` times (seeds seed, seed + 1, ...) under `out/results`; write the tables into `out`.
+    `sample_ids`: every run's isolated samples by their ids (True) or as packed sequences (False), through
+    `LAB_SAMPLE_IDS` in the runs' environment; None: the environment as it is."""
     out.mkdir(parents=True, exist_ok=True)
     results = out / "results"
     gpu = None
@@ -145,7 +147,8 @@ def run(rows: Sequence[str], *, preset: str, task: str, out: Path, overrides: Se
             cmd = [sys.executable, "-m", "falcon_lab", "train", "--task", task, "--mixer", row, "--preset", preset,
                    "--seed", str(run_seed), "--out", str(run_dir), "--results", str(results), "--no-progress", *extra]
             echo(f"$ {shlex.join(['lab', *cmd[3:]])}")
-            returncode, stdout, stderr, wall = timed_run(cmd, timeout_s)
+            env = None if sample_ids is None else {"LAB_SAMPLE_IDS": "1" if sample_ids else "0"}
+            returncode, stdout, stderr, wall = timed_run(cmd, timeout_s, env)
             (out / f"{row}-s{run_seed}.log").write_text(stdout + stderr)
             line = summarise(row, run_seed, run_dir, returncode, wall, stderr or stdout, tflops[row], gpu)
             lines.append(line)

@@ -101,13 +101,14 @@ def run(mixers: Sequence[str], *, preset: str, task: str, max_steps: int, out: P
     return rows
 
 
-def timed_run(cmd: Sequence[str], timeout_s: float | None) -> tuple[int | str, str, str, float]:
-    """Run `cmd` to its exit (or `timeout_s`): its return code ("timeout" when stopped), stdout, stderr and wall
-    seconds from start to exit."""
+def timed_run(cmd: Sequence[str], timeout_s: float | None,
+              env: dict[str, str] | None = None) -> tuple[int | str, str, str, float]:
+    """Run `cmd` to its exit (or `timeout_s`), in this process's environment with `env` set over it: its return code
+    ("timeout" when stopped), stdout, stderr and wall seconds from start to exit."""
     start = time.perf_counter()
     try:
         proc = subprocess.run(list(cmd), capture_output=True, text=True, timeout=timeout_s,
-                              env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                              env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})})
         returncode, stdout, stderr = proc.returncode, proc.stdout, proc.stderr
     except subprocess.TimeoutExpired as err:
         returncode = "timeout"

@@ -16,6 +16,18 @@ PresetOption = Annotated[str, typer.Option(
     help="Size preset: a file of falcon_lab/presets, or a campaign's preset with the settings it gives each row (same-time).")]
 TaskOption = Annotated[str, typer.Option(help="Task: addition or random.")]
 
+SamplesOption = Annotated[str | None, typer.Option(
+    help="How isolated samples reach the kernels that take them by id: packed (as packed sequences, their bounds "
+         "read on the host) or by-id (the rows as they are, LAB_SAMPLE_IDS=1); default as LAB_SAMPLE_IDS says.")]
+
+
+def _sample_ids(command: str, samples: str | None) -> bool | None:
+    """``--samples`` as the benches take it (None: as the environment says); anything else refused in one line."""
+    if samples not in (None, "packed", "by-id"):
+        typer.echo(f"{command}: --samples must be packed or by-id, got {samples}", err=True)
+        raise typer.Exit(code=2)
+    return None if samples is None else samples == "by-id"
+
 
 @app.command()
 def kernels(
@@ -87,6 +99,7 @@ def step(
     set_: Annotated[list[str] | None, typer.Option("--set", help="Override a setting (repeatable).")] = None,
     traces: Annotated[bool, typer.Option(
         "--traces", help="Write each mixer's profiled step as a gzipped Chrome trace beside step.csv (GPU).")] = False,
+    samples: SamplesOption = None,
 ) -> None:
     """Where a training step's time goes without Lightning: bare-loop ms, model FLOP utilisation, data /
     forward / backward / optimiser ms, kernels launched and their device time."""
@@ -94,6 +107,7 @@ def step(
     from falcon_lab.paths import results_path
 
     names = _mixer_names("lab bench step", mixers)
+    sample_ids = _sample_ids("lab bench step", samples)
     out = out if out is not None else results_path("bench", "step")
     if steps < 1:
         typer.echo(f"lab bench step: --steps must be >= 1, got {steps}", err=True)
@@ -102,7 +116,7 @@ def step(
 
     try:
         run(names, preset=preset, task=task, steps=steps, out=out, overrides=set_ or (), echo=typer.echo,
-            traces=traces)
+            traces=traces, sample_ids=sample_ids)
     except ConfigError as err:
         typer.echo(f"lab bench step: {err}", err=True)
         raise typer.Exit(code=2) from None
@@ -122,6 +136,7 @@ def throughput(
     seed: Annotated[int, typer.Option(help="Seed of each row's first run.")] = 0,
     set_: Annotated[list[str] | None, typer.Option("--set", help="Override a setting of every run (repeatable).")] = None,
     timeout: Annotated[float | None, typer.Option(help="Seconds one run may take before it is stopped.")] = None,
+    samples: SamplesOption = None,
 ) -> None:
     """A table's rows as their campaign trains them, each alone from process start to exit: wall time, step
     ms, model FLOP utilisation, compilation and evaluation seconds, and the run's scores."""
@@ -130,13 +145,14 @@ def throughput(
     from falcon_lab.paths import results_path
 
     names = _mixer_names("lab bench throughput", mixers)
+    sample_ids = _sample_ids("lab bench throughput", samples)
     if repeat < 1:
         typer.echo(f"lab bench throughput: --repeat must be >= 1, got {repeat}", err=True)
         raise typer.Exit(code=2)
     out = out if out is not None else results_path("bench", "throughput")
     try:
         lines = run(names, preset=preset, task=task, out=out, overrides=set_ or (), repeat=repeat, seed=seed,
-                    timeout_s=timeout, echo=typer.echo)
+                    timeout_s=timeout, echo=typer.echo, sample_ids=sample_ids)
     except ConfigError as err:
         typer.echo(f"lab bench throughput: {err}", err=True)
         raise typer.Exit(code=2) from None
