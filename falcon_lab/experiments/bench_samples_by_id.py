@@ -18,7 +18,7 @@ EXPERIMENT = Experiment(
     question="Do the recurrent rows' steps get cheaper when their isolated samples reach the kernels by id (no host "
              "read, fixed shapes) rather than as packed sequences, and again when that step replays from CUDA graphs?",
     trains=Commands(
-        commands=(_step("packed", "packed"), _step("by-id", "by-id"),
+        commands=(_step("packed", "packed"), _step("by-id", "by-id", "--traces"),
                   _step("by-id", "by-id-graphs", "--set", "train.cuda_graphs=true")),
         table="by-id/step.md",
         smoke_commands=(("bench", "step", "--preset", "addition-tiny", "--steps", "2", "--mixers", "falcon-1a.3",
