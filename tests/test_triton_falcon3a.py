@@ -26,6 +26,46 @@ def test_forward_and_gradients_match_the_oracle(window: int, timing: str, alignm
           TOL_FP32)
 
 
+@pytest.mark.parametrize("window", [1, 3])
+@pytest.mark.parametrize(("timing", "alignment"), [("raw", "shifted"), ("rbw", "same_time")])
+def test_fresh_rows_with_outputs_alone_match_the_oracle(window: int, timing: str, alignment: str) -> None:
+    """No state in or out (a model's forward): the form for fresh sequences (``triton_falcon3a_packed`` over rows,
+    each row one sequence) against the oracle, outputs and the gradients of q, k, v, β and λ."""
+    x = inputs(RULE, B=2, T=37, H=2, D=16, seed=60 + window)
+    opts = dict(rule=RULE, window=window, timing=timing, alignment=alignment, scale_coupled_ridge=window == 3)
+
+    def outputs_and_grads(backend: str, dtype: torch.dtype) -> list[torch.Tensor]:
+        leaves = [x[n].detach().to(DEVICE, dtype).requires_grad_(True) for n in ("q", "k", "v", "beta", "lam")]
+        o, final = fast_weight_rule(*leaves[:3], beta=leaves[3], lam=leaves[4], backend=backend, chunk_size=16,
+                                    **opts)
+        assert final is None
+        (o.double() * x["w"].to(DEVICE, torch.float64)).sum().backward()
+        return [o] + [t.grad for t in leaves]
+
+    got, ref = outputs_and_grads("triton", torch.float32), outputs_and_grads("recurrent", torch.float64)
+    for name, a, b in zip(("o", "q", "k", "v", "beta", "lam"), got, ref):
+        assert not torch.isnan(a).any(), name
+        err = ((a.double().cpu() - b.cpu()).norm() / b.cpu().norm().clamp(min=1e-30)).item()
+        assert err <= TOL_FP32, f"{name}: relative error {err:.2e}"
+
+
+def test_fresh_rows_with_outputs_alone_take_the_form_for_fresh_sequences(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fresh batch with outputs alone runs on ``triton_falcon3a_packed`` (its glue, compiled on a GPU), not the
+    stateful form; with a final state asked for, on the stateful form."""
+    from falcon_lab.kernels.window import fused
+
+    calls = []
+    for name in ("triton_falcon3a_packed", "triton_falcon3a"):
+        real = getattr(fused, name)
+        monkeypatch.setattr(fused, name, lambda *a, _real=real, _name=name, **kw: calls.append(_name) or
+                            _real(*a, **kw))
+    x = inputs(RULE, B=1, T=20, H=1, D=16, seed=3)
+    ins = [x[n].to(DEVICE, torch.float32) for n in ("q", "k", "v", "beta", "lam")]
+    fast_weight_rule(*ins, rule=RULE, window=3, backend="triton", chunk_size=16)
+    fast_weight_rule(*ins, rule=RULE, window=3, backend="triton", chunk_size=16, output_final_state=True)
+    assert calls == ["triton_falcon3a_packed", "triton_falcon3a"]
+
+
 @pytest.mark.parametrize("variant", ["scale_coupled_ridge", "ctx_eta", "clamped"])
 def test_ridge_options_and_the_decay_clamp(variant: str) -> None:
     """λ̄·Ē, η given directly (eta=), and λ large enough that α = min(ηλ, 1 − ε_γ) clamps."""

@@ -34,8 +34,8 @@ class RuleSpec:
         ``energy`` (the step size times the key energy: the inner-product rules, whose carry alone is γ).
     recurrent, masked, chunk: the exact oracle, the O(T²) masked form and the chunk-parallel form.
     triton: the fused form (None: the rule has none, ``backend="triton"`` refuses it).
-    triton_packed: the fused form for fresh packed sequences, outputs alone, with no padding (None: packed
-        sequences go one to a row through ``triton``).
+    triton_packed: the fused form for fresh sequences, outputs alone (rows, or packed sequences with no padding),
+        taking ``cu_seqlens`` or None (None: they go through ``triton``, packed sequences one to a row).
     auto: whether ``backend="auto"`` may pick ``triton`` for it.
     fused_max_window: the widest window ``triton`` takes (None: any).
     fused_min_decay_floor: the smallest decay floor ``triton`` takes (None: any).

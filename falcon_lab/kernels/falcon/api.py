@@ -133,9 +133,8 @@ def _run(q: Tensor, k: Tensor, v: Tensor, gain: Tensor, lam: Tensor, cfg: RuleCo
     sequences whole, but for the window rules'), the others in the compute dtype (and packed sequences apart)."""
     dtype = compute_dtype(q.dtype)
     packed_form = cfg.spec.triton_packed
-    if (backend == "triton" and packed_form is not None and bounds is not None and initial_state is None
-            and not output_final_state):
-        # fresh packed sequences, outputs alone (a model's isolated samples): one row, no padding
+    if backend == "triton" and packed_form is not None and initial_state is None and not output_final_state:
+        # fresh sequences, outputs alone (a model's training and evaluation): packed ones as one row, no padding
         return packed_form(q, k, v, gain, lam, cfg, chunk_size, cu_seqlens), None
     if backend == "triton" and cfg.windowed and bounds is not None:
         # falcon-3/3a's kernels carry one window tail per row, not per packed sequence: the sequences go one to a

@@ -68,8 +68,9 @@ def triton_falcon3a(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, lam: Tensor, 
 
 
 def triton_falcon3a_packed(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, lam: Tensor, cfg: RuleConfig,
-                           chunk_size: int, cu_seqlens: Tensor) -> Tensor:
-    """falcon-3a over fresh packed sequences, outputs alone, with no padding (``falcon_lab.kernels.window.fused``)."""
+                           chunk_size: int, cu_seqlens: Tensor | None = None) -> Tensor:
+    """falcon-3a over fresh sequences, outputs alone: rows, or packed sequences with no padding
+    (``falcon_lab.kernels.window.fused``)."""
     from falcon_lab.kernels.window.fused import triton_falcon3a_packed as fused
 
     return fused(q, k, v, beta, lam, cfg, chunk_size, cu_seqlens)

@@ -73,7 +73,7 @@ def triton_falcon3a(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, lam: Tensor, 
                     sample_id: Tensor | None = None) -> tuple[Tensor, FastWeightState]:
     """falcon-3a over ``[B, T, H, D]`` inputs in their own dtype from a float32 ``state``; o in q's dtype. The form
     takes no ``cu_seqlens`` (one window tail a row): ``fast_weight_rule`` lays packed sequences one to a row.
-    ``sample_id`` ``[B, T]``: the samples of each row apart, each fresh, outputs alone (``falcon3a_by_sample_id``;
+    ``sample_id`` ``[B, T]``: the samples of each row apart, each fresh, outputs alone (``triton_falcon3a_packed``;
     the state is returned as it came)."""
     if not (cfg.windowed and not cfg.regression):
         raise ValueError(f"triton_falcon3a runs rule 'falcon-3a' only, got {cfg.rule!r}")
@@ -82,7 +82,7 @@ def triton_falcon3a(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, lam: Tensor, 
     if sample_id is not None:
         if not fresh:
             raise ValueError("triton_falcon3a runs rows of samples by sample_id from fresh states only")
-        return falcon3a_by_sample_id(q, k, v, beta, lam, cfg, chunk_size, sample_id), state
+        return triton_falcon3a_packed(q, k, v, beta, lam, cfg, chunk_size, sample_id=sample_id), state
     f32 = torch.float32
     # k and v as given: prepare's concatenations with the float32 state make the pairs float32 in one copy
     prep = prepare(k, v, beta.to(f32), lam.to(f32), cfg, state, fresh)
@@ -155,53 +155,52 @@ def sample_windows(sample_id: Tensor, W: int, shifted: bool, device: torch.devic
 
 
 def triton_falcon3a_packed(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, lam: Tensor, cfg: RuleConfig,
-                           chunk_size: int, cu_seqlens: Tensor) -> Tensor:
-    """falcon-3a over fresh sequences packed along T of a batch of one (``cu_seqlens``), outputs alone (as a model
-    trains with its samples apart), with no padding: the same delayed pass, on the kernels' packed sequences, and
-    the same band over the one row, every window and every coefficient cut at its sequence's first token.
+                           chunk_size: int, cu_seqlens: Tensor | None = None,
+                           sample_id: Tensor | None = None) -> Tensor:
+    """falcon-3a over fresh sequences, outputs alone (as a model trains), with no padding and no state: sequences
+    packed along T of a batch of one (``cu_seqlens``), rows ``[B, T]`` of samples told apart by ``sample_id``, or
+    (neither) each row one sequence. The same delayed pass on falcon-1a's kernels (their packed sequences, their
+    rows of samples, or their rows) and the same band over each row, every window and every coefficient cut at its
+    sequence's first token; the glue between them compiled on a GPU (``_glue_compiled``).
 
     With p_t the place of token t in its sequence, the window of token t holds the pairs t − j for j < W and
     j ≤ p_t (shifted: j < p_t, a sequence's first token having no pair); the coefficient c_d(t) of pair t − d is
     zero for d > p_t, so the delayed pair t − W + 1 of another sequence is written with a zero gain and the band
-    reads no pair across a sequence's start (RBW: d + 1 > p_t). Returns o in q's dtype."""
-    T, W = q.shape[1], cfg.span
-    # one int64 copy for every layer (the same tensor when it is one already), so the facts below are made once a step
-    bounds = packed.memo(cu_seqlens, ("int64", str(q.device)), lambda: cu_seqlens.to(q.device).long())
-    win = packed_windows(bounds, T, W, cfg.shifted)
-    glue = _glue_compiled() if q.is_cuda else _packed_glue
-    x, xd, vd, gain, log_gamma, band = glue(q, k, v, beta, lam, win.pair, win.held, win.n_pairs, win.inside, cfg)
-    N = bounds.numel() - 1
-    S0 = q.new_zeros(N, q.shape[2], q.shape[3], v.shape[-1], dtype=torch.float32)
-    o, _ = decayed_attention(q, xd, vd, gain, log_gamma, S0, raw=cfg.timing == "raw", chunk_size=chunk_size,
-                             cu_seqlens=bounds)
-    if W == 1:
-        return o
-    lag = 0 if cfg.timing == "raw" else 1
-    pad = (0, 0, 0, 0, W - 1, 0)  # the extended arrays: W − 1 empty slots in front of the row
-    o = band_read(q, F.pad(x, pad), F.pad(v, pad), band, lag) + o  # the band reads v in its own dtype
-    return o.to(q.dtype)
-
-
-def falcon3a_by_sample_id(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, lam: Tensor, cfg: RuleConfig,
-                          chunk_size: int, sample_id: Tensor) -> Tensor:
-    """falcon-3a over rows ``[B, T]`` of fresh samples told apart by ``sample_id``, outputs alone: the packed form's
-    windows cut at each sample's first token (``sample_windows``), the delayed pass on the kernels' rows of samples
-    (``decayed_attention(..., sample_id=)``) and the band over each row. Every shape follows B and T alone and
-    nothing is read on the host. Returns o in q's dtype."""
+    reads no pair across a sequence's start (RBW: d + 1 > p_t). With ``sample_id`` or neither, every shape follows
+    B and T alone and nothing is read on the host. Returns o in q's dtype."""
     B, T, H = q.shape[:3]
     W = cfg.span
-    win = sample_windows(sample_id, W, cfg.shifted, q.device)
+    rows: dict[str, Tensor] = {}
+    if cu_seqlens is not None:
+        if sample_id is not None:
+            raise ValueError("triton_falcon3a_packed takes cu_seqlens or sample_id, not both")
+        # one int64 copy for every layer (the same tensor when it is one already): the facts below made once a step
+        bounds = packed.memo(cu_seqlens, ("int64", str(q.device)), lambda: cu_seqlens.to(q.device).long())
+        win = packed_windows(bounds, T, W, cfg.shifted)
+        rows["cu_seqlens"] = bounds
+        B = bounds.numel() - 1  # the state's rows: one a sequence
+    elif sample_id is not None:
+        win = sample_windows(sample_id, W, cfg.shifted, q.device)
+        rows["sample_id"] = sample_id
+    else:
+        win = _row_windows(T, W, cfg.shifted, q.device, torch.is_inference_mode_enabled())
     glue = _glue_compiled() if q.is_cuda else _packed_glue
     x, xd, vd, gain, log_gamma, band = glue(q, k, v, beta, lam, win.pair, win.held, win.n_pairs, win.inside, cfg)
     S0 = q.new_zeros(B, H, q.shape[3], v.shape[-1], dtype=torch.float32)
-    o, _ = decayed_attention(q, xd, vd, gain, log_gamma, S0, raw=cfg.timing == "raw", chunk_size=chunk_size,
-                             sample_id=sample_id)
+    o, _ = decayed_attention(q, xd, vd, gain, log_gamma, S0, raw=cfg.timing == "raw", chunk_size=chunk_size, **rows)
     if W == 1:
         return o
     lag = 0 if cfg.timing == "raw" else 1
     pad = (0, 0, 0, 0, W - 1, 0)  # the extended arrays: W − 1 empty slots in front of each row
-    o = band_read(q, F.pad(x, pad), F.pad(v, pad), band, lag) + o
+    o = band_read(q, F.pad(x, pad), F.pad(v, pad), band, lag) + o  # the band reads v in its own dtype
     return o.to(q.dtype)
+
+
+@functools.lru_cache(maxsize=16)
+def _row_windows(T: int, W: int, shifted: bool, device: torch.device, inference: bool) -> PackedWindows:
+    """``PackedWindows`` of rows that are each one sequence, ``[1, T, 1]`` each (a token's place is its index), made
+    once per length (apart under inference mode, whose tensors autograd cannot save)."""
+    return _windows_at(torch.arange(T, device=device)[None, :, None], W, shifted)
 
 
 def triton_falcon3(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, lam: Tensor, cfg: RuleConfig,
