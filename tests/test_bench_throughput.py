@@ -70,3 +70,31 @@ def test_samples_reach_the_runs_through_their_environment(monkeypatch, tmp_path:
         CliRunner().invoke(app, ["bench", "throughput", "--mixers", "falcon-1a.3", "--preset", "addition-tiny",
                                  "--out", str(tmp_path / str(choice)), *(["--samples", choice] if choice else [])])
     assert envs == [{"LAB_SAMPLE_IDS": "1"}, {"LAB_SAMPLE_IDS": "0"}, None]
+
+
+def test_each_run_is_set_beside_the_rows_recorded_seeds(tmp_path: Path) -> None:
+    """`recorded` reads a campaign's table.csv; `against` says whether a run's mean over 33-48 lies within two
+    standard deviations of the recorded mean, or within the seeds' range where that is wider."""
+    from falcon_lab.bench.throughput import against, recorded
+
+    table = tmp_path / "table.csv"
+    table.write_text("row,model,ood_mean_mean,ood_mean_std,ood_mean_seeds\n"
+                     "transformer,Transformer,50.4,7.9,59.5 45.1 46.6\nretnet,RetNet,21.0,0.5,21.4 17.3 24.4\n")
+    rec = recorded(table)
+    assert rec["transformer"] == {"mean": 50.4, "sd": 7.9, "seeds": [59.5, 45.1, 46.6]}
+    assert against(66.1, rec["transformer"])["within_spread"] is True  # 50.4 + 2 × 7.9 = 66.2
+    assert against(66.3, rec["transformer"])["within_spread"] is False
+    assert against(24.4, rec["retnet"])["within_spread"] is True  # the seeds' range is wider than 2 sd here
+    assert against(24.5, rec["retnet"]) == {"record_ood_mean": 21.0, "record_ood_sd": 0.5,
+                                            "record_ood_seeds": "21.4 17.3 24.4", "within_spread": False}
+    assert against(None, rec["retnet"])["within_spread"] is None and against(30.0, None) == {}
+
+
+def test_a_table_that_cannot_be_read_is_refused_in_one_line_before_any_run(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.csv"
+    bad.write_text("a,b\n1,2\n")
+    for path, message in ((tmp_path / "none.csv", "cannot read it"), (bad, "not a campaign's table.csv")):
+        result = CliRunner().invoke(app, ["bench", "throughput", "--mixers", "transformer", "--against", str(path),
+                                          "--out", str(tmp_path / "o")])
+        assert result.exit_code == 2 and result.output.startswith(f"lab bench throughput: --against {path}: ")
+        assert message in result.output and result.output.count("\n") == 1 and not (tmp_path / "o").exists()

@@ -18,7 +18,10 @@ the run's own `metrics.csv` (elapsed and evaluation seconds at every logged step
 The runs share one results folder, so their compile caches (`<results>/cache`, set by `lab train`) are shared:
 `--repeat 2` trains every row twice (the second run under another seed) to show what a run of an already compiled
 shape pays. `val_acc` and `ood_mean` (the best step's, by validation accuracy, earliest among ties) let a faster
-run be checked against the recorded ones. Writes `throughput.csv` and `throughput.md` after every run.
+run be checked against the recorded ones: `--against` a campaign's `table.csv` (`records/addition/same-time/`) puts
+each row's recorded mean over 33-48 beside it (`record_ood_mean`, `record_ood_sd`, `record_ood_seeds`, the same best
+step's) and `within_spread`: whether the run lies within two standard deviations of the recorded seeds' mean (or of
+their range, where that is wider). Writes `throughput.csv` and `throughput.md` after every run.
 """
 
 from __future__ import annotations
@@ -34,8 +37,8 @@ from falcon_lab.bench.train import _read_rows, _write_csv, timed_run
 from falcon_lab.runs import RunDir, atomic_write_text, device_name, git_state, now
 
 COLUMNS = ("row", "seed", "status", "steps", "wall_s", "step_ms", "mfu", "compile_s", "eval_s", "other_s",
-           "start_s", "setup_s", "finish_s", "exit_s", "tokens_per_s", "tflop", "val_acc", "ood_mean", "gpu", "run_id",
-           "message")
+           "start_s", "setup_s", "finish_s", "exit_s", "tokens_per_s", "tflop", "val_acc", "ood_mean", "record_ood_mean",
+           "record_ood_sd", "record_ood_seeds", "within_spread", "gpu", "run_id", "message")
 
 
 def _float(value: Any) -> float | None:
@@ -107,6 +110,40 @@ def summarise(row: str, seed: int, run_dir: Path, returncode: int | str, wall_s:
     }
 
 
+def recorded(table: Path) -> dict[str, dict[str, Any]]:
+    """Each row's recorded mean over 33-48 (mean, sd, the seeds' values) from a campaign's ``table.csv``.
+    ValueError naming the file when it is missing or lacks the columns."""
+    import csv
+
+    try:
+        with table.open(newline="") as f:
+            rows = list(csv.DictReader(f))
+    except OSError as err:
+        raise ValueError(f"--against {table}: cannot read it ({err.strerror or err})") from None
+    need = ("row", "ood_mean_mean", "ood_mean_std", "ood_mean_seeds")
+    if not rows or any(k not in rows[0] for k in need):
+        raise ValueError(f"--against {table}: not a campaign's table.csv (columns {', '.join(need)} needed)")
+    return {r["row"]: {"mean": _float(r["ood_mean_mean"]), "sd": _float(r["ood_mean_std"]) or 0.0,
+                       "seeds": [v for x in r["ood_mean_seeds"].split() if (v := _float(x)) is not None]}
+            for r in rows}
+
+
+def against(score: float | None, record: dict[str, Any] | None) -> dict[str, Any]:
+    """The record's columns of one line: its mean, sd and seeds, and whether ``score`` lies within two standard
+    deviations of the mean or within the seeds' range."""
+    if record is None or record["mean"] is None:
+        return {}
+    seeds = record["seeds"]
+    within = None
+    if score is not None:
+        low, high = record["mean"] - 2 * record["sd"], record["mean"] + 2 * record["sd"]
+        if seeds:
+            low, high = min(low, min(seeds)), max(high, max(seeds))
+        within = low <= score <= high
+    return {"record_ood_mean": round(record["mean"], 1), "record_ood_sd": round(record["sd"], 1),
+            "record_ood_seeds": " ".join(f"{v:.1f}" for v in seeds), "within_spread": within}
+
+
 def step_tflop(row: str, preset: str, task: str, overrides: Sequence[str]) -> float:
     """The row's training-step model TFLOP under its campaign preset (built on the CPU, one batch)."""
     from falcon_lab.bench.flops import step_flops
@@ -124,10 +161,13 @@ def step_tflop(row: str, preset: str, task: str, overrides: Sequence[str]) -> fl
 
 def run(rows: Sequence[str], *, preset: str, task: str, out: Path, overrides: Sequence[str] = (),
         repeat: int = 1, seed: int = 0, timeout_s: float | None = None,
-        echo: Callable[[str], None] = print, sample_ids: bool | None = None) -> list[dict[str, Any]]:
+        echo: Callable[[str], None] = print, sample_ids: bool | None = None,
+        against_table: Path | None = None) -> list[dict[str, Any]]:
     """Train each row `repeat` times (seeds seed, seed + 1, ...) under `out/results`; write the tables into `out`.
     `sample_ids`: every run's isolated samples by their ids (True) or as packed sequences (False), through
-    `LAB_SAMPLE_IDS` in the runs' environment; None: the environment as it is."""
+    `LAB_SAMPLE_IDS` in the runs' environment; None: the environment as it is. `against_table`: a campaign's
+    table.csv whose recorded scores each run is set beside (ValueError when it cannot be read)."""
+    records = recorded(against_table) if against_table is not None else {}
     out.mkdir(parents=True, exist_ok=True)
     results = out / "results"
     gpu = None
@@ -151,9 +191,11 @@ def run(rows: Sequence[str], *, preset: str, task: str, out: Path, overrides: Se
             returncode, stdout, stderr, wall = timed_run(cmd, timeout_s, env)
             (out / f"{row}-s{run_seed}.log").write_text(stdout + stderr)
             line = summarise(row, run_seed, run_dir, returncode, wall, stderr or stdout, tflops[row], gpu)
+            line.update(against(line["ood_mean"], records.get(row)))
             lines.append(line)
-            echo("  " + "  ".join(f"{k} {line[k]}" for k in ("status", "wall_s", "step_ms", "mfu", "compile_s",
-                                                             "eval_s", "val_acc", "ood_mean")))
+            echo("  " + "  ".join(f"{k} {line.get(k)}" for k in ("status", "wall_s", "step_ms", "mfu", "compile_s",
+                                                                 "eval_s", "val_acc", "ood_mean", "record_ood_mean",
+                                                                 "within_spread")))
             _write_csv(out / "throughput.csv", lines, COLUMNS)
             atomic_write_text(out / "throughput.md", markdown(lines, preset, task))
     return lines

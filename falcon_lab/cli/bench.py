@@ -137,6 +137,9 @@ def throughput(
     set_: Annotated[list[str] | None, typer.Option("--set", help="Override a setting of every run (repeatable).")] = None,
     timeout: Annotated[float | None, typer.Option(help="Seconds one run may take before it is stopped.")] = None,
     samples: SamplesOption = None,
+    against: Annotated[Path | None, typer.Option(
+        help="A campaign's table.csv (e.g. records/addition/same-time/table.csv): each run's mean over 33-48 beside "
+             "the row's recorded seeds, and whether it lies within their spread.")] = None,
 ) -> None:
     """A table's rows as their campaign trains them, each alone from process start to exit: wall time, step
     ms, model FLOP utilisation, compilation and evaluation seconds, and the run's scores."""
@@ -152,8 +155,8 @@ def throughput(
     out = out if out is not None else results_path("bench", "throughput")
     try:
         lines = run(names, preset=preset, task=task, out=out, overrides=set_ or (), repeat=repeat, seed=seed,
-                    timeout_s=timeout, echo=typer.echo, sample_ids=sample_ids)
-    except ConfigError as err:
+                    timeout_s=timeout, echo=typer.echo, sample_ids=sample_ids, against_table=against)
+    except (ConfigError, ValueError) as err:
         typer.echo(f"lab bench throughput: {err}", err=True)
         raise typer.Exit(code=2) from None
     typer.echo(f"wrote {out / 'throughput.csv'} and {out / 'throughput.md'}")

@@ -1,8 +1,8 @@
 """What a run of the same-time table costs on one GPU with its isolated samples taken by id, process start to exit:
 every row of the table alone, compiled, one seed (`lab bench throughput --samples by-id`), the rows whose kernels take
 samples by id (and the transformer, which masks them) replaying their step from CUDA graphs; falcon-2, falcon-2a and
-falcon-3 (packed sequences still) compiled alone. Each run's scores beside the table's three recorded seeds tell a
-faster run from a changed one."""
+falcon-3 (packed sequences still) compiled alone. Each run's scores beside the table's three recorded seeds
+(`--against`, run from the repository's root) tell a faster run from a changed one."""
 
 from falcon_lab.experiments.declare import Commands, Experiment, smoke_sets
 
@@ -13,7 +13,8 @@ PACKED = "falcon-2,falcon-2a,falcon-3"
 
 def _runs(rows: str, folder: str, *more: str, timeout: int = 200) -> tuple[str, ...]:
     return ("bench", "throughput", "--preset", "same-time", "--mixers", rows, "--samples", "by-id",
-            "--set", "train.compile=true", *more, "--timeout", str(timeout), "--out", "{out}/" + folder)
+            "--against", "records/addition/same-time/table.csv", "--set", "train.compile=true", *more,
+            "--timeout", str(timeout), "--out", "{out}/" + folder)
 
 
 EXPERIMENT = Experiment(
