@@ -394,7 +394,7 @@ def validate(cfg: RunConfig) -> None:
                               f"(their bounds read on the host, or each sample laid on its own row); "
                               f"train.cuda_graphs replays one fixed step (accepted with isolated samples: "
                               f"train.cuda_graphs=false, an attention mixer, or kernels taking the samples by id: "
-                              f"LAB_SAMPLE_IDS=1)")
+                              f"the default, not LAB_SAMPLE_IDS=0)")
     _validate_data(cfg)
     _validate_mixer(cfg)
 

@@ -132,7 +132,7 @@ def test_the_configuration() -> None:
     for overrides, message in (
         (["eval.abacus_offset=2"], r"eval.abacus_offset=2 must lie in 0..model.abacus .*model.abacus is None"),
         (["model.abacus=8", "eval.abacus_offset=9"], r"eval.abacus_offset=9 must lie in 0..model.abacus"),
-        (["model.isolate_samples=true", "mixer=falcon-1.3", "train.cuda_graphs=true"],
+        (["model.isolate_samples=true", "mixer=falcon-2", "train.cuda_graphs=true"],
          "changes the work of a step with its samples.*train.cuda_graphs replays one fixed step"),
         (["model.isolate_samples=true", "mixer=nonesuch"], "unknown mixer 'nonesuch'"),
     ):

@@ -55,7 +55,11 @@ def test_a_model_over_packed_samples_reads_the_device_on_the_host_once_a_step_wh
     """On a GPU each host read of a device tensor waits for the device: the samples' bounds are found once (one
     `nonzero`) and copied to the host once a forward and backward pass, for one layer as for two (each mixer's
     way onto the kernels: falcon-1's, falcon-1a's, falcon-3's rows by length, falcon-3a's packed form, the gated
-    delta rule's, decayed attention's; and the samples laid one to a row for the chunked forms)."""
+    delta rule's, decayed attention's; and the samples laid one to a row for the chunked forms), with the samples as
+    packed sequences (``LAB_SAMPLE_IDS=0``; by id they read nothing, below)."""
+    from falcon_lab.mixers import layers
+
+    monkeypatch.setattr(layers, "SAMPLE_IDS", False)
     assert host_reads(mixer, backend, monkeypatch) == {1: expected, 2: expected}
 
 

@@ -296,7 +296,7 @@ def test_a_model_over_samples_by_id_reads_nothing_on_the_host(mixer: str, monkey
 
 def test_cuda_graphs_take_isolated_samples_by_id(monkeypatch: pytest.MonkeyPatch) -> None:
     """``train.cuda_graphs`` with isolated samples is refused where a step's work changes with its samples, and
-    accepted where the kernels take them by id (``LAB_SAMPLE_IDS=1``): falcon-1.x, falcon-1a.x, falcon-3a.x,
+    accepted where the kernels take them by id (the default; ``LAB_SAMPLE_IDS=0`` refuses): falcon-1.x, falcon-1a.x, falcon-3a.x,
     DeltaNet, Gated DeltaNet, RetNet, Mamba-2 on backend auto or triton."""
     from falcon_lab.config import ConfigError, load_config
     from falcon_lab.mixers import layers, samples_by_id
@@ -305,6 +305,7 @@ def test_cuda_graphs_take_isolated_samples_by_id(monkeypatch: pytest.MonkeyPatch
         return load_config(preset="addition-tiny", mixer=mixer, overrides=[
             "model.isolate_samples=true", "train.cuda_graphs=true", *more])
 
+    monkeypatch.setattr(layers, "SAMPLE_IDS", False)  # LAB_SAMPLE_IDS=0: the samples as packed sequences
     with pytest.raises(ConfigError, match="train.cuda_graphs replays one fixed step"):
         graphs("falcon-1.3")
     monkeypatch.setattr(layers, "SAMPLE_IDS", True)
@@ -315,5 +316,5 @@ def test_cuda_graphs_take_isolated_samples_by_id(monkeypatch: pytest.MonkeyPatch
     for mixer, more in (("falcon-1.3", ["model.mixer_options={backend: chunk}"]), ("falcon-2", []),
                         ("falcon-3", [])):
         assert not samples_by_id(mixer, {"backend": "chunk"} if more else None)
-        with pytest.raises(ConfigError, match="by id: LAB_SAMPLE_IDS=1"):
+        with pytest.raises(ConfigError, match="by id: the default, not LAB_SAMPLE_IDS=0"):
             graphs(mixer, *more)

@@ -14,8 +14,8 @@ this call, not the baseline op (a baseline's kernels import ``falcon_lab.kernels
 sequences with no state out (training and evaluation); a call with a state in or out (prefill, decoding) takes the
 chunk form. Isolated samples (``decayed_over_samples``) reach the kernels as packed sequences of one row
 (``cu_seqlens``), so the samples of a packed batch are not padded to the longest; or, with
-``falcon_lab.mixers.layers.SAMPLE_IDS`` (``LAB_SAMPLE_IDS=1``) or ``sample_ids=True``, as the rows they are, in
-full chunks with each token's sample id (``decayed_attention(..., sample_id=)``).
+``falcon_lab.mixers.layers.SAMPLE_IDS`` (on unless ``LAB_SAMPLE_IDS=0``) or ``sample_ids=True``, as the rows they
+are, in full chunks with each token's sample id (``decayed_attention(..., sample_id=)``).
 """
 
 from __future__ import annotations

@@ -13,9 +13,9 @@ Gated DeltaNet initialises A uniform in [A_init_min, A_init_max] = [0, 16] and Î
 log-uniform in [dt_min, dt_max] (as Mamba-2), and widens values by ``expand_v`` = 2 (its default);
 DeltaNet keeps ``expand_v`` = 1.
 
-Isolated samples reach the fused kernels as packed sequences (``cu_seqlens``); with ``layers.SAMPLE_IDS``
-(``LAB_SAMPLE_IDS=1`` in the environment) as the rows they are, told apart by each token's sample id
-(``sample_id=``): full chunks, shapes of the batch's alone and no host read; off until measured on a GPU.
+Isolated samples reach the fused kernels, with ``layers.SAMPLE_IDS`` (the default), as the rows they are, told apart
+by each token's sample id (``sample_id=``): full chunks, shapes of the batch's alone and no host read; with
+``LAB_SAMPLE_IDS=0`` in the environment as packed sequences (``cu_seqlens``).
 """
 
 from __future__ import annotations

@@ -121,7 +121,7 @@ def resets_at_samples(name: str) -> bool:
 
 def samples_by_id(name: str, options: Mapping[str, Any] | None = None) -> bool:
     """Whether mixer ``name`` (built with ``options``) runs isolated samples on a GPU's fused kernels by their ids
-    (``layers.SAMPLE_IDS``, ``LAB_SAMPLE_IDS=1``): the rows as they are, so a step's work follows its
+    (``layers.SAMPLE_IDS``, on unless ``LAB_SAMPLE_IDS=0``): the rows as they are, so a step's work follows its
     batch's shape alone and reads nothing on the host."""
     if name not in MIXERS or {**MIXERS[name].preset, **(options or {})}.get("backend", "auto") not in ("auto",
                                                                                                      "triton"):
