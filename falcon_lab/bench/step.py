@@ -33,8 +33,8 @@ from typing import Any
 
 from falcon_lab.runs import atomic_write_text, device_name, now
 
-COLUMNS = ("mixer", "compile", "cuda_graphs", "by_id", "params", "tokens", "loop_ms", "tokens_per_s", "tflop", "mfu", "gpu_mfu",
-           "data_ms", "fwd_ms", "bwd_ms", "opt_ms", "kernels", "gpu_ms", "warmup_s", "top_kernels")
+COLUMNS = ("mixer", "compile", "cuda_graphs", "by_id", "params", "tokens", "loop_ms", "tokens_per_s", "tflop", "mfu",
+           "gpu_mfu", "data_ms", "fwd_ms", "bwd_ms", "opt_ms", "kernels", "gpu_ms", "warmup_s", "top_kernels")
 
 
 def _sync(device: Any) -> None:
@@ -175,18 +175,11 @@ def run(mixers: Sequence[str], *, preset: str, task: str, steps: int, out: Path,
         sample_ids: bool | None = None) -> list[dict[str, Any]]:
     """Measure each mixer; write `step.md` and `step.csv` into `out` after each one. `sample_ids`: isolated samples
     by their ids (True) or as packed sequences (False) for every row; None: as the environment says."""
-    from falcon_lab.mixers import layers
+    from falcon_lab.mixers.layers import sample_ids_set
 
-    if sample_ids is None:
+    with sample_ids_set(sample_ids):
         return _run(mixers, preset=preset, task=task, steps=steps, out=out, overrides=overrides, echo=echo,
                     traces=traces)
-    before = layers.SAMPLE_IDS
-    layers.SAMPLE_IDS = sample_ids
-    try:
-        return _run(mixers, preset=preset, task=task, steps=steps, out=out, overrides=overrides, echo=echo,
-                    traces=traces)
-    finally:
-        layers.SAMPLE_IDS = before
 
 
 def _run(mixers: Sequence[str], *, preset: str, task: str, steps: int, out: Path, overrides: Sequence[str],

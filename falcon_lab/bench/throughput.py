@@ -167,17 +167,11 @@ def run(rows: Sequence[str], *, preset: str, task: str, out: Path, overrides: Se
     `sample_ids`: every run's isolated samples by their ids (True) or as packed sequences (False), through
     `LAB_SAMPLE_IDS` in the runs' environment; None: the environment as it is. `against_table`: a campaign's
     table.csv whose recorded scores each run is set beside (ValueError when it cannot be read)."""
-    records = recorded(against_table) if against_table is not None else {}
-    if sample_ids is not None:  # this process checks each row's configuration as its run will
-        from falcon_lab.mixers import layers
+    from falcon_lab.mixers.layers import sample_ids_set
 
-        before = layers.SAMPLE_IDS
-        layers.SAMPLE_IDS = sample_ids
-        try:
-            return _run(rows, preset, task, out, overrides, repeat, seed, timeout_s, echo, sample_ids, records)
-        finally:
-            layers.SAMPLE_IDS = before
-    return _run(rows, preset, task, out, overrides, repeat, seed, timeout_s, echo, sample_ids, records)
+    records = recorded(against_table) if against_table is not None else {}
+    with sample_ids_set(sample_ids):  # this process checks each row's configuration as its runs will
+        return _run(rows, preset, task, out, overrides, repeat, seed, timeout_s, echo, sample_ids, records)
 
 
 def _run(rows: Sequence[str], preset: str, task: str, out: Path, overrides: Sequence[str], repeat: int, seed: int,

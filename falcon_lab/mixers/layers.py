@@ -6,6 +6,8 @@ from __future__ import annotations
 import math
 import os
 from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -25,6 +27,19 @@ except ImportError:  # no Triton: every short convolution takes ShortConv's PyTo
 # step 10-41% cheaper on an H100 with CUDA graphs (records/bench/samples-by-id/); ``LAB_SAMPLE_IDS=0`` turns it off
 # (read as ``layers.SAMPLE_IDS`` at each call).
 SAMPLE_IDS = os.environ.get("LAB_SAMPLE_IDS", "1") not in ("", "0")
+
+
+@contextmanager
+def sample_ids_set(on: bool | None) -> Iterator[None]:
+    """``SAMPLE_IDS`` set to ``on`` inside the block and restored after it (None: left as it is)."""
+    global SAMPLE_IDS
+    before = SAMPLE_IDS
+    if on is not None:
+        SAMPLE_IDS = on
+    try:
+        yield
+    finally:
+        SAMPLE_IDS = before
 
 
 def _wide(x: Tensor) -> Tensor:
