@@ -91,9 +91,9 @@ def test_short_conv_matches_its_pytorch_twin(size: int, packed: bool, bias: bool
 @pytest.mark.parametrize("tiles", [1, 3])
 @pytest.mark.parametrize("size", [4, 8])
 def test_short_conv_backward_across_tiles_and_spans(monkeypatch: pytest.MonkeyPatch, size: int, tiles: int) -> None:
-    """The backward's tiles overlap by size − 1 tokens (their g read back at the lags) and its programs take spans of
-    ``tiles`` tiles: at the widest convolution, with many spans to a row, the last one short, and samples that
-    cross the tiles' and the spans' edges, the gradients are the float64 twin's."""
+    """The backward's tiles recompute g at the lags ahead of their tokens and its programs take spans of ``tiles``
+    tiles: at the widest convolution, with many spans to a row, the last one short, and samples that cross the tiles'
+    and the spans' edges, the gradients are the float64 twin's."""
     from falcon_lab.kernels.conv import triton_short_conv
 
     monkeypatch.setattr(triton_short_conv, "SPAN_TILES", tiles)

@@ -12,20 +12,18 @@ gradients: a compiled training step launched many generated kernels for it. Here
 
 - forward, one program per ``BT_FWD`` tokens of a row and ``BC`` channels reads its tokens and the K − 1 before
   them (the shifted reads of neighbouring programs meet in the cache: x crosses memory about once) and writes y;
-- backward, one program per ``SPAN_TILES`` tiles of ``BT_BWD`` tokens overlapping by K − 1 and ``BC`` channels
-  writes dx = Σ_j w[c, K−1−j] g_{t+j} [same sample], g = dy · silu'(a), and the taps' and bias's gradients of its
-  tokens as partial sums ``[programs, K + 1, C]`` that one torch sum reduces (a fixed order: the same sums on
-  every run).
+- backward, one program per ``SPAN_TILES`` tiles of ``BT_BWD`` tokens and ``BC`` channels writes
+  dx_t = Σ_j w[c, K−1−j] g_{t+j} [same sample], g = dy · silu'(a), and the taps' and bias's gradients of its tokens as
+  partial sums ``[programs, K + 1, C]`` that one torch sum reduces (a fixed order: the same sums on every run).
 
 The backward recomputes the pre-activation a rather than keeping it from the forward. Kept, it would be one more
 tensor of x's size written forward and read backward (two passes over memory against the three a backward makes
-anyway: x and dy read, dx written); recomputed, it costs K reads of x tiles that the cache holds. A tile computes
-a and g once for each of its tokens (one exponential a value) and hands g to the threads that need it at lags
-1 .. K − 1 through the program's own rows of a scratch buffer (written, a barrier, read back shifted: in L1 or
-L2, the rows reused tile after tile); its last K − 1 tokens only feed that, and the next tile begins at them.
-Its x and dy are read two tiles ahead so that the reads from memory are in flight while the tiles before are
-worked; the lags' x and the taps' gradients' x come from the cache. "Same sample" is read from ``samples`` itself
-(a vector of the tile's tokens a shift, folded into the reads' masks), so nothing is precomputed per step.
+anyway: x and dy read, dx written). A tile computes g at its own tokens and again at each lag 1 .. K − 1 ahead:
+K² multiply-adds and K exponentials a value, from tiles of x and dy shifted by a few tokens that the cache holds
+after the first read (x and dy cross memory about once, dx once). Nothing passes between threads, so a tile needs no
+barrier and no scratch memory, and every program is independent of the others. "Same sample" is read from
+``samples`` itself (a vector of the tile's tokens a shift, folded into the reads' masks), so nothing is precomputed
+per step.
 
 Accumulation is float32 (float64 for float64 inputs); y and dx come back in x's dtype, the taps' and bias's
 gradients in their own. The op is a ``torch.library`` custom op with its backward registered: torch.compile keeps
@@ -42,9 +40,9 @@ from torch import Tensor
 from falcon_lab.kernels.common import triton_helpers
 
 BT_FWD = 32  # tokens a forward program takes
-BT_BWD = 16  # the tokens of a backward tile (its last K − 1 only feed the others' dx), BWD_WARPS warps: 4 values a
-BWD_WARPS = 8  # thread, 113 registers compiled for sm_90 at K = 4 (2 programs an SM; 32 tokens a tile take 173)
-SPAN_TILES = 16  # tiles a backward program loops over (its taps' gradients one partial sum)
+BT_BWD = 32  # the tokens of a backward tile, on BWD_WARPS warps: 8 values of a [BT_BWD, BC] tile a thread
+BWD_WARPS = 8
+SPAN_TILES = 4  # tiles a backward program loops over (its taps' gradients one partial sum)
 MAX_BC = 64  # channels a program takes
 MAX_SIZE = 8  # the widest convolution the kernels unroll (the mixers use 4)
 
@@ -166,75 +164,62 @@ def _pick(j: tl.constexpr, v0, v1, v2, v3, v4, v5, v6, v7):
         return v7
 
 
+@triton.jit
+def _grad_pre(x_ptr, w_ptr, b_ptr, s_ptr, dy_ptr, row0, t, J: tl.constexpr, c, L, C, sxt, sxc, swc, swk, sst, sdt,
+              sdc, keep, K: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_SAMPLES: tl.constexpr, F64: tl.constexpr):
+    """g_u = dy_u · silu'(a_u) at tokens u = t + J where ``keep [len(t)]`` holds, 0 at the others and past the row
+    (a_u recomputed from x)."""
+    a = _pre(x_ptr, w_ptr, b_ptr, s_ptr, row0, t, J, c, L, C, sxt, sxc, swc, swk, sst, K, HAS_BIAS, HAS_SAMPLES, F64)
+    dy = _tile_if(dy_ptr, row0, t, J, c, L, C, sdt, sdc, keep, F64)
+    sig = 1.0 / (1.0 + tl.exp(-a))
+    return dy * sig * (1.0 + a * (1.0 - sig))
+
+
 @triton.jit(do_not_specialize=["L"])
-def _bwd_kernel(x_ptr, w_ptr, b_ptr, s_ptr, dy_ptr, dx_ptr, dwb_ptr, scr_ptr, L, C, sxt, sxc, swc, swk, sst, sdt, sdc,
+def _bwd_kernel(x_ptr, w_ptr, b_ptr, s_ptr, dy_ptr, dx_ptr, dwb_ptr, L, C, sxt, sxc, swc, swk, sst, sdt, sdc,
                 K: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_SAMPLES: tl.constexpr,
                 F64: tl.constexpr, BLOCK_T: tl.constexpr, TILES: tl.constexpr, BLOCK_C: tl.constexpr):
-    OUT_T: tl.constexpr = BLOCK_T - (K - 1)  # the tokens a tile writes: its last K − 1 only feed them
-    n_span = tl.cdiv(L, OUT_T * TILES)
+    n_span = tl.cdiv(L, BLOCK_T * TILES)
     pid = tl.program_id(0)
     i_b = (pid // n_span).to(tl.int64)
     c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
     mc = c < C
     row0 = i_b * L
-    r = tl.arange(0, BLOCK_T)
-    # the program's own [BLOCK_T, BLOCK_C] rows of scratch (its g, tile by tile: in L1 or L2, never all of memory)
-    scr = scr_ptr + (pid * tl.num_programs(1) + tl.program_id(1)).to(tl.int64) * BLOCK_T * BLOCK_C \
-        + (r * BLOCK_C)[:, None] + tl.arange(0, BLOCK_C)[None, :]
+    first = (pid % n_span) * TILES * BLOCK_T
     # the bias's and the taps' gradients by lag j (tap K − 1 − j), token by token, summed over tokens at the end
     # (one reduction across the program's threads, not one a tile); K <= MAX_SIZE = 8: Triton keeps no lists of
     # tensors
     db = _wide(tl.zeros([BLOCK_T, BLOCK_C], dtype=tl.float32), F64)
     dw0, dw1, dw2, dw3, dw4, dw5, dw6, dw7 = db, db, db, db, db, db, db, db
-    first = (pid % n_span) * TILES * OUT_T
-    # the taps by lag, read once
-    w0 = _lag_tap(w_ptr, c, C, swc, swk, 0, K, F64)
-    w1 = _lag_tap(w_ptr, c, C, swc, swk, 1, K, F64)
-    w2 = _lag_tap(w_ptr, c, C, swc, swk, 2, K, F64)
-    w3 = _lag_tap(w_ptr, c, C, swc, swk, 3, K, F64)
-    w4 = _lag_tap(w_ptr, c, C, swc, swk, 4, K, F64)
-    w5 = _lag_tap(w_ptr, c, C, swc, swk, 5, K, F64)
-    w6 = _lag_tap(w_ptr, c, C, swc, swk, 6, K, F64)
-    w7 = _lag_tap(w_ptr, c, C, swc, swk, 7, K, F64)
-    # x and dy at a tile's tokens read two tiles ahead (in x's dtype): their reads from memory in flight while the
-    # tiles before are worked (the other reads of a tile, its lags and its g, come from the cache)
-    x_next = _raw_at(x_ptr, row0, first + r, 0, c, L, C, sxt, sxc)
-    dy_next = _raw_at(dy_ptr, row0, first + r, 0, c, L, C, sdt, sdc)
-    x_after = _raw_at(x_ptr, row0, first + r, OUT_T, c, L, C, sxt, sxc)
-    dy_after = _raw_at(dy_ptr, row0, first + r, OUT_T, c, L, C, sdt, sdc)
-    for tile in range(tl.minimum(TILES, tl.cdiv(L - first, OUT_T))):  # the row's last span may be short
-        t = first + tile * OUT_T + r
-        x0 = _wide(x_next, F64)
-        dyt = _wide(dy_next, F64)
-        x_next, dy_next = x_after, dy_after
-        x_after = _raw_at(x_ptr, row0, t, 2 * OUT_T, c, L, C, sxt, sxc)
-        dy_after = _raw_at(dy_ptr, row0, t, 2 * OUT_T, c, L, C, sdt, sdc)
-        # g = dy · silu'(a) once per token of the tile (0 past the row); the other lags' x from the cache
+    every = tl.full([BLOCK_T], 1, tl.int1)
+    for tile in range(tl.minimum(TILES, tl.cdiv(L - first, BLOCK_T))):  # the row's last span may be short
+        t = first + tile * BLOCK_T + tl.arange(0, BLOCK_T)
         if HAS_SAMPLES:
             s_t = _sample_at(s_ptr, row0, t, 0, L, sst)
-        a = x0 * w0[None, :]
-        for i in tl.static_range(1, K):
+        # g at the tile's own tokens, then dx_t = Σ_j w[K−1−j] g_{t+j} [same sample], each g_{t+j} recomputed
+        g = _grad_pre(x_ptr, w_ptr, b_ptr, s_ptr, dy_ptr, row0, t, 0, c, L, C, sxt, sxc, swc, swk, sst, sdt, sdc,
+                      every, K, HAS_BIAS, HAS_SAMPLES, F64)
+        dx = g * _tap(w_ptr, c, C, swc, swk, K - 1, F64)[None, :]
+        for j in tl.static_range(1, K):
             if HAS_SAMPLES:
-                x = _tile_if(x_ptr, row0, t, -i, c, L, C, sxt, sxc, _sample_at(s_ptr, row0, t, -i, L, sst) == s_t, F64)
+                keep = _sample_at(s_ptr, row0, t, j, L, sst) == s_t
             else:
-                x = _tile_at(x_ptr, row0, t, -i, c, L, C, sxt, sxc, F64)
-            a += x * _pick(i, w0, w1, w2, w3, w4, w5, w6, w7)[None, :]
-        if HAS_BIAS:
-            a += _wide(tl.load(b_ptr + c, mask=mc, other=0.0), F64)[None, :]
-        sig = 1.0 / (1.0 + tl.exp(-a))
-        g = dyt * sig * (1.0 + a * (1.0 - sig))
-        own = ((r < OUT_T) & (t < L))[:, None]  # the tokens this tile answers for
-        # the taps' and bias's gradients of its own tokens, before any write (the lags' reads of x the same loads
-        # as a's, once compiled)
-        g_own = tl.where(own, g, 0.0)
-        db += g_own
-        dw0 += g_own * x0
+                keep = every
+            g_j = _grad_pre(x_ptr, w_ptr, b_ptr, s_ptr, dy_ptr, row0, t, j, c, L, C, sxt, sxc, swc, swk, sst, sdt,
+                            sdc, keep, K, HAS_BIAS, HAS_SAMPLES, F64)
+            dx += g_j * _tap(w_ptr, c, C, swc, swk, K - 1 - j, F64)[None, :]
+        tl.store(dx_ptr + ((row0 + t) * C)[:, None] + c[None, :], dx.to(dx_ptr.dtype.element_ty),
+                 mask=(t < L)[:, None] & mc[None, :])
+        # the taps' and bias's gradients of the tile's tokens (g is 0 past the row; the lags' reads of x are a's own
+        # loads once compiled)
+        db += g
+        dw0 += g * _tile_at(x_ptr, row0, t, 0, c, L, C, sxt, sxc, F64)
         for j in tl.static_range(1, K):
             if HAS_SAMPLES:
                 x = _tile_if(x_ptr, row0, t, -j, c, L, C, sxt, sxc, _sample_at(s_ptr, row0, t, -j, L, sst) == s_t, F64)
             else:
                 x = _tile_at(x_ptr, row0, t, -j, c, L, C, sxt, sxc, F64)
-            part = g_own * x
+            part = g * x
             if j == 1:
                 dw1 += part
             elif j == 2:
@@ -249,21 +234,6 @@ def _bwd_kernel(x_ptr, w_ptr, b_ptr, s_ptr, dy_ptr, dx_ptr, dwb_ptr, scr_ptr, L,
                 dw6 += part
             else:
                 dw7 += part
-        # dx_t = Σ_j w[K−1−j] g_{t+j} [same sample]: g of the tile's own rows r + j
-        dx = g * w0[None, :]
-        # the tile's g through the program's scratch rows, read back at rows r + j by the threads that need them
-        # (the barriers: every thread's reads of the tile before done, every thread's g written)
-        tl.debug_barrier()
-        tl.store(scr, g)
-        tl.debug_barrier()
-        for j in tl.static_range(1, K):
-            keep = r + j < BLOCK_T
-            if HAS_SAMPLES:
-                keep &= _sample_at(s_ptr, row0, t, j, L, sst) == s_t
-            g_j = tl.load(scr + j * BLOCK_C, mask=keep[:, None], other=0.0)
-            dx += g_j * _pick(j, w0, w1, w2, w3, w4, w5, w6, w7)[None, :]
-        tl.store(dx_ptr + ((row0 + t) * C)[:, None] + c[None, :], dx.to(dx_ptr.dtype.element_ty),
-                 mask=own & mc[None, :])
     # partial sums [programs, K + 1, C]: taps 0 .. K − 1 in the weights' order, then the bias
     out = dwb_ptr + (i_b * n_span + pid % n_span) * (K + 1) * C + c
     for j in tl.static_range(K):
@@ -308,17 +278,16 @@ def _short_conv_backward(dy: Tensor, x: Tensor, weight: Tensor, bias: Optional[T
     B, L, C = x.shape
     K = weight.shape[1]
     f64, BC = _flags(x, weight)
-    n_span = triton.cdiv(L, (BT_BWD - K + 1) * SPAN_TILES)
+    n_span = triton.cdiv(L, BT_BWD * SPAN_TILES)
     acc = torch.float64 if f64 else torch.float32
     dx = triton_helpers.new_buffer(B, L, C, dtype=x.dtype, device=x.device)
     parts = triton_helpers.new_buffer(B * n_span, K + 1, C, dtype=acc, device=x.device)
     x, dy, s = _flat_rows(x), _flat_rows(dy), x if samples is None else _flat_rows(samples)
     grid = (B * n_span, triton.cdiv(C, BC))
-    scratch = torch.empty(grid[0] * grid[1], BT_BWD, BC, dtype=acc, device=x.device)
-    _bwd_kernel[grid](x, weight, weight if bias is None else bias, s, dy, dx, parts, scratch, L, C, *x.stride()[1:],
+    _bwd_kernel[grid](x, weight, weight if bias is None else bias, s, dy, dx, parts, L, C, *x.stride()[1:],
                       *weight.stride(), s.stride(1), *dy.stride()[1:], K=K, HAS_BIAS=bias is not None,
                       HAS_SAMPLES=samples is not None, F64=f64, BLOCK_T=BT_BWD, TILES=SPAN_TILES, BLOCK_C=BC,
-                      num_warps=BWD_WARPS, num_stages=1)  # no loads moved across the barriers
+                      num_warps=BWD_WARPS)
     summed = parts.sum(0)  # [K + 1, C]
     db_dtype = weight.dtype if bias is None else bias.dtype
     return dx, summed[:K].t().to(weight.dtype).contiguous(), summed[K].to(db_dtype)
