@@ -99,11 +99,11 @@ def triton_falcon3a(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, lam: Tensor, 
     lag = 0 if cfg.timing == "raw" else 1  # RBW reads S_{t−1}: the band of token t − 1
     # token t reads pair t − lag − d, position t − lag − d + W − 1 of the extended arrays, with c_d(t − lag)
     band = torch.stack([_late(coef[d], lag) for d in range(W - 1)], dim=-1)  # [B, T, H, W − 1]
-    o = band_read(q, prep.x_ext, prep.y_ext, band, lag) + o  # float32: the band's sum promotes o
+    o = band_read(q, prep.x_ext, prep.y_ext, band, lag, plus=o)  # summed in float32, o in q's dtype
     for d in range(W - 1):  # the final state's band: pairs T − 1 − d, c_d(T − 1)
         S = S + torch.einsum("bh,bhk,bhv->bhkv", coef[d][:, -1], prep.x_ext[:, T + W - 2 - d],
                              prep.y_ext[:, T + W - 2 - d])
-    return o.to(q.dtype), final_state(S, last_key, prep, cfg)
+    return o, final_state(S, last_key, prep, cfg)
 
 
 class PackedWindows(NamedTuple):
@@ -191,9 +191,8 @@ def triton_falcon3a_packed(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, lam: T
     if W == 1:
         return o
     lag = 0 if cfg.timing == "raw" else 1
-    pad = (0, 0, 0, 0, W - 1, 0)  # the extended arrays: W − 1 empty slots in front of each row
-    o = band_read(q, F.pad(x, pad), F.pad(v, pad), band, lag) + o  # the band reads v in its own dtype
-    return o.to(q.dtype)
+    # each row fresh: no pair in front of it (the band reads v in its own dtype and adds o in the same pass)
+    return band_read(q, x, v, band, lag, plus=o)
 
 
 @functools.lru_cache(maxsize=16)
