@@ -228,7 +228,7 @@ def triton_falcon3(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, lam: Tensor, c
 def _packed_glue(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, lam: Tensor, pair: Tensor, held: list[Tensor],
                  n_pairs: Tensor, inside: list[Tensor], cfg: RuleConfig) -> tuple[Tensor, ...]:
     """What ``triton_falcon3a_packed`` gives its two kernels, elementwise over [1, T, H(, D)] in float32: the pairs
-    x, the delayed pairs (x, v) in q's dtype, the delayed pairs' gain c_{W−1}, log γ and the band's coefficients
+    x and the delayed pairs (x, v) in q's dtype, the delayed pairs' gain c_{W−1}, log γ and the band's coefficients
     ``[1, T, H, W − 1]`` (None for W = 1)."""
     f32 = torch.float32
     T, W = q.shape[1], cfg.span
@@ -244,7 +244,8 @@ def _packed_glue(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, lam: Tensor, pai
     lag = 0 if cfg.timing == "raw" else 1
     band = (torch.stack([_late(coef[d], lag) * inside[d + lag] for d in range(W - 1)], dim=-1) if W > 1
             else None)
-    return x, _late(x, W - 1).to(q.dtype), _late(v, W - 1).to(q.dtype), coef[W - 1], log_gamma, band
+    x = x.to(q.dtype)  # the band reads the pairs in q's dtype, as the delayed pass does
+    return x, _late(x, W - 1), _late(v, W - 1).to(q.dtype), coef[W - 1], log_gamma, band
 
 
 @functools.cache
