@@ -112,6 +112,25 @@ def compile_caches(results: Path) -> dict[str, str]:
     return chosen
 
 
+# Runs of one process (a campaign's single slot, a sweep's trials) share torch.compile's compiled code: a model
+# configured as an earlier run's reuses its graphs (its weights are the graphs' inputs), and each other
+# configuration adds an entry to the same functions' caches. Past Dynamo's default of 8 entries a function the later
+# runs would train eagerly without a word; a campaign or a sweep holds a few hundred configurations at most.
+COMPILED_CONFIGS = 256
+
+
+def room_for_compiled_runs(entries: int = COMPILED_CONFIGS) -> None:
+    """Let this process keep the compiled code of ``entries`` model configurations (no fewer than it keeps now)."""
+    import torch._dynamo
+
+    config = torch._dynamo.config
+    if not hasattr(config, "recompile_limit"):  # torch before 2.6 names it cache_size_limit
+        config.cache_size_limit = max(config.cache_size_limit, entries)
+        return
+    for name in ("recompile_limit", "accumulated_recompile_limit"):
+        setattr(config, name, max(getattr(config, name), entries))
+
+
 def run_training(
     cfg: RunConfig,
     out: str | Path | None = None,
@@ -145,6 +164,7 @@ def run_training(
     run = run_dir_for(run_id, out, results)
     if cfg.train.compile:
         compile_caches(results)
+        room_for_compiled_runs()
     # Rank zero holds the folder; the other ranks are its own children.
     with RunLock(run) if rank_zero_only.rank == 0 else nullcontext():
         if not stop_on_interrupt:
