@@ -33,7 +33,8 @@ def compiles():
     """A list the compiler backend appends to at each compilation; Dynamo's limits set back after the test (by hand:
     pytest's monkeypatch would delete a config module's entry on undo) and its caches emptied before and after."""
     config = torch._dynamo.config
-    names = [n for n in ("recompile_limit", "accumulated_recompile_limit") if hasattr(config, n)] or ["cache_size_limit"]
+    names = ([n for n in ("recompile_limit", "accumulated_recompile_limit") if hasattr(config, n)]
+             or ["cache_size_limit"])
     kept = {n: getattr(config, n) for n in names}
     torch._dynamo.reset()
     made: list[int] = []
