@@ -41,6 +41,7 @@ import shlex
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from falcon_lab.kernels import RULES
@@ -258,9 +259,17 @@ def paired_with_chunk_forms(ops: list[Op], chunk_ops: list[Op]) -> list[Op]:
 
 
 def run(shapes: list[Shape], rules: tuple[str, ...], dtype_name: str, out: Path, rep: int = 100,
-        command: str | None = None, echo=print, chunk_forms: bool = False) -> list[dict]:
-    """Measure every rule and anchor at every shape and mode; rewrite the files after each row. With
+        command: str | None = None, echo=print, chunk_forms: bool = False,
+        against: Sequence[Path] = ()) -> list[dict]:
+    """Measure every rule and anchor at every shape and mode; rewrite the files after each row, the kernels'
+    targets (``falcon_lab.bench.targets``: targets.md|csv, beside ``against``'s kernels.csv files) among them. With
     ``chunk_forms`` each rule's own PyTorch chunk form follows its Triton row (× own chunk: Triton / chunk)."""
+    from falcon_lab.bench import targets
+
+    try:
+        before = targets.read_all(against) if against else None
+    except targets.TargetsError as err:
+        raise BenchError(str(err)) from None
     if dtype_name not in DTYPES:
         raise BenchError(f"dtype {dtype_name!r}; accepted: {', '.join(DTYPES)}")
     bad = [r for r in rules if r not in RULES]
@@ -291,6 +300,8 @@ def run(shapes: list[Shape], rules: tuple[str, ...], dtype_name: str, out: Path,
             rows = [measured[key] for key in sorted(measured)]
             _ratios(rows)
             write(rows, prov, out)  # after every row: an interrupted run keeps what it measured
+            targets.write(targets.evaluate(targets.times_of(rows), before), out, str(out / "kernels.csv"),
+                          " ".join(map(str, against)) or None)
             echo(f"{row['shape']:>14} {op.name:<28} {mode:<8} {_fmt(row.get('ms')):>8} ms  {row['status']}"
                  f"  [{time.perf_counter() - start:.0f}s]")
     return [measured[key] for key in sorted(measured)]

@@ -43,20 +43,47 @@ def kernels(
     rep: Annotated[int, typer.Option(help="Milliseconds of timed repetitions per row (do_bench rep).")] = 100,
     chunk_forms: Annotated[bool, typer.Option(
         "--chunk-forms", help="Also time each rule's own PyTorch chunk form (up to B·T·H = 4·4096·16).")] = False,
+    against: Annotated[list[Path] | None, typer.Option(
+        help="An earlier run's kernels.csv (repeatable): its ratios beside the targets' (targets.md).")] = None,
 ) -> None:
     """Forward and forward+backward time of each rule's Triton kernel beside fla, SDPA and the PyTorch chunk
-    form, with the bandwidth and FLOP floors (needs a CUDA GPU)."""
+    form, with the bandwidth and FLOP floors, and the kernels' targets met or missed (needs a CUDA GPU)."""
     from falcon_lab.bench.kernels import RULES, SHAPES, BenchError, parse_shape, run
     from falcon_lab.paths import results_path
 
     out = out if out is not None else results_path("bench")
     try:
         picked = [parse_shape(s) for text in shapes for s in text.split()] if shapes else list(SHAPES)
-        run(picked, tuple(rules) if rules else RULES, dtype, out, rep=rep, echo=typer.echo, chunk_forms=chunk_forms)
+        run(picked, tuple(rules) if rules else RULES, dtype, out, rep=rep, echo=typer.echo, chunk_forms=chunk_forms,
+            against=against or ())
     except BenchError as err:
         typer.echo(f"lab bench kernels: {err}", err=True)
         raise typer.Exit(code=1) from None
-    typer.echo(f"wrote {out / 'kernels.csv'} and {out / 'kernels.md'}")
+    typer.echo(f"wrote {out / 'kernels.csv'}, {out / 'kernels.md'} and {out / 'targets.md'}")
+
+
+@app.command()
+def targets(
+    kernels_csv: Annotated[list[Path], typer.Argument(
+        help="kernels.csv of lab bench kernels (several: their rows together, a later file's replacing).")],
+    against: Annotated[list[Path] | None, typer.Option(
+        help="An earlier run's kernels.csv (repeatable): its ratios beside these.")] = None,
+    out: Annotated[Path | None, typer.Option(
+        help="Folder for targets.csv and targets.md; default the first kernels.csv's folder.",
+        callback=writable_out)] = None,
+) -> None:
+    """The kernels' targets (each rule's time over fla's or over the rule it extends, bounded) met or missed at
+    every shape, from kernels.csv files already measured (no GPU)."""
+    from falcon_lab.bench.targets import TargetsError, remake
+
+    folder = out if out is not None else kernels_csv[0].parent
+    try:
+        rows = remake(kernels_csv, folder, against or ())
+    except TargetsError as err:
+        typer.echo(f"lab bench targets: {err}", err=True)
+        raise typer.Exit(code=2) from None
+    met = sum(1 for r in rows if r["met"] is True)
+    typer.echo(f"{met} of {len(rows)} targets met; wrote {folder / 'targets.csv'} and {folder / 'targets.md'}")
 
 
 @app.command()
