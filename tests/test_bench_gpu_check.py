@@ -1,4 +1,4 @@
-"""`lab bench gpu-check`: falcon-1/2's fused kernels against the float64 chunk form, then timed."""
+"""`lab bench gpu-check`: the rules' fused kernels (falcon-1/2 by default) against the float64 chunk form, then timed."""
 
 import json
 import re
@@ -55,3 +55,31 @@ def test_on_a_gpu_the_kernels_hold_at_real_sizes(tmp_path: Path) -> None:
     code, out = gpu_check("--quick", "--no-sweeps", "--no-fla", "--out", str(tmp_path))
     assert code == 0, out
     assert_within_tolerance(checked_rows(tmp_path / "regression_gpu_check.log"))
+
+
+def test_bad_rules_and_shapes_are_one_line_and_exit_2(tmp_path: Path) -> None:
+    for args, said in ((("--rule", "falcon-9"), "unknown rules ['falcon-9']"),
+                       (("--check-shape", "1,2"), "expected B,T,H,D")):
+        code, out = gpu_check("--smoke", *args, "--out", str(tmp_path))
+        assert code == 2 and said in out and len(out.strip().splitlines()) == 1
+    assert not (tmp_path / "regression_gpu_check.log").exists()
+
+
+@pytest.mark.slow
+def test_smoke_checks_any_rule_at_the_shapes_asked(tmp_path: Path) -> None:
+    """--rules picks the rules (each against its own float64 chunk form) and --check-shapes the shapes; under the
+    interpreter the inner-product rules' bf16 rows say they are the GPU's (its tl.dot on bf16 operands is wrong)."""
+    if torch.cuda.is_available():
+        pytest.skip("the smoke run is the CPU interpreter's")
+    code, out = gpu_check("--smoke", "--no-sweeps", "--rules", "falcon-1a", "--rules", "falcon-3", "--out",
+                          str(tmp_path))
+    assert code == 0, out
+    rows = [json.loads(line) for line in (tmp_path / "regression_gpu_check.log").read_text().splitlines()]
+    checked = {(r["check"], r["dtype"]): r for r in rows if "check" in r}
+    assert set(checked) == {(r, d) for r in ("falcon-1a", "falcon-3") for d in ("torch.bfloat16", "torch.float32")}
+    assert checked["falcon-1a", "torch.bfloat16"]["skipped"] == "bf16 dots: GPU only"
+    for key, r in checked.items():
+        if "skipped" not in r:
+            worst = max(r[k] for k in ("o", "S", "dq", "dk", "dv", "dbeta", "dlam", "dS0"))
+            assert not r["nan"] and worst < TOLERANCE[r["dtype"]], r
+    assert {r["time"] for r in rows if "time" in r} == {"falcon-1a", "falcon-3"}

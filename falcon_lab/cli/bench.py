@@ -203,10 +203,16 @@ def gpu_check(
     skip_check: Annotated[bool, typer.Option("--skip-check", help="Time only; no check against float64.")] = False,
     smoke: Annotated[bool, typer.Option(
         "--smoke", help="Tiny shapes, to try the command without a GPU (under Triton's interpreter).")] = False,
+    rules: Annotated[list[str] | None, typer.Option(
+        "--rules", "--rule", help="Rules to check and time (repeatable; 'all': every rule); default falcon-1 and "
+                                  "falcon-2.")] = None,
+    check_shapes: Annotated[list[str] | None, typer.Option(
+        "--check-shapes", "--check-shape", help="B,T,H,D to check against float64 (repeatable); default "
+                                                "8,2048,12,64 and 1,16384,16,128.")] = None,
 ) -> None:
-    """falcon-1/falcon-2's fused kernels against the float64 chunk form at real sizes (outputs, final state,
-    every gradient; bf16 and fp32), their device time per kernel, and their launch and precision variants
-    timed (needs a CUDA GPU, or --smoke)."""
+    """The rules' fused kernels (falcon-1 and falcon-2 unless --rules) against the float64 chunk form at real sizes
+    (outputs, final state, every gradient; bf16 and fp32), their device time per kernel, and falcon-1/2's launch
+    and precision variants timed (needs a CUDA GPU, or --smoke)."""
     import os
 
     import torch
@@ -220,10 +226,23 @@ def gpu_check(
             raise typer.Exit(code=2)
         os.environ.setdefault("TRITON_INTERPRET", "1")  # read when Triton is first imported, just below
     from falcon_lab.bench.gpu_check import run
+    from falcon_lab.bench.kernels import BenchError, parse_shape
+    from falcon_lab.kernels import RULES
+
+    picked = list(RULES) if rules and "all" in rules else rules
+    unknown = [r for r in picked or () if r not in RULES]
+    if unknown:
+        typer.echo(f"lab bench gpu-check: unknown rules {unknown}; accepted: all, {', '.join(RULES)}", err=True)
+        raise typer.Exit(code=2)
+    try:
+        shapes = [parse_shape(s) for s in check_shapes] if check_shapes else None
+    except BenchError as err:
+        typer.echo(f"lab bench gpu-check: {err}", err=True)
+        raise typer.Exit(code=2) from None
 
     out = out if out is not None else results_path("bench", "gpu_check")
     run(out, commit=commit or git_state()["commit"] or "unknown", skip_check=skip_check, smoke=smoke, quick=quick,
-        no_sweeps=no_sweeps, no_fla=no_fla, echo=typer.echo)
+        no_sweeps=no_sweeps, no_fla=no_fla, rules=picked, check_shapes=shapes, echo=typer.echo)
     typer.echo(f"rows appended to {out / 'regression_gpu_check.log'}")
 
 
