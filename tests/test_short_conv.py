@@ -30,7 +30,7 @@ def packed_rows(lengths: list[list[int]]) -> Tensor:
 
 
 # three rows: one-token samples beside long ones; one sample the whole row; samples of 2 and 3 tokens. 150 tokens:
-# several of the backward's tiles, the last one short
+# one span of the backward's programs (spans of one and three tiles are tested apart)
 SAMPLES = packed_rows([[1, 3, 1, 1, 40, 2, 1, 61, 40], [150], [2, 3] * 30])
 SHORT = packed_rows([[1, 3, 1, 1, 20, 2, 1, 11], [40], [2, 3] * 8])
 
@@ -88,16 +88,16 @@ def test_short_conv_matches_its_pytorch_twin(size: int, packed: bool, bias: bool
         torch.testing.assert_close(a, c, rtol=1e-5, atol=1e-5, msg=name)
 
 
-@pytest.mark.parametrize("tile", [8, 32])
+@pytest.mark.parametrize("tiles", [1, 3])
 @pytest.mark.parametrize("size", [4, 8])
-def test_short_conv_backward_across_tiles(monkeypatch: pytest.MonkeyPatch, size: int, tile: int) -> None:
-    """The backward's programs recompute g at the lags ahead of their ``tile`` tokens: at the widest convolution,
-    with many tiles to a row, the last one short, and samples that cross the tiles' edges, the gradients are the
-    float64 twin's."""
+def test_short_conv_backward_across_tiles_and_spans(monkeypatch: pytest.MonkeyPatch, size: int, tiles: int) -> None:
+    """The backward's tiles overlap by size − 1 tokens (their g read back at the lags) and its programs take spans of
+    ``tiles`` tiles: at the widest convolution, with many spans to a row, the last one short, and samples that
+    cross the tiles' and the spans' edges, the gradients are the float64 twin's."""
     from falcon_lab.kernels.conv import triton_short_conv
 
-    monkeypatch.setattr(triton_short_conv, "BT_BWD", tile)
-    g = torch.Generator().manual_seed(size + tile)
+    monkeypatch.setattr(triton_short_conv, "SPAN_TILES", tiles)
+    g = torch.Generator().manual_seed(size + tiles)
     conv = ShortConv(12, size, bias=True)
     with torch.no_grad():
         conv.conv.weight.copy_(torch.randn(conv.conv.weight.shape, generator=g))

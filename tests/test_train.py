@@ -391,6 +391,20 @@ def test_a_run_on_cuda_graphs_follows_the_eager_loss_curve(mixer: str, compiled:
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_runs_in_turn_in_one_process_each_capture_cuda_graphs_beside_loader_processes(tmp_path: Path) -> None:
+    """A campaign's single slot trains its runs one after another in one process, and on a GPU each run's loader
+    forks worker processes. The second run's workers, forked while the first run's CUDA graphs awaited collection,
+    died freeing them (CUDA cannot run in a forked child: "initialization error"); the run now collects them first."""
+    for seed in (0, 1):
+        cfg = tiny("train.max_steps=4", "train.log_every=1", "train.val_every=4", "train.ckpt_every=4",
+                   "data.widths=1,8", "train.batch_size=16", "mixer=falcon-1a.3", "train.cuda_graphs=true",
+                   f"train.seed={seed}")
+        result = run_training(cfg, out=tmp_path / f"s{seed}", results=tmp_path, progress=False)
+        assert result.status == "finished", (seed, result)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 @pytest.mark.parametrize("mixer", ["falcon-1.3", "falcon-1a.3", "deltanet"])
 @pytest.mark.parametrize("compiled", [False, True])
 def test_a_graphed_step_gives_the_eager_gradient_across_chunks(mixer: str, compiled: bool) -> None:

@@ -131,6 +131,19 @@ def room_for_compiled_runs(entries: int = COMPILED_CONFIGS) -> None:
         setattr(config, name, max(getattr(config, name), entries))
 
 
+def collect_earlier_runs() -> None:
+    """Free what an earlier run of this process left in reference cycles (its CUDA graphs among them) before this
+    run's DataLoader forks its workers: a forked worker that collected them would call CUDA, which a child of a
+    process that has initialised CUDA cannot, and die ("CUDA error: initialization error"), failing the run."""
+    import gc
+
+    import torch
+
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        gc.collect()
+        torch.cuda.empty_cache()
+
+
 def run_training(
     cfg: RunConfig,
     out: str | Path | None = None,
@@ -165,6 +178,7 @@ def run_training(
     if cfg.train.compile:
         compile_caches(results)
         room_for_compiled_runs()
+    collect_earlier_runs()
     # Rank zero holds the folder; the other ranks are its own children.
     with RunLock(run) if rank_zero_only.rank == 0 else nullcontext():
         if not stop_on_interrupt:

@@ -12,20 +12,20 @@ gradients: a compiled training step launched many generated kernels for it. Here
 
 - forward, one program per ``BT_FWD`` tokens of a row and ``BC`` channels reads its tokens and the K − 1 before
   them (the shifted reads of neighbouring programs meet in the cache: x crosses memory about once) and writes y;
-- backward, one program per ``BT_BWD`` tokens of a row and ``BC`` channels writes dx_t = Σ_j w[c, K−1−j] g_{t+j}
-  [same sample], g = dy · silu'(a), and the taps' and bias's gradients of its tokens as partial sums
-  ``[programs, K + 1, C]`` that one torch sum reduces (a fixed order: the same sums on every run).
+- backward, one program per ``SPAN_TILES`` tiles of ``BT_BWD`` tokens overlapping by K − 1 and ``BC`` channels
+  writes dx = Σ_j w[c, K−1−j] g_{t+j} [same sample], g = dy · silu'(a), and the taps' and bias's gradients of its
+  tokens as partial sums ``[programs, K + 1, C]`` that one torch sum reduces (a fixed order: the same sums on
+  every run).
 
 The backward recomputes the pre-activation a rather than keeping it from the forward. Kept, it would be one more
 tensor of x's size written forward and read backward (two passes over memory against the three a backward makes
-anyway: x and dy read, dx written). A tile computes g at its own tokens and again at each lag 1 .. K − 1 ahead:
-K² multiply-adds and K exponentials a value, from tiles of x and dy shifted by a few tokens that the cache holds
-after the first read (x and dy cross memory about once, dx once). Nothing passes between threads, so a tile needs no
-barrier and no scratch memory, and every program is independent of the others. The lags are loops the compiler
-keeps (counters, not constants): unrolled, it would issue every shifted read of the tile at once and hold them all
-(255 registers and spills at 32 tokens on 8 warps for sm_90; 128 and none as loops). "Same sample" is read from
-``samples`` itself (a vector of the tile's tokens a shift, folded into the reads' masks), so nothing is precomputed
-per step.
+anyway: x and dy read, dx written); recomputed, it costs K reads of x tiles that the cache holds. A tile computes
+a and g once for each of its tokens (one exponential a value) and hands g to the threads that need it at lags
+1 .. K − 1 through the program's own rows of a scratch buffer (written, a barrier, read back shifted: in L1 or
+L2, the rows reused tile after tile); its last K − 1 tokens only feed that, and the next tile begins at them.
+Its x and dy are read two tiles ahead so that the reads from memory are in flight while the tiles before are
+worked; the lags' x and the taps' gradients' x come from the cache. "Same sample" is read from ``samples`` itself
+(a vector of the tile's tokens a shift, folded into the reads' masks), so nothing is precomputed per step.
 
 Accumulation is float32 (float64 for float64 inputs); y and dx come back in x's dtype, the taps' and bias's
 gradients in their own. The op is a ``torch.library`` custom op with its backward registered: torch.compile keeps
@@ -42,8 +42,9 @@ from torch import Tensor
 from falcon_lab.kernels.common import triton_helpers
 
 BT_FWD = 32  # tokens a forward program takes
-BT_BWD = 32  # the tokens a backward program takes, on BWD_WARPS warps: 8 values of a [BT_BWD, BC] tile a thread,
-BWD_WARPS = 8  # 128 registers compiled for sm_90 at K = 4 (2 programs an SM)
+BT_BWD = 16  # the tokens of a backward tile (its last K − 1 only feed the others' dx), BWD_WARPS warps: 4 values a
+BWD_WARPS = 8  # thread, 113 registers compiled for sm_90 at K = 4 (2 programs an SM; 32 tokens a tile take 173)
+SPAN_TILES = 16  # tiles a backward program loops over (its taps' gradients one partial sum)
 MAX_BC = 64  # channels a program takes
 MAX_SIZE = 8  # the widest convolution the kernels unroll (the mixers use 4)
 
@@ -101,6 +102,15 @@ def _tap(w_ptr, c, C, swc, swk, I: tl.constexpr, F64: tl.constexpr):
 
 
 @triton.jit
+def _lag_tap(w_ptr, c, C, swc, swk, J: tl.constexpr, K: tl.constexpr, F64: tl.constexpr):
+    """The tap of lag ``J`` (tap K − 1 − J) of every channel c, 0 for J >= K."""
+    if J < K:
+        return _tap(w_ptr, c, C, swc, swk, K - 1 - J, F64)
+    else:
+        return _wide(tl.zeros(c.shape, dtype=tl.float32), F64)
+
+
+@triton.jit
 def _pre(x_ptr, w_ptr, b_ptr, s_ptr, row0, t, J: tl.constexpr, c, L, C, sxt, sxc, swc, swk, sst,
          K: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_SAMPLES: tl.constexpr, F64: tl.constexpr):
     """The pre-activation a_u at tokens u = t + J ``[len(t), len(c)]``: Σ_i w_{K−1−i} x_{u−i} over the u − i of
@@ -137,86 +147,128 @@ def _fwd_kernel(x_ptr, w_ptr, b_ptr, s_ptr, y_ptr, L, C, sxt, sxc, swc, swk, sst
 
 
 @triton.jit
-def _sample_of(s_ptr, row0, p, L, sst):
-    """The sample of tokens ``p`` (any offsets, not constants) of the row whose first token is ``row0`` (−1 outside
-    the row)."""
-    return tl.load(s_ptr + (row0 + p) * sst, mask=(p >= 0) & (p < L), other=-1)
-
-
-@triton.jit
-def _rows_if(ptr, row0, p, c, L, C, st, sc, keep, F64: tl.constexpr):
-    """``[len(p), len(c)]`` of a ``[B, L, C]`` tensor read as ``[B·L, C]`` at tokens ``p`` of the row whose first token
-    is ``row0`` where ``keep`` holds (0 at the others and outside the row)."""
-    v = tl.load(ptr + (row0 + p)[:, None] * st + c[None, :] * sc,
-                mask=((p >= 0) & (p < L) & keep)[:, None] & (c < C)[None, :], other=0.0)
-    return _wide(v, F64)
-
-
-@triton.jit
-def _grad_at(x_ptr, w_ptr, b_ptr, s_ptr, dy_ptr, row0, t, j, s_t, c, L, C, sxt, sxc, swc, swk, sst, sdt, sdc,
-             K: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_SAMPLES: tl.constexpr, F64: tl.constexpr):
-    """g_u = dy_u · silu'(a_u) at tokens u = t + j of the sample of t (0 at the others and past the row), a_u
-    recomputed from x over u's own sample. ``j`` and the taps' lags ``i`` are loop counters, not constants: the
-    loops stay loops, so a tile holds the reads of one lag at a time rather than every read at once."""
-    u = t + j
-    if HAS_SAMPLES:
-        s_u = _sample_of(s_ptr, row0, u, L, sst)
-        keep = s_u == s_t
+def _pick(j: tl.constexpr, v0, v1, v2, v3, v4, v5, v6, v7):
+    if j == 0:
+        return v0
+    elif j == 1:
+        return v1
+    elif j == 2:
+        return v2
+    elif j == 3:
+        return v3
+    elif j == 4:
+        return v4
+    elif j == 5:
+        return v5
+    elif j == 6:
+        return v6
     else:
-        keep = u < L
-    if HAS_BIAS:
-        a = _wide(tl.load(b_ptr + c, mask=c < C, other=0.0), F64)[None, :] + _wide(
-            tl.zeros([t.shape[0], c.shape[0]], dtype=tl.float32), F64)
-    else:
-        a = _wide(tl.zeros([t.shape[0], c.shape[0]], dtype=tl.float32), F64)
-    for i in range(K):
-        if HAS_SAMPLES:
-            same = _sample_of(s_ptr, row0, u - i, L, sst) == s_u
-        else:
-            same = u - i >= 0
-        tap = _wide(tl.load(w_ptr + c * swc + (K - 1 - i) * swk, mask=c < C, other=0.0), F64)
-        a += _rows_if(x_ptr, row0, u - i, c, L, C, sxt, sxc, same, F64) * tap[None, :]
-    dy = _rows_if(dy_ptr, row0, u, c, L, C, sdt, sdc, keep, F64)
-    sig = 1.0 / (1.0 + tl.exp(-a))
-    return dy * sig * (1.0 + a * (1.0 - sig))
+        return v7
 
 
 @triton.jit(do_not_specialize=["L"])
-def _bwd_kernel(x_ptr, w_ptr, b_ptr, s_ptr, dy_ptr, dx_ptr, dwb_ptr, L, C, sxt, sxc, swc, swk, sst, sdt, sdc,
+def _bwd_kernel(x_ptr, w_ptr, b_ptr, s_ptr, dy_ptr, dx_ptr, dwb_ptr, scr_ptr, L, C, sxt, sxc, swc, swk, sst, sdt, sdc,
                 K: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_SAMPLES: tl.constexpr,
-                F64: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_C: tl.constexpr):
-    n_t = tl.cdiv(L, BLOCK_T)
+                F64: tl.constexpr, BLOCK_T: tl.constexpr, TILES: tl.constexpr, BLOCK_C: tl.constexpr):
+    OUT_T: tl.constexpr = BLOCK_T - (K - 1)  # the tokens a tile writes: its last K − 1 only feed them
+    n_span = tl.cdiv(L, OUT_T * TILES)
     pid = tl.program_id(0)
-    i_b = (pid // n_t).to(tl.int64)
-    t = (pid % n_t) * BLOCK_T + tl.arange(0, BLOCK_T)
+    i_b = (pid // n_span).to(tl.int64)
     c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
     mc = c < C
     row0 = i_b * L
-    if HAS_SAMPLES:
-        s_t = _sample_of(s_ptr, row0, t, L, sst)
-    else:
-        s_t = t  # unused
-    # g at the tile's own tokens, then dx_t = Σ_j w[K−1−j] g_{t+j} [same sample], each g_{t+j} recomputed
-    g = _grad_at(x_ptr, w_ptr, b_ptr, s_ptr, dy_ptr, row0, t, 0, s_t, c, L, C, sxt, sxc, swc, swk, sst, sdt, sdc,
-                 K, HAS_BIAS, HAS_SAMPLES, F64)
-    dx = g * _wide(tl.load(w_ptr + c * swc + (K - 1) * swk, mask=mc, other=0.0), F64)[None, :]
-    for j in range(1, K):
-        g_j = _grad_at(x_ptr, w_ptr, b_ptr, s_ptr, dy_ptr, row0, t, j, s_t, c, L, C, sxt, sxc, swc, swk, sst, sdt,
-                       sdc, K, HAS_BIAS, HAS_SAMPLES, F64)
-        dx += g_j * _wide(tl.load(w_ptr + c * swc + (K - 1 - j) * swk, mask=mc, other=0.0), F64)[None, :]
-    tl.store(dx_ptr + ((row0 + t) * C)[:, None] + c[None, :], dx.to(dx_ptr.dtype.element_ty),
-             mask=(t < L)[:, None] & mc[None, :])
-    # the tile's sums of the taps' and bias's gradients (g is 0 past the row): [programs, K + 1, C], taps 0 .. K − 1
-    # in the weights' order, then the bias
-    out = dwb_ptr + pid.to(tl.int64) * (K + 1) * C + c
-    for j in range(K):
+    r = tl.arange(0, BLOCK_T)
+    # the program's own [BLOCK_T, BLOCK_C] rows of scratch (its g, tile by tile: in L1 or L2, never all of memory)
+    scr = scr_ptr + (pid * tl.num_programs(1) + tl.program_id(1)).to(tl.int64) * BLOCK_T * BLOCK_C \
+        + (r * BLOCK_C)[:, None] + tl.arange(0, BLOCK_C)[None, :]
+    # the bias's and the taps' gradients by lag j (tap K − 1 − j), token by token, summed over tokens at the end
+    # (one reduction across the program's threads, not one a tile); K <= MAX_SIZE = 8: Triton keeps no lists of
+    # tensors
+    db = _wide(tl.zeros([BLOCK_T, BLOCK_C], dtype=tl.float32), F64)
+    dw0, dw1, dw2, dw3, dw4, dw5, dw6, dw7 = db, db, db, db, db, db, db, db
+    first = (pid % n_span) * TILES * OUT_T
+    # the taps by lag, read once
+    w0 = _lag_tap(w_ptr, c, C, swc, swk, 0, K, F64)
+    w1 = _lag_tap(w_ptr, c, C, swc, swk, 1, K, F64)
+    w2 = _lag_tap(w_ptr, c, C, swc, swk, 2, K, F64)
+    w3 = _lag_tap(w_ptr, c, C, swc, swk, 3, K, F64)
+    w4 = _lag_tap(w_ptr, c, C, swc, swk, 4, K, F64)
+    w5 = _lag_tap(w_ptr, c, C, swc, swk, 5, K, F64)
+    w6 = _lag_tap(w_ptr, c, C, swc, swk, 6, K, F64)
+    w7 = _lag_tap(w_ptr, c, C, swc, swk, 7, K, F64)
+    # x and dy at a tile's tokens read two tiles ahead (in x's dtype): their reads from memory in flight while the
+    # tiles before are worked (the other reads of a tile, its lags and its g, come from the cache)
+    x_next = _raw_at(x_ptr, row0, first + r, 0, c, L, C, sxt, sxc)
+    dy_next = _raw_at(dy_ptr, row0, first + r, 0, c, L, C, sdt, sdc)
+    x_after = _raw_at(x_ptr, row0, first + r, OUT_T, c, L, C, sxt, sxc)
+    dy_after = _raw_at(dy_ptr, row0, first + r, OUT_T, c, L, C, sdt, sdc)
+    for tile in range(tl.minimum(TILES, tl.cdiv(L - first, OUT_T))):  # the row's last span may be short
+        t = first + tile * OUT_T + r
+        x0 = _wide(x_next, F64)
+        dyt = _wide(dy_next, F64)
+        x_next, dy_next = x_after, dy_after
+        x_after = _raw_at(x_ptr, row0, t, 2 * OUT_T, c, L, C, sxt, sxc)
+        dy_after = _raw_at(dy_ptr, row0, t, 2 * OUT_T, c, L, C, sdt, sdc)
+        # g = dy · silu'(a) once per token of the tile (0 past the row); the other lags' x from the cache
         if HAS_SAMPLES:
-            same = _sample_of(s_ptr, row0, t - j, L, sst) == s_t
-        else:
-            same = t - j >= 0
-        x = _rows_if(x_ptr, row0, t - j, c, L, C, sxt, sxc, same, F64)
-        tl.store(out + (K - 1 - j) * C, tl.sum(g * x, axis=0), mask=mc)
-    tl.store(out + K * C, tl.sum(g, axis=0), mask=mc)
+            s_t = _sample_at(s_ptr, row0, t, 0, L, sst)
+        a = x0 * w0[None, :]
+        for i in tl.static_range(1, K):
+            if HAS_SAMPLES:
+                x = _tile_if(x_ptr, row0, t, -i, c, L, C, sxt, sxc, _sample_at(s_ptr, row0, t, -i, L, sst) == s_t, F64)
+            else:
+                x = _tile_at(x_ptr, row0, t, -i, c, L, C, sxt, sxc, F64)
+            a += x * _pick(i, w0, w1, w2, w3, w4, w5, w6, w7)[None, :]
+        if HAS_BIAS:
+            a += _wide(tl.load(b_ptr + c, mask=mc, other=0.0), F64)[None, :]
+        sig = 1.0 / (1.0 + tl.exp(-a))
+        g = dyt * sig * (1.0 + a * (1.0 - sig))
+        own = ((r < OUT_T) & (t < L))[:, None]  # the tokens this tile answers for
+        # the taps' and bias's gradients of its own tokens, before any write (the lags' reads of x the same loads
+        # as a's, once compiled)
+        g_own = tl.where(own, g, 0.0)
+        db += g_own
+        dw0 += g_own * x0
+        for j in tl.static_range(1, K):
+            if HAS_SAMPLES:
+                x = _tile_if(x_ptr, row0, t, -j, c, L, C, sxt, sxc, _sample_at(s_ptr, row0, t, -j, L, sst) == s_t, F64)
+            else:
+                x = _tile_at(x_ptr, row0, t, -j, c, L, C, sxt, sxc, F64)
+            part = g_own * x
+            if j == 1:
+                dw1 += part
+            elif j == 2:
+                dw2 += part
+            elif j == 3:
+                dw3 += part
+            elif j == 4:
+                dw4 += part
+            elif j == 5:
+                dw5 += part
+            elif j == 6:
+                dw6 += part
+            else:
+                dw7 += part
+        # dx_t = Σ_j w[K−1−j] g_{t+j} [same sample]: g of the tile's own rows r + j
+        dx = g * w0[None, :]
+        # the tile's g through the program's scratch rows, read back at rows r + j by the threads that need them
+        # (the barriers: every thread's reads of the tile before done, every thread's g written)
+        tl.debug_barrier()
+        tl.store(scr, g)
+        tl.debug_barrier()
+        for j in tl.static_range(1, K):
+            keep = r + j < BLOCK_T
+            if HAS_SAMPLES:
+                keep &= _sample_at(s_ptr, row0, t, j, L, sst) == s_t
+            g_j = tl.load(scr + j * BLOCK_C, mask=keep[:, None], other=0.0)
+            dx += g_j * _pick(j, w0, w1, w2, w3, w4, w5, w6, w7)[None, :]
+        tl.store(dx_ptr + ((row0 + t) * C)[:, None] + c[None, :], dx.to(dx_ptr.dtype.element_ty),
+                 mask=own & mc[None, :])
+    # partial sums [programs, K + 1, C]: taps 0 .. K − 1 in the weights' order, then the bias
+    out = dwb_ptr + (i_b * n_span + pid % n_span) * (K + 1) * C + c
+    for j in tl.static_range(K):
+        tl.store(out + (K - 1 - j) * C, tl.sum(_pick(j, dw0, dw1, dw2, dw3, dw4, dw5, dw6, dw7), axis=0), mask=mc)
+    tl.store(out + K * C, tl.sum(db, axis=0), mask=mc)
 
 
 def _flags(x: Tensor, weight: Tensor) -> tuple[bool, int]:
@@ -256,16 +308,17 @@ def _short_conv_backward(dy: Tensor, x: Tensor, weight: Tensor, bias: Optional[T
     B, L, C = x.shape
     K = weight.shape[1]
     f64, BC = _flags(x, weight)
-    n_t = triton.cdiv(L, BT_BWD)
+    n_span = triton.cdiv(L, (BT_BWD - K + 1) * SPAN_TILES)
     acc = torch.float64 if f64 else torch.float32
     dx = triton_helpers.new_buffer(B, L, C, dtype=x.dtype, device=x.device)
-    parts = triton_helpers.new_buffer(B * n_t, K + 1, C, dtype=acc, device=x.device)
+    parts = triton_helpers.new_buffer(B * n_span, K + 1, C, dtype=acc, device=x.device)
     x, dy, s = _flat_rows(x), _flat_rows(dy), x if samples is None else _flat_rows(samples)
-    grid = (B * n_t, triton.cdiv(C, BC))
-    _bwd_kernel[grid](x, weight, weight if bias is None else bias, s, dy, dx, parts, L, C, *x.stride()[1:],
+    grid = (B * n_span, triton.cdiv(C, BC))
+    scratch = torch.empty(grid[0] * grid[1], BT_BWD, BC, dtype=acc, device=x.device)
+    _bwd_kernel[grid](x, weight, weight if bias is None else bias, s, dy, dx, parts, scratch, L, C, *x.stride()[1:],
                       *weight.stride(), s.stride(1), *dy.stride()[1:], K=K, HAS_BIAS=bias is not None,
-                      HAS_SAMPLES=samples is not None, F64=f64, BLOCK_T=BT_BWD, BLOCK_C=BC,
-                      num_warps=BWD_WARPS)
+                      HAS_SAMPLES=samples is not None, F64=f64, BLOCK_T=BT_BWD, TILES=SPAN_TILES, BLOCK_C=BC,
+                      num_warps=BWD_WARPS, num_stages=1)  # no loads moved across the barriers
     summed = parts.sum(0)  # [K + 1, C]
     db_dtype = weight.dtype if bias is None else bias.dtype
     return dx, summed[:K].t().to(weight.dtype).contiguous(), summed[K].to(db_dtype)
