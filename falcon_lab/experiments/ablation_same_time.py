@@ -12,11 +12,11 @@ EXPERIMENT = Experiment(
     # and (`only`) of the tables.
     trains=AlignmentGrid(task="addition", preset="same-time",
                          mixers=("falcon-1a.3", "falcon-1.3", "falcon-3a.3", "deltanet", "retnet"), seeds=3, only=True),
-    # Each run's elapsed_s in records/addition/same-time/runs (2000 steps, 2-4 runs sharing an H200 or H100), the
-    # mean of three seeds: falcon-1a.3 327 s, falcon-1.3 433, falcon-3a.3 706, deltanet 439, retnet 634; 12 runs
-    # a mixer gives 30,468 s (8.5 h) run after run, of which the 16 runs already recorded hold 2.2 h.
-    budget_s=9 * 3600,
-    machine="one H200",
+    # Trained one after another in one process by id with CUDA graphs on an H100, a run took 70.9-114.3 s,
+    # compilation and evaluations included (records/ablation/same-time/runs, timings.train_s): the 40 runs left,
+    # about 1.1 h.
+    budget_s=1.25 * 3600,
+    machine="one H100",
     # every mixer here takes its samples by id, so its step replays from CUDA graphs (10-41% cheaper a step on an
     # H100, records/bench/samples-by-id/); neither setting is part of a run's id
     gpu_settings=("train.compile=true", "train.cuda_graphs=true"),
