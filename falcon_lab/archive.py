@@ -64,9 +64,23 @@ def write_snapshot(path: Path, runs: Iterable[Path], tables: Path | None, manife
     return count
 
 
+def write_tree(path: Path, folder: Path) -> int:
+    """Write the archive `path` atomically holding every plain file under `folder` by its relative path (no locks);
+    the number of files. For the compilation caches (`lab experiment run --caches`)."""
+    files = [f for f in sorted(folder.rglob("*")) if f.is_file() and not f.is_symlink() and f.name != ".lock"]
+
+    def write(f: io.BufferedIOBase) -> None:
+        with tarfile.open(fileobj=f, mode="w:gz") as tar:
+            for file in files:
+                tar.add(file, arcname=file.relative_to(folder).as_posix(), recursive=False)
+
+    atomic_write(path, write)  # type: ignore[arg-type]
+    return len(files)
+
+
 def extract_archive(path: Path, into: Path) -> Path:
-    """Unpack the archive `path` into the empty folder `into` and return it. Only plain files and folders
-    under relative paths are taken. ValueError naming the archive when it cannot be read whole (truncated,
+    """Unpack the archive `path` into the folder `into` (files of the same names replaced) and return it. Only plain
+    files and folders under relative paths are taken. ValueError naming the archive when it cannot be read whole (truncated,
     not an archive, a member outside the folder)."""
     try:
         with tarfile.open(path, mode="r:*") as tar:

@@ -148,6 +148,34 @@ def test_a_corrupt_snapshot_is_one_line_and_exit_2_with_nothing_written(how: str
     assert not (results / "runs").exists()
 
 
+def test_the_compilation_caches_travel_as_one_archive_to_the_next_machine(tmp_path: Path) -> None:
+    """--caches writes <results>/cache as an archive at the end of a call, and a call on another machine (another
+    results folder) unpacks it before its runs compile anything; a corrupt one is one line and exit 2."""
+    results, caches = tmp_path / "a", tmp_path / "carried" / "caches.tgz"
+    kernel = results / "cache" / "triton" / "ab12" / "kernel.cubin"
+    kernel.parent.mkdir(parents=True)
+    kernel.write_bytes(b"\x7fELF compiled")
+    (results / "cache" / "inductor").mkdir()
+    (results / "cache" / "inductor" / "fxgraph").write_text("graph", encoding="utf-8")
+    caches.parent.mkdir()
+    code, text = invoke("experiment", "run", "addition-tiny", "--smoke", "--results", str(results), "--caches",
+                        str(caches))
+    assert code == 0 and f"caches: {caches}" in text, text
+    with tarfile.open(caches) as tar:
+        assert {"triton/ab12/kernel.cubin", "inductor/fxgraph"} <= set(tar.getnames())
+    other = tmp_path / "b"
+    code, text = invoke("experiment", "run", "addition-tiny", "--smoke", "--results", str(other), "--caches",
+                        str(caches))
+    assert code == 0, text
+    assert (other / "cache" / "triton" / "ab12" / "kernel.cubin").read_bytes() == b"\x7fELF compiled"
+    bad = tmp_path / "bad.tgz"
+    bad.write_bytes(caches.read_bytes()[:30])
+    code, text = invoke("experiment", "run", "addition-tiny", "--smoke", "--results", str(tmp_path / "c"),
+                        "--caches", str(bad))
+    assert code == 2 and text.strip().count("\n") == 0 and f"the archive {bad} cannot be read" in text, text
+    assert not (tmp_path / "c" / "runs").exists()
+
+
 def test_an_archive_member_outside_its_folder_is_refused(tmp_path: Path) -> None:
     import io
 

@@ -80,6 +80,9 @@ def run(
     merge: Annotated[list[Path] | None, typer.Option(
         help="A folder of runs or a snapshot archive to merge into the results folder first, so its runs are not "
              "trained again (repeatable).")] = None,
+    caches: Annotated[Path | None, typer.Option(
+        help="An archive (.tgz) of the compilation caches (<results>/cache): unpacked first if it exists, written "
+             "at the end, so the next machine of the same GPU compiles nothing these runs compiled.")] = None,
 ) -> None:
     """Train the experiment's runs not yet finished and write its tables and figures.
 
@@ -97,7 +100,7 @@ def run(
         ran = run_experiment(experiment, root, budget=budget, slots=slots, per_gpu=per_gpu,
                              gpus_per_run=gpus_per_run, snapshot_dir=snapshot_dir, snapshot_every=snapshot_every,
                              merge=merge or (), smoke=smoke, on_done=print_outcome,
-                             on_merged=lambda m: say(m.line()))
+                             on_merged=lambda m: say(m.line()), caches=caches)
     except ValueError as err:
         refuse(PROG, err)
     except CommandFailed as err:
@@ -116,6 +119,8 @@ def run(
         say(f"{experiment.name}: {finished} of {len(states)} planned runs finished")
     if ran.snapshot is not None:
         say(f"snapshot: {ran.snapshot}")
+    if caches is not None and caches.is_file():
+        say(f"caches: {caches} ({caches.stat().st_size / 2**20:.1f} MiB)")
     if ran.failed:
         say(f"{PROG}: {len(ran.failed)} run(s) failed; their logs are train.log in their run folders", err=True)
         raise typer.Exit(code=1)

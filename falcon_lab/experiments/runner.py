@@ -231,15 +231,24 @@ def tables(experiment: Experiment, results: Path, smoke: bool = False) -> list[P
     return [out / part.folder / part.table for part in declared(experiment, smoke).parts]
 
 
+def caches_folder(results: Path) -> Path:
+    """Where the runs of `results` keep torch.compile's and Triton's caches (falcon_lab.train.run.compile_caches)."""
+    return results / "cache"
+
+
 def run_experiment(experiment: Experiment, results: Path, budget: float | None = None, slots: int = 1,
                    per_gpu: int = 1, gpus_per_run: int = 1, snapshot_dir: Path | None = None,
                    snapshot_every: float = 120.0, merge: Sequence[Path] = (), smoke: bool = False,
                    on_done: Callable[[Outcome], None] | None = None,
-                   on_merged: Callable[[Merged], None] | None = None) -> Ran:
+                   on_merged: Callable[[Merged], None] | None = None, caches: Path | None = None) -> Ran:
     """Merge `merge` into `results`, then train the experiment's missing runs (`slots` at once), part by part,
     within `budget` seconds, writing each part's tables under `out_folder` and, with `snapshot_dir`, the snapshot
-    archive `<snapshot_dir>/<name>.tgz` every `snapshot_every` seconds and at the end. ValueError (before anything
-    trains) for a bad budget, snapshot period, merge source or plan."""
+    archive `<snapshot_dir>/<name>.tgz` every `snapshot_every` seconds and at the end. With `caches`, an archive of
+    the compilation caches: unpacked into `<results>/cache` first where it exists, and written from there at the
+    end, so that the next machine (of the same GPU and versions) compiles nothing the runs here compiled.
+    ValueError (before anything trains) for a bad budget, snapshot period, merge source, caches archive or plan."""
+    from falcon_lab.archive import extract_archive, write_tree
+
     chosen = declared(experiment, smoke)
     budget_ = Budget(budget)
     jobs = chosen.plan()  # a bad declaration is refused before anything is merged or trained
@@ -248,6 +257,8 @@ def run_experiment(experiment: Experiment, results: Path, budget: float | None =
     snapshots = (Snapshots(snapshot_taker(experiment, jobs, results, out, archive, smoke), snapshot_every)
                  if archive is not None else _nothing())
     results.mkdir(parents=True, exist_ok=True)
+    if caches is not None and caches.exists():
+        extract_archive(caches, caches_folder(results))
     merged = merge_sources(merge, results, on_merged)
     campaigns: list[Campaign] = []
     try:
@@ -258,6 +269,9 @@ def run_experiment(experiment: Experiment, results: Path, budget: float | None =
     except (KeyboardInterrupt, CommandFailed):  # a command stopped by the budget ends as one stopped by Ctrl-C
         if not budget_.spent:
             raise
+    finally:
+        if caches is not None and caches_folder(results).is_dir():
+            write_tree(caches, caches_folder(results))
     return Ran(campaigns, budget_.spent, archive, merged)
 
 
