@@ -80,8 +80,8 @@ def write_tree(path: Path, folder: Path) -> int:
 
 def extract_archive(path: Path, into: Path) -> Path:
     """Unpack the archive `path` into the folder `into` (files of the same names replaced) and return it. Only plain
-    files and folders under relative paths are taken. ValueError naming the archive when it cannot be read whole (truncated,
-    not an archive, a member outside the folder)."""
+    files and folders under relative paths are taken. ValueError naming the archive when it cannot be read whole
+    (truncated, not an archive, a member outside the folder)."""
     try:
         with tarfile.open(path, mode="r:*") as tar:
             members = tar.getmembers()

@@ -174,6 +174,9 @@ def test_the_compilation_caches_travel_as_one_archive_to_the_next_machine(tmp_pa
                         "--caches", str(bad))
     assert code == 2 and text.strip().count("\n") == 0 and f"the archive {bad} cannot be read" in text, text
     assert not (tmp_path / "c" / "runs").exists()
+    code, text = invoke("experiment", "run", "addition-tiny", "--smoke", "--results", str(tmp_path / "d"),
+                        "--caches", str(tmp_path / "absent" / "caches.tgz"))
+    assert code == 2 and "is missing or not writable" in text and not (tmp_path / "d").exists(), text
 
 
 def test_an_archive_member_outside_its_folder_is_refused(tmp_path: Path) -> None:

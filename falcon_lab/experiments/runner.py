@@ -256,6 +256,8 @@ def run_experiment(experiment: Experiment, results: Path, budget: float | None =
     archive = snapshot_dir / f"{experiment.name}.tgz" if snapshot_dir is not None else None
     snapshots = (Snapshots(snapshot_taker(experiment, jobs, results, out, archive, smoke), snapshot_every)
                  if archive is not None else _nothing())
+    if caches is not None and not (caches.parent.is_dir() and os.access(caches.parent, os.W_OK)):
+        raise ValueError(f"--caches: cannot write {caches}: its folder {caches.parent} is missing or not writable")
     results.mkdir(parents=True, exist_ok=True)
     if caches is not None and caches.exists():
         extract_archive(caches, caches_folder(results))
