@@ -191,6 +191,43 @@ def throughput(
         raise typer.Exit(code=1)
 
 
+@app.command()
+def conv(
+    shapes: Annotated[list[str] | None, typer.Option(
+        "--shapes", "--shape", help="B,L,C to time (repeatable); default 256,256,384 16,4096,384 8,1024,2304.")] = None,
+    span_tiles: Annotated[list[int] | None, typer.Option(
+        "--span-tiles", help="Tiles a backward program loops over (repeatable); default 16, 8, 4, 2, 1.")] = None,
+    out: Annotated[Path | None, typer.Option(
+        help="Folder for conv.csv and conv.md; default <results>/bench/conv.", callback=writable_out)] = None,
+    smoke: Annotated[bool, typer.Option(
+        "--smoke", help="A tiny shape, to try the command without a GPU (under Triton's interpreter).")] = False,
+) -> None:
+    """The fused short convolution forward and forward+backward in its backward's launch variants, beside the
+    bandwidth floor (needs a CUDA GPU, or --smoke)."""
+    import os
+
+    import torch
+
+    if not torch.cuda.is_available():
+        if not smoke:
+            typer.echo("lab bench conv: needs a CUDA GPU; --smoke tries it on a CPU at a tiny shape", err=True)
+            raise typer.Exit(code=2)
+        os.environ.setdefault("TRITON_INTERPRET", "1")  # read when Triton is first imported, just below
+    from falcon_lab.bench.conv import SHAPES, ConvBenchError, parse_shape, run
+    from falcon_lab.paths import results_path
+
+    folder = out if out is not None else results_path("bench", "conv")
+    try:
+        picked = ([(2, 40, 16)] if smoke and not shapes else
+                  [parse_shape(s) for s in shapes] if shapes else list(SHAPES))
+        run(picked, span_tiles or [16, 8, 4, 2, 1], folder, "cuda" if torch.cuda.is_available() else "cpu",
+            echo=typer.echo)
+    except ConvBenchError as err:
+        typer.echo(f"lab bench conv: {err}", err=True)
+        raise typer.Exit(code=2) from None
+    typer.echo(f"wrote {folder / 'conv.csv'} and {folder / 'conv.md'}")
+
+
 @app.command("gpu-check")
 def gpu_check(
     out: Annotated[Path | None, typer.Option(

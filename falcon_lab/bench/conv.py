@@ -1,0 +1,136 @@
+"""`lab bench conv`: the fused short convolution (``falcon_lab.kernels.conv``) forward and forward+backward, in the
+launch variants of its backward, beside the bandwidth floor.
+
+The backward's programs each loop over ``SPAN_TILES`` tiles of its row (``triton_short_conv.SPAN_TILES``): few tiles a
+program give more programs and fewer serial steps each, many give fewer partial sums of the taps' gradients. Each
+variant is timed on the same inputs, so one call measures which is fastest at a shape before it becomes the default.
+
+Inputs: ``x [B, L, C]`` in bf16, taps ``[C, 4]``, a bias, and samples of 1 to 80 tokens packed along each row (as the
+addition batches are), given by id. Timing: ``triton.testing.do_bench`` medians (warm-up, L2 flushed between runs);
+on a CPU (``--smoke``, Triton's interpreter) one untimed pass. The floor: bytes / 3.35 TB/s (an H100's HBM3), the
+forward reading x and writing y, the backward reading x and dy and writing dx once.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import torch
+
+from falcon_lab.runs import atomic_write_text
+
+BANDWIDTH = 3.35e12  # bytes/s
+SHAPES = ((256, 256, 384), (16, 4096, 384), (8, 1024, 2304))  # the same-time step's q, k, v; a long row; 124M's qkv
+COLUMNS = ["shape", "span_tiles", "mode", "ms", "floor_ms", "frac", "status"]
+
+
+class ConvBenchError(ValueError):
+    """A malformed option."""
+
+
+def parse_shape(text: str) -> tuple[int, int, int]:
+    try:
+        B, L, C = (int(p) for p in text.replace("x", ",").split(","))
+    except ValueError:
+        raise ConvBenchError(f"shape {text!r}: expected B,L,C, e.g. 256,256,384") from None
+    if min(B, L, C) < 1:
+        raise ConvBenchError(f"shape {text!r}: every size must be >= 1")
+    return B, L, C
+
+
+def inputs(shape: tuple[int, int, int], device: str, seed: int = 0) -> dict[str, torch.Tensor]:
+    """x, taps, bias, samples (ids of packed samples of 1-80 tokens) and the backward's dy for one shape."""
+    B, L, C = shape
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(1, 81, (B, L), generator=g)
+    samples = torch.stack([torch.repeat_interleave(torch.arange(L), n)[:L] for n in lengths])
+    return {"x": torch.randn(B, L, C, generator=g).to(device, torch.bfloat16),
+            "w": (torch.randn(C, 4, generator=g) / 2).to(device), "b": torch.randn(C, generator=g).to(device),
+            "samples": samples.to(device), "dy": torch.randn(B, L, C, generator=g).to(device, torch.bfloat16)}
+
+
+def _timer(device: str) -> Callable[[Callable[[], object]], float]:
+    if device == "cuda":
+        from triton.testing import do_bench
+
+        return lambda fn: do_bench(fn, warmup=10, rep=50)
+
+    def once(fn: Callable[[], object]) -> float:
+        start = time.perf_counter()
+        fn()
+        return (time.perf_counter() - start) * 1e3
+
+    return once
+
+
+def run(shapes: Sequence[tuple[int, int, int]], spans: Sequence[int], out: Path, device: str,
+        echo: Callable[[str], None] = print) -> list[dict]:
+    """Time every shape and span; rewrite conv.csv and conv.md after each row; the rows."""
+    from falcon_lab.kernels.conv import short_conv, triton_short_conv
+
+    if any(s < 1 for s in spans):
+        raise ConvBenchError(f"--span-tiles must be >= 1, got {list(spans)}")
+    timer = _timer(device)
+    kept = triton_short_conv.SPAN_TILES
+    rows: list[dict] = []
+    try:
+        for shape in shapes:
+            t = inputs(shape, device)
+            x, dy = t["x"], t["dy"]
+            floors = {"fwd": 2 * x.numel() * x.element_size() / BANDWIDTH * 1e3,
+                      "fwd+bwd": 5 * x.numel() * x.element_size() / BANDWIDTH * 1e3}
+            leaves = [t["x"].clone().requires_grad_(), t["w"].clone().requires_grad_(),
+                      t["b"].clone().requires_grad_()]
+
+            def forward() -> object:
+                with torch.no_grad():
+                    return short_conv(t["x"], t["w"], t["b"], t["samples"])
+
+            def both() -> object:
+                for leaf in leaves:
+                    leaf.grad = None
+                short_conv(*leaves, t["samples"]).backward(dy)
+                return None
+
+            for span in spans:
+                triton_short_conv.SPAN_TILES = span
+                for mode, fn in (("fwd", forward), ("fwd+bwd", both)):
+                    row = {"shape": "x".join(map(str, shape)), "span_tiles": span, "mode": mode,
+                           "floor_ms": floors[mode]}
+                    try:
+                        row["ms"] = timer(fn)
+                        row["frac"] = row["floor_ms"] / row["ms"]
+                        row["status"] = "ok"
+                    except Exception as err:  # a variant that fails to compile or run is a result
+                        row["status"] = f"failed: {type(err).__name__}: {str(err).splitlines()[0][:160]}"
+                    rows.append(row)
+                    write(rows, out, device)
+                    echo(f"{row['shape']:>14} span {span:>3} {mode:<8} {_fmt(row.get('ms')):>9} ms  "
+                         f"floor {_fmt(row['floor_ms'])}  {row['status']}")
+    finally:
+        triton_short_conv.SPAN_TILES = kept
+    return rows
+
+
+def _fmt(v: object) -> str:
+    return f"{v:.4g}" if isinstance(v, float) else "" if v is None else str(v)
+
+
+def write(rows: Sequence[dict], out: Path, device: str) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=COLUMNS, extrasaction="ignore")
+    w.writeheader()
+    for r in rows:
+        w.writerow({c: _fmt(r.get(c)) for c in COLUMNS})
+    atomic_write_text(out / "conv.csv", buf.getvalue())
+    name = torch.cuda.get_device_name() if device == "cuda" else "cpu (Triton's interpreter: one untimed pass)"
+    lines = ["# The short convolution's kernels by the backward's tiles a program", "", f"- device: {name}",
+             f"- floor: bytes / {BANDWIDTH / 1e12:.2f} TB/s (falcon_lab/bench/conv.py); frac = floor / ms", "",
+             "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    lines += ["| " + " | ".join(_fmt(r.get(c)) for c in COLUMNS) + " |" for r in rows]
+    atomic_write_text(out / "conv.md", "\n".join(lines) + "\n")

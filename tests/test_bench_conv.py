@@ -1,0 +1,52 @@
+"""`lab bench conv`: the short convolution's kernels timed in its backward's launch variants (here under Triton's
+interpreter, one untimed pass), a row a shape, variant and mode; one line and exit 2 for what cannot run."""
+
+from __future__ import annotations
+
+import csv
+import re
+from pathlib import Path
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from falcon_lab.cli import app
+from falcon_lab.kernels.conv import triton_short_conv
+
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def bench(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(app, ["bench", "conv", *args])
+    return result.exit_code, ANSI.sub("", result.output)
+
+
+def test_smoke_times_each_span_in_both_modes_and_restores_the_default(tmp_path: Path) -> None:
+    if torch.cuda.is_available():
+        pytest.skip("the smoke run is the CPU interpreter's")
+    kept = triton_short_conv.SPAN_TILES
+    code, out = bench("--smoke", "--shape", "2,30,8", "--span-tiles", "3", "--span-tiles", "1", "--out", str(tmp_path))
+    assert code == 0, out
+    rows = list(csv.DictReader((tmp_path / "conv.csv").open(encoding="utf-8")))
+    assert [(r["span_tiles"], r["mode"]) for r in rows] == [("3", "fwd"), ("3", "fwd+bwd"), ("1", "fwd"),
+                                                           ("1", "fwd+bwd")]
+    assert all(r["status"] == "ok" and r["shape"] == "2x30x8" and float(r["ms"]) > 0 for r in rows)
+    # the floor: x read and y written forward, x and dy read and dx written backward, all bf16
+    assert float(rows[1]["floor_ms"]) == pytest.approx(2.5 * float(rows[0]["floor_ms"]), rel=1e-3)
+    assert "interpreter" in (tmp_path / "conv.md").read_text(encoding="utf-8")
+    assert triton_short_conv.SPAN_TILES == kept
+
+
+@pytest.mark.parametrize(("args", "said"), [(("--shape", "2,30"), "expected B,L,C"),
+                                            (("--span-tiles", "0"), "--span-tiles must be >= 1")])
+def test_bad_options_are_one_line_and_exit_2(args: tuple[str, ...], said: str, tmp_path: Path) -> None:
+    code, out = bench("--smoke", *args, "--out", str(tmp_path))
+    assert code == 2 and said in out and len(out.strip().splitlines()) == 1, out
+    assert not (tmp_path / "conv.csv").exists()
+
+
+def test_without_a_gpu_it_refuses_unless_smoke(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    code, out = bench("--out", str(tmp_path))
+    assert code == 2 and "needs a CUDA GPU" in out and "--smoke" in out
