@@ -272,7 +272,7 @@ def test_decayed_attention_by_sample_id_equals_its_packed_sequences() -> None:
     ins = [t.to(DEVICE) for t in leaves]
     with pytest.raises(ValueError, match="cu_seqlens or sample_id, not both"):
         decayed_attention(*ins, sample_id=SAMPLE_ID.to(DEVICE), cu_seqlens=bounds)
-    with pytest.raises(ValueError, match=r"sample_id must be integers \[B, T\] = \[2, 45\]"):
+    with pytest.raises(ValueError, match=r"sample_id must be integers \[B, T\] = \(2, 45\)"):
         decayed_attention(*ins, sample_id=SAMPLE_ID[:, 1:].to(DEVICE))
     with pytest.raises(ValueError, match=r"S0 must be \[B, H, Dk, Dv\]"):
         decayed_attention(*ins[:5], ins[5][:1], sample_id=SAMPLE_ID.to(DEVICE))

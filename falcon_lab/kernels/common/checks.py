@@ -113,19 +113,24 @@ def check_cu_seqlens(cu_seqlens: Tensor, q: Tensor) -> tuple[int, ...]:
     return packed.offsets(cu_seqlens)
 
 
-def check_sample_id(sample_id: object, q: Tensor, cu_seqlens: Tensor | None) -> None:
-    """Rows of samples told apart by ``sample_id``: ``[B, T]`` integers on q's device (non-decreasing along each row,
-    not checked: that would read the device), not with ``cu_seqlens``."""
-    if cu_seqlens is not None:
-        raise ValueError("pass cu_seqlens (sequences packed along T of a batch of one) or sample_id (rows of "
-                         "samples told apart by their ids), not both")
-    B, T = q.shape[:2]
+def check_sample_ids(sample_id: object, B: int, T: int) -> None:
+    """ValueError unless ``sample_id`` is an integer tensor ``[B, T]`` (non-decreasing along each row, not checked:
+    that would read the device)."""
     if not isinstance(sample_id, Tensor) or sample_id.is_floating_point() or sample_id.is_complex() \
             or sample_id.dtype == torch.bool or tuple(sample_id.shape) != (B, T):
         got = (f"{sample_id.dtype} {tuple(sample_id.shape)}" if isinstance(sample_id, Tensor)
                else type(sample_id).__name__)
-        raise ValueError(f"sample_id must be an integer tensor [B, T] = {(B, T)} (each token's sample within its "
-                         f"row), got {got}")
+        raise ValueError(f"sample_id must be integers [B, T] = {(B, T)} (each token's sample within its row), "
+                         f"got {got}")
+
+
+def check_sample_id(sample_id: object, q: Tensor, cu_seqlens: Tensor | None) -> None:
+    """Rows of samples told apart by ``sample_id``: ``[B, T]`` integers on q's device (``check_sample_ids``), not
+    with ``cu_seqlens``."""
+    if cu_seqlens is not None:
+        raise ValueError("pass cu_seqlens (sequences packed along T of a batch of one) or sample_id (rows of "
+                         "samples told apart by their ids), not both")
+    check_sample_ids(sample_id, *q.shape[:2])
     if sample_id.device != q.device:
         raise ValueError(f"sample_id is on {sample_id.device}, q on {q.device}; pass them on one device")
 

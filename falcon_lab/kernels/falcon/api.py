@@ -14,7 +14,7 @@ from torch import Tensor
 
 from falcon_lab.kernels.common import packed
 from falcon_lab.kernels.common.checks import (check_choice, check_cu_seqlens, check_inputs, check_rule_options,
-                                   check_sequence_options, fused_refusal, start_state)
+                                   check_sample_ids, check_sequence_options, fused_refusal, start_state)
 from falcon_lab.kernels.common.config import BACKENDS, RULES, RuleConfig
 from falcon_lab.kernels.common.precision import autocast_off, compute_dtype
 from falcon_lab.kernels.common.state import FastWeightState
@@ -102,10 +102,7 @@ def _by_sample_id(q: Tensor, k: Tensor, v: Tensor, gain: Tensor, lam: Tensor, cf
     B, T = q.shape[:2]
     if cu_seqlens is not None or initial_state is not None or output_final_state:
         raise ValueError("sample_id runs fresh samples with no state in or out, and takes no cu_seqlens")
-    if not isinstance(sample_id, Tensor) or tuple(sample_id.shape) != (B, T) or sample_id.is_floating_point() \
-            or sample_id.dtype == torch.bool:
-        got = f"{sample_id.dtype} {tuple(sample_id.shape)}" if isinstance(sample_id, Tensor) else type(sample_id)
-        raise ValueError(f"sample_id must be integers [B, T] = {(B, T)}, got {got}")
+    check_sample_ids(sample_id, B, T)
     if backend == "auto":
         backend = dispatch.auto_backend(q, v, cfg, chunk_size, packed=True)
     if backend == "triton":

@@ -36,6 +36,7 @@ from torch import Tensor
 
 from falcon_lab.kernels.common import grid, packed
 from falcon_lab.kernels.common import triton_helpers as helpers
+from falcon_lab.kernels.common.checks import check_sample_ids
 from falcon_lab.kernels.common.config import RuleConfig
 from falcon_lab.kernels.common.state import FastWeightState
 from falcon_lab.kernels.common.triton_helpers import chunk_table, next_power_of_2
@@ -340,9 +341,7 @@ def _sample_rows(q: Tensor, k: Tensor, v: Tensor, eta: Tensor, log_gamma: Tensor
     Dv = v.shape[-1]
     if cu_seqlens is not None:
         raise ValueError("decayed_attention takes cu_seqlens or sample_id, not both")
-    if sample_id.shape != (B, T) or sample_id.dtype.is_floating_point or sample_id.dtype == torch.bool:
-        raise ValueError(f"sample_id must be integers [B, T] = {[B, T]}, got {sample_id.dtype} "
-                         f"{list(sample_id.shape)}")
+    check_sample_ids(sample_id, B, T)
     if S0.shape != (B, H, Dk, Dv):
         raise ValueError(f"S0 must be [B, H, Dk, Dv] = {[B, H, Dk, Dv]} with sample_id, got {list(S0.shape)}")
     groups = grid.row_groups(B, T, H, chunk_size)  # within CUDA's launch limits (falcon_lab.kernels.common.grid)
