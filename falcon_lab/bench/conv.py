@@ -13,8 +13,6 @@ forward reading x and writing y, the backward reading x and dy and writing dx on
 
 from __future__ import annotations
 
-import csv
-import io
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -121,13 +119,10 @@ def _fmt(v: object) -> str:
 
 
 def write(rows: Sequence[dict], out: Path, device: str) -> None:
+    from falcon_lab.bench.train import _write_csv
+
     out.mkdir(parents=True, exist_ok=True)
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=COLUMNS, extrasaction="ignore")
-    w.writeheader()
-    for r in rows:
-        w.writerow({c: _fmt(r.get(c)) for c in COLUMNS})
-    atomic_write_text(out / "conv.csv", buf.getvalue())
+    _write_csv(out / "conv.csv", [{c: _fmt(r.get(c)) for c in COLUMNS} for r in rows], COLUMNS)
     name = torch.cuda.get_device_name() if device == "cuda" else "cpu (Triton's interpreter: one untimed pass)"
     lines = ["# The short convolution's kernels by the backward's tiles a program", "", f"- device: {name}",
              f"- floor: bytes / {BANDWIDTH / 1e12:.2f} TB/s (falcon_lab/bench/conv.py); frac = floor / ms", "",

@@ -11,7 +11,6 @@ with ``--against`` an earlier one, so a record's table is one command's output.
 from __future__ import annotations
 
 import csv
-import io
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -112,13 +111,11 @@ def _num(v: float | None, digits: int = 3) -> str:
 
 def write(rows: Sequence[dict], out: Path, source: str, against: str | None = None) -> tuple[Path, Path]:
     """``targets.csv`` (every field) and ``targets.md`` (a table a shape to a column) under ``out``."""
+    from falcon_lab.bench.train import _write_csv
+
     out.mkdir(parents=True, exist_ok=True)
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=COLUMNS)
-    w.writeheader()
-    for r in rows:
-        w.writerow({**r, **{k: _num(r[k], 6) for k in ("ms", "under_ms", "ratio", "before_ratio")}})
-    atomic_write_text(out / "targets.csv", buf.getvalue())
+    _write_csv(out / "targets.csv", [{**r, **{k: _num(r[k], 6) for k in ("ms", "under_ms", "ratio", "before_ratio")}}
+                                     for r in rows], COLUMNS)
     shapes = list(dict.fromkeys(r["shape"] for r in rows))
     head = ["target", "bound", *shapes]
     lines = ["# Kernel targets", "", f"- times: `{source}`" + (f"; before: `{against}`" if against else ""),
