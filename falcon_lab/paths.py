@@ -35,6 +35,12 @@ def results_root() -> Path:
     return Path("results").resolve()
 
 
+def cache_root(results: Path) -> Path:
+    """Where the runs of a results folder keep torch.compile's and Triton's on-disk caches
+    (falcon_lab.train.run.compile_caches)."""
+    return results / "cache"
+
+
 def records_root() -> Path:
     """The committed evidence: the checkout's `records/` (`./records` outside a checkout). Read only."""
     return REPO_ROOT / "records" if in_checkout() else Path("records").resolve()

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import torch
 
+from falcon_lab.bench.kernels import BenchError, parse_sizes
 from falcon_lab.runs import atomic_write_text
 
 BANDWIDTH = 3.35e12  # bytes/s
@@ -26,18 +27,8 @@ SHAPES = ((256, 256, 384), (16, 4096, 384), (8, 1024, 2304))  # the same-time st
 COLUMNS = ["shape", "span_tiles", "mode", "ms", "floor_ms", "frac", "status"]
 
 
-class ConvBenchError(ValueError):
-    """A malformed option."""
-
-
 def parse_shape(text: str) -> tuple[int, int, int]:
-    try:
-        B, L, C = (int(p) for p in text.replace("x", ",").split(","))
-    except ValueError:
-        raise ConvBenchError(f"shape {text!r}: expected B,L,C, e.g. 256,256,384") from None
-    if min(B, L, C) < 1:
-        raise ConvBenchError(f"shape {text!r}: every size must be >= 1")
-    return B, L, C
+    return parse_sizes(text, "B,L,C", "256,256,384")  # type: ignore[return-value]
 
 
 def inputs(shape: tuple[int, int, int], device: str, seed: int = 0) -> dict[str, torch.Tensor]:
@@ -71,7 +62,7 @@ def run(shapes: Sequence[tuple[int, int, int]], spans: Sequence[int], out: Path,
     from falcon_lab.kernels.conv import short_conv, triton_short_conv
 
     if any(s < 1 for s in spans):
-        raise ConvBenchError(f"--span-tiles must be >= 1, got {list(spans)}")
+        raise BenchError(f"--span-tiles must be >= 1, got {list(spans)}")
     timer = _timer(device)
     kept = triton_short_conv.SPAN_TILES
     rows: list[dict] = []

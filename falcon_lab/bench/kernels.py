@@ -68,15 +68,22 @@ class BenchError(RuntimeError):
     """A benchmark that cannot run here (no CUDA, a malformed option)."""
 
 
-def parse_shape(text: str) -> Shape:
+def parse_sizes(text: str, names: str = "B,T,H,D", example: str = "8,2048,12,64") -> tuple[int, ...]:
+    """``text`` (sizes by commas or x) as the sizes ``names`` names, each >= 1; BenchError saying what was expected."""
     parts = text.replace("x", ",").split(",")
     try:
-        B, T, H, D = (int(p) for p in parts)
+        sizes = tuple(int(p) for p in parts)
     except ValueError:
-        raise BenchError(f"shape {text!r}: expected B,T,H,D, e.g. 8,2048,12,64") from None
-    if min(B, T, H, D) < 1:
+        sizes = ()
+    if len(sizes) != len(names.split(",")):
+        raise BenchError(f"shape {text!r}: expected {names}, e.g. {example}")
+    if min(sizes) < 1:
         raise BenchError(f"shape {text!r}: every size must be >= 1")
-    return B, T, H, D
+    return sizes
+
+
+def parse_shape(text: str) -> Shape:
+    return parse_sizes(text)  # type: ignore[return-value]
 
 
 def flops(family: str, shape: Shape, mode: str) -> float:

@@ -204,25 +204,17 @@ def conv(
 ) -> None:
     """The fused short convolution forward and forward+backward in its backward's launch variants, beside the
     bandwidth floor (needs a CUDA GPU, or --smoke)."""
-    import os
-
-    import torch
-
-    if not torch.cuda.is_available():
-        if not smoke:
-            typer.echo("lab bench conv: needs a CUDA GPU; --smoke tries it on a CPU at a tiny shape", err=True)
-            raise typer.Exit(code=2)
-        os.environ.setdefault("TRITON_INTERPRET", "1")  # read when Triton is first imported, just below
-    from falcon_lab.bench.conv import SHAPES, ConvBenchError, parse_shape, run
+    device = _gpu_or_smoke("lab bench conv", smoke, "a tiny shape")
+    from falcon_lab.bench.conv import SHAPES, parse_shape, run
+    from falcon_lab.bench.kernels import BenchError
     from falcon_lab.paths import results_path
 
     folder = out if out is not None else results_path("bench", "conv")
     try:
         picked = ([(2, 40, 16)] if smoke and not shapes else
                   [parse_shape(s) for s in shapes] if shapes else list(SHAPES))
-        run(picked, span_tiles or [16, 8, 4, 2, 1], folder, "cuda" if torch.cuda.is_available() else "cpu",
-            echo=typer.echo)
-    except ConvBenchError as err:
+        run(picked, span_tiles or [16, 8, 4, 2, 1], folder, device, echo=typer.echo)
+    except BenchError as err:
         typer.echo(f"lab bench conv: {err}", err=True)
         raise typer.Exit(code=2) from None
     typer.echo(f"wrote {folder / 'conv.csv'} and {folder / 'conv.md'}")
@@ -250,18 +242,10 @@ def gpu_check(
     """The rules' fused kernels (falcon-1 and falcon-2 unless --rules) against the float64 chunk form at real sizes
     (outputs, final state, every gradient; bf16 and fp32), their device time per kernel, and falcon-1/2's launch
     and precision variants timed (needs a CUDA GPU, or --smoke)."""
-    import os
-
-    import torch
-
     from falcon_lab.paths import results_path
     from falcon_lab.runs import git_state
 
-    if not torch.cuda.is_available():
-        if not smoke:
-            typer.echo("lab bench gpu-check: needs a CUDA GPU; --smoke tries it on a CPU at tiny shapes", err=True)
-            raise typer.Exit(code=2)
-        os.environ.setdefault("TRITON_INTERPRET", "1")  # read when Triton is first imported, just below
+    _gpu_or_smoke("lab bench gpu-check", smoke, "tiny shapes")
     from falcon_lab.bench.gpu_check import run
     from falcon_lab.bench.kernels import BenchError, parse_shape
     from falcon_lab.kernels import RULES
@@ -281,6 +265,22 @@ def gpu_check(
     run(out, commit=commit or git_state()["commit"] or "unknown", skip_check=skip_check, smoke=smoke, quick=quick,
         no_sweeps=no_sweeps, no_fla=no_fla, rules=picked, check_shapes=shapes, echo=typer.echo)
     typer.echo(f"rows appended to {out / 'regression_gpu_check.log'}")
+
+
+def _gpu_or_smoke(prog: str, smoke: bool, smoke_size: str) -> str:
+    """The device a kernel command runs on: "cuda", or without one "cpu" under Triton's interpreter with --smoke
+    (set before Triton is first imported); without either, one line and exit 2."""
+    import os
+
+    import torch
+
+    if torch.cuda.is_available():
+        return "cuda"
+    if not smoke:
+        typer.echo(f"{prog}: needs a CUDA GPU; --smoke tries it on a CPU at {smoke_size}", err=True)
+        raise typer.Exit(code=2)
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+    return "cpu"
 
 
 def _mixer_names(prog: str, mixers: list[str] | None) -> list[str]:

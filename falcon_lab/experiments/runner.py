@@ -231,11 +231,6 @@ def tables(experiment: Experiment, results: Path, smoke: bool = False) -> list[P
     return [out / part.folder / part.table for part in declared(experiment, smoke).parts]
 
 
-def caches_folder(results: Path) -> Path:
-    """Where the runs of `results` keep torch.compile's and Triton's caches (falcon_lab.train.run.compile_caches)."""
-    return results / "cache"
-
-
 def run_experiment(experiment: Experiment, results: Path, budget: float | None = None, slots: int = 1,
                    per_gpu: int = 1, gpus_per_run: int = 1, snapshot_dir: Path | None = None,
                    snapshot_every: float = 120.0, merge: Sequence[Path] = (), smoke: bool = False,
@@ -248,6 +243,7 @@ def run_experiment(experiment: Experiment, results: Path, budget: float | None =
     end, so that the next machine (of the same GPU and versions) compiles nothing the runs here compiled.
     ValueError (before anything trains) for a bad budget, snapshot period, merge source, caches archive or plan."""
     from falcon_lab.archive import extract_archive, write_tree
+    from falcon_lab.paths import cache_root
 
     chosen = declared(experiment, smoke)
     budget_ = Budget(budget)
@@ -260,7 +256,7 @@ def run_experiment(experiment: Experiment, results: Path, budget: float | None =
         raise ValueError(f"--caches: cannot write {caches}: its folder {caches.parent} is missing or not writable")
     results.mkdir(parents=True, exist_ok=True)
     if caches is not None and caches.exists():
-        extract_archive(caches, caches_folder(results))
+        extract_archive(caches, cache_root(results))
     merged = merge_sources(merge, results, on_merged)
     campaigns: list[Campaign] = []
     try:
@@ -272,8 +268,8 @@ def run_experiment(experiment: Experiment, results: Path, budget: float | None =
         if not budget_.spent:
             raise
     finally:
-        if caches is not None and caches_folder(results).is_dir():
-            write_tree(caches, caches_folder(results))
+        if caches is not None and cache_root(results).is_dir():
+            write_tree(caches, cache_root(results))
     return Ran(campaigns, budget_.spent, archive, merged)
 
 

@@ -20,7 +20,7 @@ from lightning.pytorch.utilities import rank_zero_only
 
 from falcon_lab.config import ConfigError, RunConfig, config_hash, dump_yaml, from_dict, read_yaml, to_dict
 from falcon_lab.console import say
-from falcon_lab.paths import results_root
+from falcon_lab.paths import cache_root, results_root
 from falcon_lab.runs import (
     Registry,
     RunDir,
@@ -103,7 +103,7 @@ def compile_caches(results: Path) -> dict[str, str]:
     chosen = {}
     for variable, folder in CACHE_VARIABLES.items():
         if not os.environ.get(variable):
-            path = results / "cache" / folder
+            path = cache_root(results) / folder
             try:
                 path.mkdir(parents=True, exist_ok=True)
             except OSError:  # an unwritable results folder is reported where the run writes; keep the defaults
