@@ -88,22 +88,28 @@ def test_short_conv_matches_its_pytorch_twin(size: int, packed: bool, bias: bool
         torch.testing.assert_close(a, c, rtol=1e-5, atol=1e-5, msg=name)
 
 
-@pytest.mark.parametrize("tiles", [1, 3])
-@pytest.mark.parametrize("size", [4, 8])
-def test_short_conv_backward_across_tiles_and_spans(monkeypatch: pytest.MonkeyPatch, size: int, tiles: int) -> None:
-    """The backward's tiles overlap by size − 1 tokens (their g read back at the lags) and its programs take spans of
-    ``tiles`` tiles: at the widest convolution, with many spans to a row, the last one short, and samples that
-    cross the tiles' and the spans' edges, the gradients are the float64 twin's."""
+@pytest.mark.parametrize(("form", "span"), [("tiles", 1), ("tiles", 3), ("serial", 7), ("serial", 64)])
+@pytest.mark.parametrize("size", [1, 4, 8])
+def test_short_conv_backward_across_forms_and_spans(monkeypatch: pytest.MonkeyPatch, size: int, form: str,
+                                                     span: int) -> None:
+    """Both forms of the backward: the tiles form's tiles overlap by size − 1 tokens (their g read back at the lags)
+    and its programs take spans of ``span`` tiles; the serial form's programs walk ``span`` tokens, a thread a
+    channel, beginning size − 1 tokens past their span. At widths of one token and the widest, with many spans to a
+    row, the last one short, samples that cross the tiles' and the spans' edges, and (serial) channels in three
+    blocks of 32, the last short, the gradients are the float64 twin's."""
     from falcon_lab.kernels.conv import triton_short_conv
 
-    monkeypatch.setattr(triton_short_conv, "SPAN_TILES", tiles)
-    g = torch.Generator().manual_seed(size + tiles)
-    conv = ShortConv(12, size, bias=True)
+    monkeypatch.setattr(triton_short_conv, "BWD_FORM", form)
+    monkeypatch.setattr(triton_short_conv, "SPAN_TILES" if form == "tiles" else "SERIAL_SPAN", span)
+    monkeypatch.setattr(triton_short_conv, "SERIAL_BC", 32)
+    g = torch.Generator().manual_seed(size + span)
+    C = 70 if form == "serial" else 12
+    conv = ShortConv(C, size, bias=True)
     with torch.no_grad():
         conv.conv.weight.copy_(torch.randn(conv.conv.weight.shape, generator=g))
-        conv.conv.bias.copy_(torch.randn(12, generator=g))
+        conv.conv.bias.copy_(torch.randn(C, generator=g))
     B, L = SAMPLES.shape
-    x, dy = torch.randn(B, L, 12, generator=g), torch.randn(B, L, 12, generator=g)
+    x, dy = torch.randn(B, L, C, generator=g), torch.randn(B, L, C, generator=g)
     got = run(fused, conv, x, SAMPLES, dy, torch.float32)
     exact = run(twin, conv, x, SAMPLES, dy, torch.float64)
     for name, a, c in zip(("y", "dx", "dw", "dbias"), got, exact):
@@ -111,10 +117,13 @@ def test_short_conv_backward_across_tiles_and_spans(monkeypatch: pytest.MonkeyPa
         torch.testing.assert_close(a, c, rtol=1e-5, atol=1e-5, msg=name)
 
 
-def test_short_conv_float64_gradcheck() -> None:
-    """The kernels accumulate float64 inputs in float64: torch's own gradient check at a tiny shape."""
-    from falcon_lab.kernels.conv import short_conv
+@pytest.mark.parametrize("form", ["tiles", "serial"])
+def test_short_conv_float64_gradcheck(monkeypatch: pytest.MonkeyPatch, form: str) -> None:
+    """The kernels accumulate float64 inputs in float64: torch's own gradient check at a tiny shape, either
+    backward."""
+    from falcon_lab.kernels.conv import short_conv, triton_short_conv
 
+    monkeypatch.setattr(triton_short_conv, "BWD_FORM", form)
     g = torch.Generator().manual_seed(5)
     samples = packed_rows([[2, 1, 4], [7]]).to(DEVICE)
     leaves = [torch.randn(2, 7, 3, generator=g), torch.randn(3, 3, generator=g), torch.randn(3, generator=g)]
@@ -122,12 +131,15 @@ def test_short_conv_float64_gradcheck() -> None:
     assert torch.autograd.gradcheck(lambda x, w, b: short_conv(x, w, b, samples), (x, w, b), fast_mode=True)
 
 
-def test_short_conv_takes_strided_inputs_and_half_precision() -> None:
+@pytest.mark.parametrize("form", ["tiles", "serial"])
+def test_short_conv_takes_strided_inputs_and_half_precision(monkeypatch: pytest.MonkeyPatch, form: str) -> None:
     """x a slice of a wider tensor along its channels (as Mamba-2's x, B, C are of its projection: read in place)
     or along its tokens (rows not L tokens apart: copied), a gradient of stride 0 (a sum's), samples as int32;
-    bf16 x with float32 taps: y and dx in bf16, the taps' gradient in float32, all close to the float64 twin."""
-    from falcon_lab.kernels.conv import short_conv
+    bf16 x with float32 taps: y and dx in bf16, the taps' gradient in float32, all close to the float64 twin;
+    either backward."""
+    from falcon_lab.kernels.conv import short_conv, triton_short_conv
 
+    monkeypatch.setattr(triton_short_conv, "BWD_FORM", form)
     g = torch.Generator().manual_seed(7)
     wide = torch.randn(2, 50, 20, generator=g)
     taps = torch.randn(8, 4, generator=g)
@@ -198,11 +210,15 @@ def test_short_conv_refuses_shapes_that_do_not_fit() -> None:
 
 
 @pytest.mark.gpu
-def test_on_a_gpu_short_conv_matches_its_twin_at_the_table_size(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The compiled kernels (not the interpreter) at the same-time table's size: 16 rows of 4,096 tokens packed with
-    samples of 1 to 80 tokens, 384 channels, bf16, width 4 with a bias; and torch.compile (Inductor) through the op
-    in one graph. Against the PyTorch twin in float32 on the same device: relative RMS errors of bf16's order."""
-    from falcon_lab.kernels.conv import short_conv
+@pytest.mark.parametrize("form", ["tiles", "serial"])
+def test_on_a_gpu_short_conv_matches_its_twin_at_the_table_size(monkeypatch: pytest.MonkeyPatch, form: str) -> None:
+    """The compiled kernels (not the interpreter), either backward, at the same-time table's size: 16 rows of 4,096
+    tokens packed with samples of 1 to 80 tokens, 384 channels, bf16, width 4 with a bias; and torch.compile
+    (Inductor) through the op in one graph. Against the PyTorch twin in float32 on the same device: relative RMS
+    errors of bf16's order."""
+    from falcon_lab.kernels.conv import short_conv, triton_short_conv
+
+    monkeypatch.setattr(triton_short_conv, "BWD_FORM", form)
 
     g = torch.Generator().manual_seed(11)
     B, L, C = 16, 4096, 384

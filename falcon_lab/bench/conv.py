@@ -1,9 +1,12 @@
 """`lab bench conv`: the fused short convolution (``falcon_lab.kernels.conv``) forward and forward+backward, in the
 launch variants of its backward, beside the bandwidth floor.
 
-The backward's programs each loop over ``SPAN_TILES`` tiles of its row (``triton_short_conv.SPAN_TILES``): few tiles a
-program give more programs and fewer serial steps each, many give fewer partial sums of the taps' gradients. Each
-variant is timed on the same inputs, so one call measures which is fastest at a shape before it becomes the default.
+The backward has two forms (``triton_short_conv.BWD_FORM``). ``tiles``: programs each loop over ``SPAN_TILES`` tiles of
+its row, handing g between threads through scratch rows and barriers; few tiles a program give more programs and
+fewer serial steps each, many give fewer partial sums of the taps' gradients. ``serial``: programs walk
+``SERIAL_SPAN`` tokens of ``SERIAL_BC`` channels token by token, a thread a channel, g of the later tokens kept in
+registers. Each variant is timed on the same inputs, so one call measures which is fastest at a shape before it
+becomes the default.
 
 Inputs: ``x [B, L, C]`` in bf16, taps ``[C, 4]``, a bias, and samples of 1 to 80 tokens packed along each row (as the
 addition batches are), given by id. Timing: ``triton.testing.do_bench`` medians (warm-up, L2 flushed between runs);
@@ -24,7 +27,9 @@ from falcon_lab.runs import atomic_write_text
 
 BANDWIDTH = 3.35e12  # bytes/s
 SHAPES = ((256, 256, 384), (16, 4096, 384), (8, 1024, 2304))  # the same-time step's q, k, v; a long row; 124M's qkv
-COLUMNS = ["shape", "span_tiles", "mode", "ms", "floor_ms", "frac", "status"]
+COLUMNS = ["shape", "form", "span", "channels", "mode", "ms", "floor_ms", "frac", "status"]
+# the backward's form and its launch: ("tiles", tiles a program, channels) or ("serial", tokens a program, channels)
+Variant = tuple[str, int, int]
 
 
 def parse_shape(text: str) -> tuple[int, int, int]:
@@ -56,15 +61,27 @@ def _timer(device: str) -> Callable[[Callable[[], object]], float]:
     return once
 
 
-def run(shapes: Sequence[tuple[int, int, int]], spans: Sequence[int], out: Path, device: str,
-        echo: Callable[[str], None] = print) -> list[dict]:
-    """Time every shape and span; rewrite conv.csv and conv.md after each row; the rows."""
-    from falcon_lab.kernels.conv import short_conv, triton_short_conv
+def variants(span_tiles: Sequence[int], serial_spans: Sequence[int], serial_channels: Sequence[int]) -> list[Variant]:
+    """The tiles form at each of ``span_tiles`` (its channels a program: 64), then the serial form at each span and
+    channel count."""
+    from falcon_lab.kernels.conv import triton_short_conv
 
-    if any(s < 1 for s in spans):
-        raise BenchError(f"--span-tiles must be >= 1, got {list(spans)}")
+    for name, values in (("--span-tiles", span_tiles), ("--serial-span", serial_spans)):
+        if any(v < 1 for v in values):
+            raise BenchError(f"{name} must be >= 1, got {list(values)}")
+    if any(v < 32 or v & (v - 1) for v in serial_channels):
+        raise BenchError(f"--serial-channels must be powers of two >= 32, got {list(serial_channels)}")
+    return ([("tiles", n, triton_short_conv.MAX_BC) for n in span_tiles]
+            + [("serial", n, bc) for n in serial_spans for bc in serial_channels])
+
+
+def run(shapes: Sequence[tuple[int, int, int]], picked: Sequence[Variant], out: Path, device: str,
+        echo: Callable[[str], None] = print) -> list[dict]:
+    """Time every shape and variant of the backward; rewrite conv.csv and conv.md after each row; the rows."""
+    from falcon_lab.kernels.conv import short_conv, triton_short_conv as tsc
+
     timer = _timer(device)
-    kept = triton_short_conv.SPAN_TILES
+    kept = tsc.BWD_FORM, tsc.SPAN_TILES, tsc.SERIAL_SPAN, tsc.SERIAL_BC
     rows: list[dict] = []
     try:
         for shape in shapes:
@@ -85,11 +102,16 @@ def run(shapes: Sequence[tuple[int, int, int]], spans: Sequence[int], out: Path,
                 short_conv(*leaves, t["samples"]).backward(dy)
                 return None
 
-            for span in spans:
-                triton_short_conv.SPAN_TILES = span
-                for mode, fn in (("fwd", forward), ("fwd+bwd", both)):
-                    row = {"shape": "x".join(map(str, shape)), "span_tiles": span, "mode": mode,
-                           "floor_ms": floors[mode]}
+            for i, (form, span, channels) in enumerate(picked):
+                tsc.BWD_FORM = form
+                if form == "tiles":
+                    tsc.SPAN_TILES = span
+                else:
+                    tsc.SERIAL_SPAN, tsc.SERIAL_BC = span, channels
+                # the forward does not change with the backward's form: timed once a shape
+                for mode, fn in ((("fwd", forward),) if i == 0 else ()) + (("fwd+bwd", both),):
+                    row = {"shape": "x".join(map(str, shape)), "form": form, "span": span, "channels": channels,
+                           "mode": mode, "floor_ms": floors[mode]}
                     try:
                         row["ms"] = timer(fn)
                         row["frac"] = row["floor_ms"] / row["ms"]
@@ -98,10 +120,10 @@ def run(shapes: Sequence[tuple[int, int, int]], spans: Sequence[int], out: Path,
                         row["status"] = f"failed: {type(err).__name__}: {str(err).splitlines()[0][:160]}"
                     rows.append(row)
                     write(rows, out, device)
-                    echo(f"{row['shape']:>14} span {span:>3} {mode:<8} {_fmt(row.get('ms')):>9} ms  "
-                         f"floor {_fmt(row['floor_ms'])}  {row['status']}")
+                    echo(f"{row['shape']:>14} {form:<6} {span:>4} x {channels:<4} {mode:<8} "
+                         f"{_fmt(row.get('ms')):>9} ms  floor {_fmt(row['floor_ms'])}  {row['status']}")
     finally:
-        triton_short_conv.SPAN_TILES = kept
+        tsc.BWD_FORM, tsc.SPAN_TILES, tsc.SERIAL_SPAN, tsc.SERIAL_BC = kept
     return rows
 
 
@@ -115,7 +137,8 @@ def write(rows: Sequence[dict], out: Path, device: str) -> None:
     out.mkdir(parents=True, exist_ok=True)
     _write_csv(out / "conv.csv", [{c: _fmt(r.get(c)) for c in COLUMNS} for r in rows], COLUMNS)
     name = torch.cuda.get_device_name() if device == "cuda" else "cpu (Triton's interpreter: one untimed pass)"
-    lines = ["# The short convolution's kernels by the backward's tiles a program", "", f"- device: {name}",
+    lines = ["# The short convolution's kernels by the backward's form and launch", "", f"- device: {name}",
+             "- span: tiles a program (tiles form) or tokens a program (serial form); channels: a program's",
              f"- floor: bytes / {BANDWIDTH / 1e12:.2f} TB/s (falcon_lab/bench/conv.py); frac = floor / ms", "",
              "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     lines += ["| " + " | ".join(_fmt(r.get(c)) for c in COLUMNS) + " |" for r in rows]

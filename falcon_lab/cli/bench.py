@@ -196,16 +196,23 @@ def conv(
     shapes: Annotated[list[str] | None, typer.Option(
         "--shapes", "--shape", help="B,L,C to time (repeatable); default 256,256,384 16,4096,384 8,1024,2304.")] = None,
     span_tiles: Annotated[list[int] | None, typer.Option(
-        "--span-tiles", help="Tiles a backward program loops over (repeatable); default 16, 8, 4, 2, 1.")] = None,
+        "--span-tiles", help="The tiles form: tiles a backward program loops over (repeatable); default 16, 4, 1 "
+                             "(none if only --serial-span is given).")] = None,
+    serial_spans: Annotated[list[int] | None, typer.Option(
+        "--serial-span", help="The serial form: tokens a backward program walks (repeatable); default 32, 64, 128 "
+                              "(none if only --span-tiles is given).")] = None,
+    serial_channels: Annotated[list[int] | None, typer.Option(
+        "--serial-channels", help="The serial form: channels a program takes, a power of two >= 32 (repeatable); "
+                                  "default 64, 128.")] = None,
     out: Annotated[Path | None, typer.Option(
         help="Folder for conv.csv and conv.md; default <results>/bench/conv.", callback=writable_out)] = None,
     smoke: Annotated[bool, typer.Option(
         "--smoke", help="A tiny shape, to try the command without a GPU (under Triton's interpreter).")] = False,
 ) -> None:
-    """The fused short convolution forward and forward+backward in its backward's launch variants, beside the
+    """The fused short convolution forward and forward+backward in its backward's forms and launches, beside the
     bandwidth floor (needs a CUDA GPU, or --smoke)."""
     device = _gpu_or_smoke("lab bench conv", smoke, "a tiny shape")
-    from falcon_lab.bench.conv import SHAPES, parse_shape, run
+    from falcon_lab.bench.conv import SHAPES, parse_shape, run, variants
     from falcon_lab.bench.kernels import BenchError
     from falcon_lab.paths import results_path
 
@@ -213,7 +220,10 @@ def conv(
     try:
         picked = ([(2, 40, 16)] if smoke and not shapes else
                   [parse_shape(s) for s in shapes] if shapes else list(SHAPES))
-        run(picked, span_tiles or [16, 8, 4, 2, 1], folder, device, echo=typer.echo)
+        neither = span_tiles is None and serial_spans is None
+        forms = variants([16, 4, 1] if neither else span_tiles or [], [32, 64, 128] if neither else serial_spans or [],
+                         serial_channels or [64, 128])
+        run(picked, forms, folder, device, echo=typer.echo)
     except BenchError as err:
         typer.echo(f"lab bench conv: {err}", err=True)
         raise typer.Exit(code=2) from None

@@ -45,6 +45,10 @@ BT_FWD = 32  # tokens a forward program takes
 BT_BWD = 16  # the tokens of a backward tile (its last K − 1 only feed the others' dx), BWD_WARPS warps: 4 values a
 BWD_WARPS = 8  # thread, 113 registers compiled for sm_90 at K = 4 (2 programs an SM; 32 tokens a tile take 173)
 SPAN_TILES = 16  # tiles a backward program loops over (its taps' gradients one partial sum)
+BWD_FORM = "tiles"  # the backward's kernel: "tiles" (_bwd_kernel) or "serial" (_bwd_serial_kernel)
+SERIAL_SPAN = 64  # tokens a program of the serial backward walks
+SERIAL_BC = 128  # channels it takes, a thread a channel
+SERIAL_STAGES = 3  # tokens its reads are issued ahead
 MAX_BC = 64  # channels a program takes
 MAX_SIZE = 8  # the widest convolution the kernels unroll (the mixers use 4)
 
@@ -271,6 +275,124 @@ def _bwd_kernel(x_ptr, w_ptr, b_ptr, s_ptr, dy_ptr, dx_ptr, dwb_ptr, scr_ptr, L,
     tl.store(out + K * C, tl.sum(db, axis=0), mask=mc)
 
 
+@triton.jit
+def _lagged(J: tl.constexpr, K: tl.constexpr, later, new):
+    """Slot J's next value in a window of K slots sliding by one token: slot J − 1's (``later``), the new value at
+    slot 0, nothing past the window."""
+    if J >= K:
+        return tl.zeros_like(new)
+    elif J == 0:
+        return new
+    else:
+        return later
+
+
+@triton.jit(do_not_specialize=["L"])
+def _bwd_serial_kernel(x_ptr, w_ptr, b_ptr, s_ptr, dy_ptr, dx_ptr, dwb_ptr, L, C, sxt, sxc, swc, swk, sst, sdt,
+                       sdc, K: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_SAMPLES: tl.constexpr, F64: tl.constexpr,
+                       SPAN: tl.constexpr, BLOCK_C: tl.constexpr, STAGES: tl.constexpr):
+    """The backward token by token: a program walks its span of a row from its last token to its first, a thread a
+    channel, and keeps g of the K − 1 tokens after the current one in registers (g_{t+1} .. g_{t+K−1}, with their
+    samples), so dx_t = Σ_j w[K−1−j] g_{t+j} needs no exchange between threads and no barrier; it begins K − 1
+    tokens past its span (their g only). The taps' and bias's gradients are each thread's own sums. The reads of a
+    token (x at t .. t − K + 1, dy_t, the samples) depend on t alone: Triton's pipeline issues them ``STAGES``
+    tokens ahead."""
+    n_span = tl.cdiv(L, SPAN)
+    pid = tl.program_id(0)
+    i_b = (pid // n_span).to(tl.int64)
+    first = (pid % n_span) * SPAN
+    end = tl.minimum(first + SPAN, L)  # the span's tokens: first .. end − 1
+    top = tl.minimum(end + K - 1, L)  # the walk begins at top − 1
+    c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+    mc = c < C
+    row0 = i_b * L
+    w0 = _lag_tap(w_ptr, c, C, swc, swk, 0, K, F64)
+    w1 = _lag_tap(w_ptr, c, C, swc, swk, 1, K, F64)
+    w2 = _lag_tap(w_ptr, c, C, swc, swk, 2, K, F64)
+    w3 = _lag_tap(w_ptr, c, C, swc, swk, 3, K, F64)
+    w4 = _lag_tap(w_ptr, c, C, swc, swk, 4, K, F64)
+    w5 = _lag_tap(w_ptr, c, C, swc, swk, 5, K, F64)
+    w6 = _lag_tap(w_ptr, c, C, swc, swk, 6, K, F64)
+    w7 = _lag_tap(w_ptr, c, C, swc, swk, 7, K, F64)
+    zero = _wide(tl.zeros([BLOCK_C], dtype=tl.float32), F64)
+    bias = zero
+    if HAS_BIAS:
+        bias = _wide(tl.load(b_ptr + c, mask=mc, other=0.0), F64)
+    db, dw0, dw1, dw2, dw3, dw4, dw5, dw6, dw7 = zero, zero, zero, zero, zero, zero, zero, zero, zero
+    # g of the tokens after t (slot j: g_{t+j}) and their samples; none yet (the row's end, or the walk's start)
+    g1, g2, g3, g4, g5, g6, g7 = zero, zero, zero, zero, zero, zero, zero
+    none = tl.full([1], -2, tl.int32)
+    sg1, sg2, sg3, sg4, sg5, sg6, sg7 = none, none, none, none, none, none, none
+    for i in tl.range(0, top - first, num_stages=STAGES):
+        t = top - 1 - i
+        p = row0 + t
+        tt = tl.full([1], 0, tl.int32) + t
+        s_t = none + 2
+        if HAS_SAMPLES:
+            s_t = tl.load(s_ptr + p * sst + tl.zeros([1], tl.int32)).to(tl.int32)
+        # x at t − j (0 before the row's start or outside t's sample), as the lag j's tap weighs it
+        x0 = _wide(tl.load(x_ptr + p * sxt + c * sxc, mask=mc, other=0.0), F64)
+        a = x0 * w0 + bias
+        x1, x2, x3, x4, x5, x6, x7 = zero, zero, zero, zero, zero, zero, zero
+        for j in tl.static_range(1, K):
+            keep = (tt >= j)
+            if HAS_SAMPLES:
+                keep &= tl.load(s_ptr + (p - j) * sst + tl.zeros([1], tl.int32), mask=tt >= j, other=-1) == s_t
+            xj = _wide(tl.load(x_ptr + (p - j) * sxt + c * sxc, mask=mc & keep, other=0.0), F64)
+            a += xj * _pick(j, w0, w1, w2, w3, w4, w5, w6, w7)
+            if j == 1:
+                x1 = xj
+            elif j == 2:
+                x2 = xj
+            elif j == 3:
+                x3 = xj
+            elif j == 4:
+                x4 = xj
+            elif j == 5:
+                x5 = xj
+            elif j == 6:
+                x6 = xj
+            else:
+                x7 = xj
+        dyt = _wide(tl.load(dy_ptr + p * sdt + c * sdc, mask=mc, other=0.0), F64)
+        sig = 1.0 / (1.0 + tl.exp(-a))
+        g = dyt * sig * (1.0 + a * (1.0 - sig))
+        # dx_t from g_t and the later tokens' g of t's sample; the gradients of the taps and bias of the span's own
+        # tokens (the walk's first K − 1, past the span, only hand their g on)
+        dx = g * w0
+        dx += tl.where(sg1 == s_t, g1, 0.0) * w1
+        dx += tl.where(sg2 == s_t, g2, 0.0) * w2
+        dx += tl.where(sg3 == s_t, g3, 0.0) * w3
+        dx += tl.where(sg4 == s_t, g4, 0.0) * w4
+        dx += tl.where(sg5 == s_t, g5, 0.0) * w5
+        dx += tl.where(sg6 == s_t, g6, 0.0) * w6
+        dx += tl.where(sg7 == s_t, g7, 0.0) * w7
+        own = tt < end
+        tl.store(dx_ptr + p * C + c, dx.to(dx_ptr.dtype.element_ty), mask=mc & own)
+        g_own = tl.where(own, g, 0.0)
+        db += g_own
+        dw0 += g_own * x0
+        dw1 += g_own * x1
+        dw2 += g_own * x2
+        dw3 += g_own * x3
+        dw4 += g_own * x4
+        dw5 += g_own * x5
+        dw6 += g_own * x6
+        dw7 += g_own * x7
+        # the window slides one token back: g_t becomes g_{(t−1)+1}
+        g7, sg7 = _lagged(6, K - 1, g6, g), _lagged(6, K - 1, sg6, s_t)
+        g6, sg6 = _lagged(5, K - 1, g5, g), _lagged(5, K - 1, sg5, s_t)
+        g5, sg5 = _lagged(4, K - 1, g4, g), _lagged(4, K - 1, sg4, s_t)
+        g4, sg4 = _lagged(3, K - 1, g3, g), _lagged(3, K - 1, sg3, s_t)
+        g3, sg3 = _lagged(2, K - 1, g2, g), _lagged(2, K - 1, sg2, s_t)
+        g2, sg2 = _lagged(1, K - 1, g1, g), _lagged(1, K - 1, sg1, s_t)
+        g1, sg1 = _lagged(0, K - 1, g, g), _lagged(0, K - 1, s_t, s_t)
+    out = dwb_ptr + (i_b * n_span + pid % n_span) * (K + 1) * C + c
+    for j in tl.static_range(K):
+        tl.store(out + (K - 1 - j) * C, _pick(j, dw0, dw1, dw2, dw3, dw4, dw5, dw6, dw7), mask=mc)
+    tl.store(out + K * C, db, mask=mc)
+
+
 def _flags(x: Tensor, weight: Tensor) -> tuple[bool, int]:
     """(accumulate in float64, channels a program takes)."""
     return torch.float64 in (x.dtype, weight.dtype), min(MAX_BC, triton.next_power_of_2(x.shape[-1]))
@@ -308,20 +430,31 @@ def _short_conv_backward(dy: Tensor, x: Tensor, weight: Tensor, bias: Optional[T
     B, L, C = x.shape
     K = weight.shape[1]
     f64, BC = _flags(x, weight)
-    n_span = triton.cdiv(L, (BT_BWD - K + 1) * SPAN_TILES)
     acc = torch.float64 if f64 else torch.float32
+    serial = BWD_FORM == "serial"
+    if serial:
+        BC = min(SERIAL_BC, triton.next_power_of_2(C))
+        n_span = triton.cdiv(L, SERIAL_SPAN)
+    else:
+        n_span = triton.cdiv(L, (BT_BWD - K + 1) * SPAN_TILES)
     dx = triton_helpers.new_buffer(B, L, C, dtype=x.dtype, device=x.device)
     parts = triton_helpers.new_buffer(B * n_span, K + 1, C, dtype=acc, device=x.device)
     x, dy, s = _flat_rows(x), _flat_rows(dy), x if samples is None else _flat_rows(samples)
     grid = (B * n_span, triton.cdiv(C, BC))
-    scratch = torch.empty(grid[0] * grid[1], BT_BWD, BC, dtype=acc, device=x.device)
-    _bwd_kernel[grid](x, weight, weight if bias is None else bias, s, dy, dx, parts, scratch, L, C, *x.stride()[1:],
-                      *weight.stride(), s.stride(1), *dy.stride()[1:], K=K, HAS_BIAS=bias is not None,
-                      HAS_SAMPLES=samples is not None, F64=f64, BLOCK_T=BT_BWD, TILES=SPAN_TILES, BLOCK_C=BC,
-                      num_warps=BWD_WARPS, num_stages=1)  # no loads moved across the barriers
+    common = dict(K=K, HAS_BIAS=bias is not None, HAS_SAMPLES=samples is not None, F64=f64, BLOCK_C=BC)
+    if serial:
+        _bwd_serial_kernel[grid](x, weight, weight if bias is None else bias, s, dy, dx, parts, L, C,
+                                 *x.stride()[1:], *weight.stride(), s.stride(1), *dy.stride()[1:], **common,
+                                 SPAN=SERIAL_SPAN, STAGES=SERIAL_STAGES, num_warps=max(1, BC // 32))
+    else:
+        scratch = torch.empty(grid[0] * grid[1], BT_BWD, BC, dtype=acc, device=x.device)
+        _bwd_kernel[grid](x, weight, weight if bias is None else bias, s, dy, dx, parts, scratch, L, C,
+                          *x.stride()[1:], *weight.stride(), s.stride(1), *dy.stride()[1:], **common,
+                          BLOCK_T=BT_BWD, TILES=SPAN_TILES, num_warps=BWD_WARPS,
+                          num_stages=1)  # no loads moved across the barriers
     summed = parts.sum(0)  # [K + 1, C]
     db_dtype = weight.dtype if bias is None else bias.dtype
-    return dx, summed[:K].t().to(weight.dtype).contiguous(), summed[K].to(db_dtype)
+    return dx, summed[:K].t().to(weight.dtype, copy=True).contiguous(), summed[K].to(db_dtype)  # no views of one another
 
 
 @_short_conv_backward.register_fake
