@@ -25,20 +25,20 @@ def bench(*args: str) -> tuple[int, str]:
 def test_smoke_times_each_form_and_launch_and_restores_the_defaults(tmp_path: Path) -> None:
     if torch.cuda.is_available():
         pytest.skip("the smoke run is the CPU interpreter's")
-    kept = (triton_short_conv.BWD_FORM, triton_short_conv.SPAN_TILES, triton_short_conv.SERIAL_SPAN,
+    kept = (triton_short_conv.FWD_FORM, triton_short_conv.BWD_FORM, triton_short_conv.SPAN_TILES, triton_short_conv.SERIAL_SPAN,
             triton_short_conv.SERIAL_BC)
     code, out = bench("--smoke", "--shape", "2,30,40", "--span-tiles", "3", "--serial-span", "16",
                       "--serial-channels", "32", "--serial-channels", "64", "--out", str(tmp_path))
     assert code == 0, out
     rows = list(csv.DictReader((tmp_path / "conv.csv").open(encoding="utf-8")))
     assert [(r["form"], r["span"], r["channels"], r["mode"]) for r in rows] == [
-        ("tiles", "3", "64", "fwd"), ("tiles", "3", "64", "fwd+bwd"), ("serial", "16", "32", "fwd+bwd"),
-        ("serial", "16", "64", "fwd+bwd")]
+        ("tiles", "3", "64", "fwd"), ("tiles", "3", "64", "fwd+bwd"), ("serial", "16", "32", "fwd"),
+        ("serial", "16", "32", "fwd+bwd"), ("serial", "16", "64", "fwd"), ("serial", "16", "64", "fwd+bwd")]
     assert all(r["status"] == "ok" and r["shape"] == "2x30x40" and float(r["ms"]) > 0 for r in rows)
     # the floor: x read and y written forward, x and dy read and dx written backward, all bf16
     assert float(rows[1]["floor_ms"]) == pytest.approx(2.5 * float(rows[0]["floor_ms"]), rel=1e-3)
     assert "interpreter" in (tmp_path / "conv.md").read_text(encoding="utf-8")
-    assert (triton_short_conv.BWD_FORM, triton_short_conv.SPAN_TILES, triton_short_conv.SERIAL_SPAN,
+    assert (triton_short_conv.FWD_FORM, triton_short_conv.BWD_FORM, triton_short_conv.SPAN_TILES, triton_short_conv.SERIAL_SPAN,
             triton_short_conv.SERIAL_BC) == kept
 
 

@@ -1,12 +1,12 @@
-"""`lab bench conv`: the fused short convolution (``falcon_lab.kernels.conv``) forward and forward+backward, in the
-launch variants of its backward, beside the bandwidth floor.
+"""`lab bench conv`: the fused short convolution (``falcon_lab.kernels.conv``) forward and forward+backward, in its
+forms and their launches, beside the bandwidth floor.
 
-The backward has two forms (``triton_short_conv.BWD_FORM``). ``tiles``: programs each loop over ``SPAN_TILES`` tiles of
-its row, handing g between threads through scratch rows and barriers; few tiles a program give more programs and
-fewer serial steps each, many give fewer partial sums of the taps' gradients. ``serial``: programs walk
-``SERIAL_SPAN`` tokens of ``SERIAL_BC`` channels token by token, a thread a channel, g of the later tokens kept in
-registers. Each variant is timed on the same inputs, so one call measures which is fastest at a shape before it
-becomes the default.
+The kernels have two forms (``triton_short_conv.FWD_FORM`` and ``BWD_FORM``; a variant sets both). ``tiles``: forward
+programs take 32 tokens; backward programs each loop over ``SPAN_TILES`` tiles of their row, handing g between
+threads through scratch rows and barriers (few tiles a program give more programs and fewer serial steps each, many
+give fewer partial sums of the taps' gradients). ``serial``: programs walk ``SERIAL_SPAN`` tokens of ``SERIAL_BC``
+channels token by token, a thread a channel (backward: g of the later tokens kept in registers). Each variant is
+timed on the same inputs, so one call measures which is fastest at a shape before it becomes the default.
 
 Inputs: ``x [B, L, C]`` in bf16, taps ``[C, 4]``, a bias, and samples of 1 to 80 tokens packed along each row (as the
 addition batches are), given by id. Timing: ``triton.testing.do_bench`` medians (warm-up, L2 flushed between runs);
@@ -81,7 +81,7 @@ def run(shapes: Sequence[tuple[int, int, int]], picked: Sequence[Variant], out: 
     from falcon_lab.kernels.conv import short_conv, triton_short_conv as tsc
 
     timer = _timer(device)
-    kept = tsc.BWD_FORM, tsc.SPAN_TILES, tsc.SERIAL_SPAN, tsc.SERIAL_BC
+    kept = tsc.FWD_FORM, tsc.BWD_FORM, tsc.SPAN_TILES, tsc.SERIAL_SPAN, tsc.SERIAL_BC
     rows: list[dict] = []
     try:
         for shape in shapes:
@@ -102,14 +102,13 @@ def run(shapes: Sequence[tuple[int, int, int]], picked: Sequence[Variant], out: 
                 short_conv(*leaves, t["samples"]).backward(dy)
                 return None
 
-            for i, (form, span, channels) in enumerate(picked):
-                tsc.BWD_FORM = form
+            for form, span, channels in picked:
+                tsc.FWD_FORM = tsc.BWD_FORM = form
                 if form == "tiles":
                     tsc.SPAN_TILES = span
                 else:
                     tsc.SERIAL_SPAN, tsc.SERIAL_BC = span, channels
-                # the forward does not change with the backward's form: timed once a shape
-                for mode, fn in ((("fwd", forward),) if i == 0 else ()) + (("fwd+bwd", both),):
+                for mode, fn in (("fwd", forward), ("fwd+bwd", both)):
                     row = {"shape": "x".join(map(str, shape)), "form": form, "span": span, "channels": channels,
                            "mode": mode, "floor_ms": floors[mode]}
                     try:
@@ -123,7 +122,7 @@ def run(shapes: Sequence[tuple[int, int, int]], picked: Sequence[Variant], out: 
                     echo(f"{row['shape']:>14} {form:<6} {span:>4} x {channels:<4} {mode:<8} "
                          f"{_fmt(row.get('ms')):>9} ms  floor {_fmt(row['floor_ms'])}  {row['status']}")
     finally:
-        tsc.BWD_FORM, tsc.SPAN_TILES, tsc.SERIAL_SPAN, tsc.SERIAL_BC = kept
+        tsc.FWD_FORM, tsc.BWD_FORM, tsc.SPAN_TILES, tsc.SERIAL_SPAN, tsc.SERIAL_BC = kept
     return rows
 
 
