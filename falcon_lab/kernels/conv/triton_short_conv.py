@@ -27,9 +27,10 @@ Its x and dy are read two tiles ahead so that the reads from memory are in fligh
 worked; the lags' x and the taps' gradients' x come from the cache. "Same sample" is read from ``samples`` itself
 (a vector of the tile's tokens a shift, folded into the reads' masks), so nothing is precomputed per step.
 
-A second form of both kernels (``FWD_FORM``, ``BWD_FORM`` = "serial") walks ``SERIAL_SPAN`` tokens a program token by
-token, a thread a channel, the backward from its span's end with g of the K − 1 later tokens in registers (no scratch,
-no barrier); its reads depend on the token alone and are issued tokens ahead. `lab bench conv` times both.
+A second form of both kernels (``FWD_FORM``, ``BWD_FORM`` = "serial") walks ``SERIAL_SPAN`` tokens a program token
+by token, a thread a channel; the backward from its span's end, with the window of x and g of the K − 1 later
+tokens in registers (no scratch, no barrier: one new x and one dy read a token, issued two tokens ahead); the
+forward's reads issued ahead by Triton's pipeline. `lab bench conv` times both forms.
 
 Accumulation is float32 (float64 for float64 inputs); y and dx come back in x's dtype, the taps' and bias's
 gradients in their own. The op is a ``torch.library`` custom op with its backward registered: torch.compile keeps
@@ -53,7 +54,7 @@ FWD_FORM = "tiles"  # the forward's kernel: "tiles" (_fwd_kernel) or "serial" (_
 BWD_FORM = "tiles"  # the backward's kernel: "tiles" (_bwd_kernel) or "serial" (_bwd_serial_kernel)
 SERIAL_SPAN = 64  # tokens a program of the serial forms walks
 SERIAL_BC = 128  # channels it takes, a thread a channel
-SERIAL_STAGES = 3  # tokens its reads are issued ahead
+SERIAL_STAGES = 3  # tokens the serial forward's reads are issued ahead (Triton's pipeline)
 MAX_BC = 64  # channels a program takes
 MAX_SIZE = 8  # the widest convolution the kernels unroll (the mixers use 4)
 
@@ -316,27 +317,52 @@ def _bwd_kernel(x_ptr, w_ptr, b_ptr, s_ptr, dy_ptr, dx_ptr, dwb_ptr, scr_ptr, L,
 
 
 @triton.jit
-def _lagged(J: tl.constexpr, K: tl.constexpr, later, new):
-    """Slot J's next value in a window of K slots sliding by one token: slot J − 1's (``later``), the new value at
-    slot 0, nothing past the window."""
-    if J >= K:
-        return tl.zeros_like(new)
-    elif J == 0:
+def _slide(J: tl.constexpr, K: tl.constexpr, nearer, new):
+    """Slot J's next value in a window of K slots sliding by one: slot J + 1's (``nearer``), the new value at slot
+    K − 1, nothing past the window."""
+    if J + 1 < K:
+        return nearer
+    elif J + 1 == K:
         return new
     else:
-        return later
+        return tl.zeros_like(new)
+
+
+@triton.jit
+def _later(J: tl.constexpr, K: tl.constexpr, nearer):
+    """Slot J + 1's next value in the window of g after t (slots 1 .. K − 1), sliding by one: slot J's."""
+    if J + 1 < K:
+        return nearer
+    else:
+        return tl.zeros_like(nearer)
+
+
+@triton.jit
+def _row_at(ptr, row0, t, c, mc, st, sc):
+    """Token t of a row ``[len(c)]`` in the tensor's own dtype (0 before the row's start)."""
+    return tl.load(ptr + (row0 + t) * st + c * sc, mask=mc & (c * 0 + t >= 0), other=0.0)
+
+
+@triton.jit
+def _sample_of(s_ptr, row0, t, sst, HAS_SAMPLES: tl.constexpr):
+    """Token t's sample ``[1]`` (−1 before the row's start; 0 for rows of one sequence)."""
+    if HAS_SAMPLES:
+        u = tl.zeros([1], tl.int32) + t
+        return tl.load(s_ptr + (row0 + u) * sst, mask=u >= 0, other=-1).to(tl.int32)
+    else:
+        return tl.where(tl.zeros([1], tl.int32) + t >= 0, 0, -1)
 
 
 @triton.jit(do_not_specialize=["L"])
 def _bwd_serial_kernel(x_ptr, w_ptr, b_ptr, s_ptr, dy_ptr, dx_ptr, dwb_ptr, L, C, sxt, sxc, swc, swk, sst, sdt,
                        sdc, K: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_SAMPLES: tl.constexpr, F64: tl.constexpr,
-                       SPAN: tl.constexpr, BLOCK_C: tl.constexpr, STAGES: tl.constexpr):
+                       SPAN: tl.constexpr, BLOCK_C: tl.constexpr):
     """The backward token by token: a program walks its span of a row from its last token to its first, a thread a
-    channel, and keeps g of the K − 1 tokens after the current one in registers (g_{t+1} .. g_{t+K−1}, with their
-    samples), so dx_t = Σ_j w[K−1−j] g_{t+j} needs no exchange between threads and no barrier; it begins K − 1
-    tokens past its span (their g only). The taps' and bias's gradients are each thread's own sums. The reads of a
-    token (x at t .. t − K + 1, dy_t, the samples) depend on t alone: Triton's pipeline issues them ``STAGES``
-    tokens ahead."""
+    channel. It keeps in registers the window of x (x_t .. x_{t−K+1}, with their samples) and g of the K − 1 tokens
+    after t (g_{t+1} .. g_{t+K−1}, with theirs), so a token reads one new x and one dy from memory, and dx_t =
+    Σ_j w[K−1−j] g_{t+j} needs no exchange between threads and no barrier; it begins K − 1 tokens past its span
+    (their g only). Those reads are issued two tokens ahead. The taps' and bias's gradients are each thread's own
+    sums."""
     n_span = tl.cdiv(L, SPAN)
     pid = tl.program_id(0)
     i_b = (pid // n_span).to(tl.int64)
@@ -359,74 +385,88 @@ def _bwd_serial_kernel(x_ptr, w_ptr, b_ptr, s_ptr, dy_ptr, dx_ptr, dwb_ptr, L, C
     if HAS_BIAS:
         bias = _wide(tl.load(b_ptr + c, mask=mc, other=0.0), F64)
     db, dw0, dw1, dw2, dw3, dw4, dw5, dw6, dw7 = zero, zero, zero, zero, zero, zero, zero, zero, zero
+    # the window at the walk's first token (slot j: x_{t−j} as read, and its sample)
+    t = top - 1
+    x0, s0 = _row_at(x_ptr, row0, t, c, mc, sxt, sxc), _sample_of(s_ptr, row0, t, sst, HAS_SAMPLES)
+    none = tl.zeros_like(x0)
+    x1, x2, x3, x4, x5, x6, x7 = none, none, none, none, none, none, none
+    s1, s2, s3, s4, s5, s6, s7 = s0, s0, s0, s0, s0, s0, s0
+    if K > 1:
+        x1, s1 = _row_at(x_ptr, row0, t - 1, c, mc, sxt, sxc), _sample_of(s_ptr, row0, t - 1, sst, HAS_SAMPLES)
+    if K > 2:
+        x2, s2 = _row_at(x_ptr, row0, t - 2, c, mc, sxt, sxc), _sample_of(s_ptr, row0, t - 2, sst, HAS_SAMPLES)
+    if K > 3:
+        x3, s3 = _row_at(x_ptr, row0, t - 3, c, mc, sxt, sxc), _sample_of(s_ptr, row0, t - 3, sst, HAS_SAMPLES)
+    if K > 4:
+        x4, s4 = _row_at(x_ptr, row0, t - 4, c, mc, sxt, sxc), _sample_of(s_ptr, row0, t - 4, sst, HAS_SAMPLES)
+    if K > 5:
+        x5, s5 = _row_at(x_ptr, row0, t - 5, c, mc, sxt, sxc), _sample_of(s_ptr, row0, t - 5, sst, HAS_SAMPLES)
+    if K > 6:
+        x6, s6 = _row_at(x_ptr, row0, t - 6, c, mc, sxt, sxc), _sample_of(s_ptr, row0, t - 6, sst, HAS_SAMPLES)
+    if K > 7:
+        x7, s7 = _row_at(x_ptr, row0, t - 7, c, mc, sxt, sxc), _sample_of(s_ptr, row0, t - 7, sst, HAS_SAMPLES)
+    dyt = _row_at(dy_ptr, row0, t, c, mc, sdt, sdc)
+    # the reads one token ahead: x entering the window, its sample, dy
+    xa, sa, dya = (_row_at(x_ptr, row0, t - K, c, mc, sxt, sxc), _sample_of(s_ptr, row0, t - K, sst, HAS_SAMPLES),
+                   _row_at(dy_ptr, row0, t - 1, c, mc, sdt, sdc))
     # g of the tokens after t (slot j: g_{t+j}) and their samples; none yet (the row's end, or the walk's start)
     g1, g2, g3, g4, g5, g6, g7 = zero, zero, zero, zero, zero, zero, zero
-    none = tl.full([1], -2, tl.int32)
-    sg1, sg2, sg3, sg4, sg5, sg6, sg7 = none, none, none, none, none, none, none
-    for i in tl.range(0, top - first, num_stages=STAGES):
+    q1, q2, q3, q4, q5, q6, q7 = s0 - 2, s0 - 2, s0 - 2, s0 - 2, s0 - 2, s0 - 2, s0 - 2  # -2: no sample
+    for i in range(0, top - first):
         t = top - 1 - i
-        p = row0 + t
-        tt = tl.full([1], 0, tl.int32) + t
-        s_t = none + 2
-        if HAS_SAMPLES:
-            s_t = tl.load(s_ptr + p * sst + tl.zeros([1], tl.int32)).to(tl.int32)
-        # x at t − j (0 before the row's start or outside t's sample), as the lag j's tap weighs it
-        x0 = _wide(tl.load(x_ptr + p * sxt + c * sxc, mask=mc, other=0.0), F64)
-        a = x0 * w0 + bias
-        x1, x2, x3, x4, x5, x6, x7 = zero, zero, zero, zero, zero, zero, zero
-        for j in tl.static_range(1, K):
-            keep = (tt >= j)
-            if HAS_SAMPLES:
-                keep &= tl.load(s_ptr + (p - j) * sst + tl.zeros([1], tl.int32), mask=tt >= j, other=-1) == s_t
-            xj = _wide(tl.load(x_ptr + (p - j) * sxt + c * sxc, mask=mc & keep, other=0.0), F64)
-            a += xj * _pick(j, w0, w1, w2, w3, w4, w5, w6, w7)
-            if j == 1:
-                x1 = xj
-            elif j == 2:
-                x2 = xj
-            elif j == 3:
-                x3 = xj
-            elif j == 4:
-                x4 = xj
-            elif j == 5:
-                x5 = xj
-            elif j == 6:
-                x6 = xj
-            else:
-                x7 = xj
-        dyt = _wide(tl.load(dy_ptr + p * sdt + c * sdc, mask=mc, other=0.0), F64)
+        # the reads two tokens ahead, in flight while this token is worked
+        xb, sb, dyb = (_row_at(x_ptr, row0, t - K - 1, c, mc, sxt, sxc),
+                       _sample_of(s_ptr, row0, t - K - 1, sst, HAS_SAMPLES), _row_at(dy_ptr, row0, t - 2, c, mc, sdt, sdc))
+        a = _wide(x0, F64) * w0 + bias
+        a += tl.where(s1 == s0, _wide(x1, F64), 0.0) * w1
+        a += tl.where(s2 == s0, _wide(x2, F64), 0.0) * w2
+        a += tl.where(s3 == s0, _wide(x3, F64), 0.0) * w3
+        a += tl.where(s4 == s0, _wide(x4, F64), 0.0) * w4
+        a += tl.where(s5 == s0, _wide(x5, F64), 0.0) * w5
+        a += tl.where(s6 == s0, _wide(x6, F64), 0.0) * w6
+        a += tl.where(s7 == s0, _wide(x7, F64), 0.0) * w7
         sig = 1.0 / (1.0 + tl.exp(-a))
-        g = dyt * sig * (1.0 + a * (1.0 - sig))
+        g = _wide(dyt, F64) * sig * (1.0 + a * (1.0 - sig))
         # dx_t from g_t and the later tokens' g of t's sample; the gradients of the taps and bias of the span's own
         # tokens (the walk's first K − 1, past the span, only hand their g on)
         dx = g * w0
-        dx += tl.where(sg1 == s_t, g1, 0.0) * w1
-        dx += tl.where(sg2 == s_t, g2, 0.0) * w2
-        dx += tl.where(sg3 == s_t, g3, 0.0) * w3
-        dx += tl.where(sg4 == s_t, g4, 0.0) * w4
-        dx += tl.where(sg5 == s_t, g5, 0.0) * w5
-        dx += tl.where(sg6 == s_t, g6, 0.0) * w6
-        dx += tl.where(sg7 == s_t, g7, 0.0) * w7
-        own = tt < end
-        tl.store(dx_ptr + p * C + c, dx.to(dx_ptr.dtype.element_ty), mask=mc & own)
+        dx += tl.where(q1 == s0, g1, 0.0) * w1
+        dx += tl.where(q2 == s0, g2, 0.0) * w2
+        dx += tl.where(q3 == s0, g3, 0.0) * w3
+        dx += tl.where(q4 == s0, g4, 0.0) * w4
+        dx += tl.where(q5 == s0, g5, 0.0) * w5
+        dx += tl.where(q6 == s0, g6, 0.0) * w6
+        dx += tl.where(q7 == s0, g7, 0.0) * w7
+        own = tl.zeros([1], tl.int32) + t < end
+        tl.store(dx_ptr + (row0 + t) * C + c, dx.to(dx_ptr.dtype.element_ty), mask=mc & own)
         g_own = tl.where(own, g, 0.0)
         db += g_own
-        dw0 += g_own * x0
-        dw1 += g_own * x1
-        dw2 += g_own * x2
-        dw3 += g_own * x3
-        dw4 += g_own * x4
-        dw5 += g_own * x5
-        dw6 += g_own * x6
-        dw7 += g_own * x7
-        # the window slides one token back: g_t becomes g_{(t−1)+1}
-        g7, sg7 = _lagged(6, K - 1, g6, g), _lagged(6, K - 1, sg6, s_t)
-        g6, sg6 = _lagged(5, K - 1, g5, g), _lagged(5, K - 1, sg5, s_t)
-        g5, sg5 = _lagged(4, K - 1, g4, g), _lagged(4, K - 1, sg4, s_t)
-        g4, sg4 = _lagged(3, K - 1, g3, g), _lagged(3, K - 1, sg3, s_t)
-        g3, sg3 = _lagged(2, K - 1, g2, g), _lagged(2, K - 1, sg2, s_t)
-        g2, sg2 = _lagged(1, K - 1, g1, g), _lagged(1, K - 1, sg1, s_t)
-        g1, sg1 = _lagged(0, K - 1, g, g), _lagged(0, K - 1, s_t, s_t)
+        dw0 += g_own * _wide(x0, F64)
+        dw1 += tl.where(s1 == s0, g_own, 0.0) * _wide(x1, F64)
+        dw2 += tl.where(s2 == s0, g_own, 0.0) * _wide(x2, F64)
+        dw3 += tl.where(s3 == s0, g_own, 0.0) * _wide(x3, F64)
+        dw4 += tl.where(s4 == s0, g_own, 0.0) * _wide(x4, F64)
+        dw5 += tl.where(s5 == s0, g_own, 0.0) * _wide(x5, F64)
+        dw6 += tl.where(s6 == s0, g_own, 0.0) * _wide(x6, F64)
+        dw7 += tl.where(s7 == s0, g_own, 0.0) * _wide(x7, F64)
+        # one token back: g_t becomes g_{(t−1)+1}; the window takes the read that entered it
+        g7, q7 = _later(6, K, g6), _later(6, K, q6)
+        g6, q6 = _later(5, K, g5), _later(5, K, q5)
+        g5, q5 = _later(4, K, g4), _later(4, K, q4)
+        g4, q4 = _later(3, K, g3), _later(3, K, q3)
+        g3, q3 = _later(2, K, g2), _later(2, K, q2)
+        g2, q2 = _later(1, K, g1), _later(1, K, q1)
+        g1, q1 = g, s0
+        x0, s0 = _slide(0, K, x1, xa), _slide(0, K, s1, sa)
+        x1, s1 = _slide(1, K, x2, xa), _slide(1, K, s2, sa)
+        x2, s2 = _slide(2, K, x3, xa), _slide(2, K, s3, sa)
+        x3, s3 = _slide(3, K, x4, xa), _slide(3, K, s4, sa)
+        x4, s4 = _slide(4, K, x5, xa), _slide(4, K, s5, sa)
+        x5, s5 = _slide(5, K, x6, xa), _slide(5, K, s6, sa)
+        x6, s6 = _slide(6, K, x7, xa), _slide(6, K, s7, sa)
+        x7, s7 = _slide(7, K, x7, xa), _slide(7, K, s7, sa)
+        dyt = dya
+        xa, sa, dya = xb, sb, dyb
     out = dwb_ptr + (i_b * n_span + pid % n_span) * (K + 1) * C + c
     for j in tl.static_range(K):
         tl.store(out + (K - 1 - j) * C, _pick(j, dw0, dw1, dw2, dw3, dw4, dw5, dw6, dw7), mask=mc)
@@ -492,7 +532,7 @@ def _short_conv_backward(dy: Tensor, x: Tensor, weight: Tensor, bias: Optional[T
     if serial:
         _bwd_serial_kernel[grid](x, weight, weight if bias is None else bias, s, dy, dx, parts, L, C,
                                  *x.stride()[1:], *weight.stride(), s.stride(1), *dy.stride()[1:], **common,
-                                 SPAN=SERIAL_SPAN, STAGES=SERIAL_STAGES, num_warps=max(1, BC // 32))
+                                 SPAN=SERIAL_SPAN, num_warps=max(1, BC // 32))
     else:
         scratch = torch.empty(grid[0] * grid[1], BT_BWD, BC, dtype=acc, device=x.device)
         _bwd_kernel[grid](x, weight, weight if bias is None else bias, s, dy, dx, parts, scratch, L, C,
