@@ -56,3 +56,22 @@ def test_without_a_gpu_it_refuses_unless_smoke(monkeypatch: pytest.MonkeyPatch, 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     code, out = bench("--out", str(tmp_path))
     assert code == 2 and "needs a CUDA GPU" in out and "--smoke" in out
+
+
+def test_the_form_in_the_environment_sets_both_kernels_and_a_wrong_one_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    """LAB_CONV_FORM picks the kernels' form for a whole process (a step timed in either form on one machine)."""
+    import os
+    import subprocess
+    import sys
+
+    def lab(form: str, *args: str) -> subprocess.CompletedProcess:
+        env = {**os.environ, "LAB_CONV_FORM": form, "TRITON_INTERPRET": "1"}
+        return subprocess.run([sys.executable, *args], capture_output=True, text=True, env=env, timeout=300)
+
+    done = lab("serial", "-c", "from falcon_lab.kernels.conv import triton_short_conv as t; print(t.FWD_FORM, "
+                               "t.BWD_FORM)")
+    assert done.returncode == 0 and done.stdout.split() == ["serial", "serial"], done.stderr
+    done = lab("fast", "-m", "falcon_lab", "bench", "conv", "--smoke", "--out", str(tmp_path))
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip() == "lab bench: LAB_CONV_FORM must be one of tiles, serial, got 'fast'"
+    assert not (tmp_path / "conv.csv").exists()

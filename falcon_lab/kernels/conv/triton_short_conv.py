@@ -37,6 +37,7 @@ gradients in their own. The op is a ``torch.library`` custom op with its backwar
 it in the graph as one opaque call (no graph break) and the projections and gates around it still compile.
 """
 
+import os
 from typing import Optional
 
 import torch
@@ -45,13 +46,18 @@ import triton.language as tl
 from torch import Tensor
 
 from falcon_lab.kernels.common import triton_helpers
+from falcon_lab.typed import ConfigError
 
 BT_FWD = 32  # tokens a forward program takes
 BT_BWD = 16  # the tokens of a backward tile (its last K − 1 only feed the others' dx), BWD_WARPS warps: 4 values a
 BWD_WARPS = 8  # thread, 113 registers compiled for sm_90 at K = 4 (2 programs an SM; 32 tokens a tile take 173)
 SPAN_TILES = 16  # tiles a backward program loops over (its taps' gradients one partial sum)
-FWD_FORM = "tiles"  # the forward's kernel: "tiles" (_fwd_kernel) or "serial" (_fwd_serial_kernel)
-BWD_FORM = "tiles"  # the backward's kernel: "tiles" (_bwd_kernel) or "serial" (_bwd_serial_kernel)
+FORMS = ("tiles", "serial")
+# the forward's kernel, "tiles" (_fwd_kernel) or "serial" (_fwd_serial_kernel), and the backward's (_bwd_kernel or
+# _bwd_serial_kernel); LAB_CONV_FORM in the environment sets both (so one machine times a step in either form)
+FWD_FORM = BWD_FORM = os.environ.get("LAB_CONV_FORM", "tiles")
+if FWD_FORM not in FORMS:
+    raise ConfigError(f"LAB_CONV_FORM must be one of {', '.join(FORMS)}, got {FWD_FORM!r}")
 SERIAL_SPAN = 64  # tokens a program of the serial forms walks
 SERIAL_BC = 128  # channels it takes, a thread a channel
 SERIAL_STAGES = 3  # tokens the serial forward's reads are issued ahead (Triton's pipeline)
