@@ -10,9 +10,12 @@ import zlib
 
 import pytest
 import torch
+import triton
+import triton.language as tl
 
 from falcon_lab.kernels import FastWeightState, fast_weight_rule
 from falcon_lab.kernels.common import triton_helpers
+from falcon_lab.kernels.regression.triton_f1 import unit_lower_inverse
 from tests.rules_util import gain
 
 RULES = ("falcon-1", "falcon-2")
@@ -171,6 +174,39 @@ def test_chunk_sizes_and_short_sequences(rule, chunk_size, T):
     check(rule, T=T, B=1, H=1, chunk_size=chunk_size, seed=3)
 
 
+@triton.jit
+def _inverse_kernel(L_ptr, A_ptr, C: tl.constexpr, DOUBLING: tl.constexpr):
+    r = tl.arange(0, C)
+    A = unit_lower_inverse(tl.load(L_ptr + r[:, None] * C + r[None, :]), C, "ieee", DOUBLING)
+    tl.store(A_ptr + r[:, None] * C + r[None, :], A)
+
+
+@pytest.mark.parametrize("C", [2, 4, 16, 32, 64, 128])
+@pytest.mark.parametrize("doubling", [False, True])
+def test_the_unit_lower_inverse_in_either_form(C: int, doubling: bool) -> None:
+    """``unit_lower_inverse`` of a strictly lower tile against float64's inverse, by substitution (chunks of 16 to
+    64) and by doubling (any power of two up to 128), with entries as large as the UT transform's (|L| up to 2)."""
+    if not doubling and C not in (16, 32, 64):
+        pytest.skip("substitution takes chunks of 16, 32 and 64")
+    g = torch.Generator().manual_seed(C)
+    L = ((torch.rand(C, C, generator=g) * 4 - 2) / C ** 0.5).tril(-1).to(DEVICE)
+    A = torch.full_like(L, float("nan"))
+    _inverse_kernel[(1,)](L, A, C=C, DOUBLING=doubling)
+    exact = torch.linalg.inv(torch.eye(C, dtype=torch.float64) + L.double().cpu())
+    assert rel(A.double().cpu(), exact) <= 1e-6
+
+
+@pytest.mark.parametrize("rule,chunk_size,T", [("falcon-1", 16, 37), ("falcon-1", 32, 40), ("falcon-1", 64, 130)])
+def test_the_inverse_by_doubling_matches_the_oracle(rule: str, chunk_size: int, T: int,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """The UT transform's inverse by doubling (``triton_launch.INVERSE``) in the whole rule: forward, final state
+    and every gradient against the float64 recurrence, at chunks of 16, 32 and 64."""
+    from falcon_lab.kernels.regression import triton_launch
+
+    monkeypatch.setattr(triton_launch, "INVERSE", "doubling")
+    check(rule, T=T, B=1, H=2, chunk_size=chunk_size, seed=5)
+
+
 @pytest.mark.parametrize("rule", RULES)
 def test_nearly_parallel_keys(rule):
     """Keys almost along one direction and β near 2: the chunk systems are far from the identity."""
@@ -228,8 +264,13 @@ def test_rejects_unsupported_inputs():
 @pytest.mark.gpu
 @pytest.mark.parametrize("rule", RULES)
 @pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-3), (torch.bfloat16, 1e-2)])
-def test_gpu_sizes(rule, dtype, tol):
-    """Dk = Dv = 64 over 300 tokens (four chunks of 64, the last one short) on a GPU, in fp32 and bf16."""
+@pytest.mark.parametrize("inverse", ["substitution", "doubling"])
+def test_gpu_sizes(rule, dtype, tol, inverse, monkeypatch: pytest.MonkeyPatch):
+    """Dk = Dv = 64 over 300 tokens (four chunks of 64, the last one short) on a GPU, in fp32 and bf16, the UT
+    transform's inverse in either form."""
+    from falcon_lab.kernels.regression import triton_launch
+
+    monkeypatch.setattr(triton_launch, "INVERSE", inverse)
     inputs = [t.to(dtype).double() for t in draw(rule, 2, 300, 2, 23, d=64)]  # the reference sees the rounding
     o, fin, grads = run(rule, inputs, None, dtype, "triton", 23, chunk_size=64)
     o_ref, fin_ref, grads_ref = run(rule, inputs, None, torch.float64, "recurrent", 23)

@@ -31,7 +31,29 @@ from falcon_lab.kernels.common.triton_helpers import (chunk_of, chunk_samples, c
 
 
 @triton.jit
-def unit_lower_inverse(L, C: tl.constexpr, PREC: tl.constexpr):
+def _inverse_by_doubling(L, C: tl.constexpr, PREC: tl.constexpr):
+    """(I + L)⁻¹ for a strictly lower-triangular ``[C, C]`` tile (C a power of two, 2 to 128), by doubling blocks.
+
+    With Ad the block-diagonal inverse of the diagonal blocks of size b / 2, the blocks of size b are inverted
+    together as Ad − Ad C Ad, C the lower-left quadrants of the blocks of size b in L (the 2 × 2 block formula
+    [[A, 0], [C, D]]⁻¹ = [[A⁻¹, 0], [−D⁻¹ C A⁻¹, D⁻¹]]): blocks of 2 are I − C, then two products a doubling,
+    2 log₂(C) − 2 dependent products in all (10 at C = 64, where substitution row by row took 15 and the merge of
+    its blocks 4 more); in bf16 as accurate as substitution (both round the partial inverse at every product)."""
+    LOG2_C: tl.constexpr = 1 if C <= 2 else 2 if C <= 4 else 3 if C <= 8 else 4 if C <= 16 else 5 if C <= 32 \
+        else 6 if C <= 64 else 7
+    r = tl.arange(0, C)
+    eye = tl.where(r[:, None] == r[None, :], 1.0, 0.0)
+    pair = ((r[:, None] // 2) == (r[None, :] // 2)) & (r[:, None] % 2 == 1) & (r[None, :] % 2 == 0)
+    A = eye - tl.where(pair, L, 0.0)
+    for level in range(2, LOG2_C + 1):  # a loop, not unrolled: the registers of one doubling
+        half = (r >> (level - 1)) & 1  # 0 in the first half of a token's block of 2^level, 1 in the second
+        quadrant = ((r[:, None] >> level) == (r[None, :] >> level)) & (half[:, None] == 1) & (half[None, :] == 0)
+        A = A - mm(mm(A, tl.where(quadrant, L, 0.0), PREC), A, PREC)
+    return A
+
+
+@triton.jit
+def _inverse_by_substitution(L, C: tl.constexpr, PREC: tl.constexpr):
     """(I + L)⁻¹ for a strictly lower-triangular ``[C, C]`` tile (C ∈ {16, 32, 64}), in blocks of 16.
 
     The diagonal blocks are inverted together by forward substitution, one row of every block per step
@@ -55,12 +77,23 @@ def unit_lower_inverse(L, C: tl.constexpr, PREC: tl.constexpr):
 
 
 @triton.jit
+def unit_lower_inverse(L, C: tl.constexpr, PREC: tl.constexpr, DOUBLING: tl.constexpr):
+    """(I + L)⁻¹ for a strictly lower-triangular ``[C, C]`` tile: by doubling blocks (``DOUBLING``) or by substitution
+    in blocks of 16 (``triton_launch.INVERSE`` says which)."""
+    if DOUBLING:
+        return _inverse_by_doubling(L, C, PREC)
+    else:
+        return _inverse_by_substitution(L, C, PREC)
+
+
+@triton.jit
 def f1_prep_kernel(k_ptr, v_ptr, beta_ptr, lam_ptr, lk_ptr, cu_ptr, cidx_ptr, sid_ptr,
                    A_ptr, W_ptr, Ut_ptr, eta_ptr, G_ptr, g_ptr, T, NT, eps, floor,
                    H: tl.constexpr, Dk: tl.constexpr, Dv: tl.constexpr, C: tl.constexpr,
                    BK: tl.constexpr, BV: tl.constexpr, SHIFTED: tl.constexpr, FRESH: tl.constexpr,
                    NORMALIZE: tl.constexpr, COUPLED: tl.constexpr, GATED_DELTA: tl.constexpr,
-                   IS_VARLEN: tl.constexpr, SAMPLES: tl.constexpr, PREC: tl.constexpr, SOLVE_PREC: tl.constexpr):
+                   IS_VARLEN: tl.constexpr, SAMPLES: tl.constexpr, PREC: tl.constexpr, SOLVE_PREC: tl.constexpr,
+                   DOUBLING: tl.constexpr):
     """Per chunk: η, g, G, the UT transform A, W = A diag(η e^{Gw}) X and Ũ = A diag(η) Y (Gw = Gp, or G for
     the gated delta rule). SOLVE_PREC: the inverse's matmuls (errors in A reach every output;
     launch.SOLVE_PRECISION says which)."""
@@ -104,7 +137,7 @@ def f1_prep_kernel(k_ptr, v_ptr, beta_ptr, lam_ptr, lk_ptr, cu_ptr, cidx_ptr, si
     if SAMPLES:
         strict = strict & (sid[:, None] == sid[None, :])
     decay = tl.where(strict, tl.exp(tl.where(strict, Gw[:, None] - G[None, :], 0.0)), 0.0)
-    A = unit_lower_inverse(eta[:, None] * decay * gram, C, SOLVE_PREC)
+    A = unit_lower_inverse(eta[:, None] * decay * gram, C, SOLVE_PREC, DOUBLING)
     tl.store(A_ptr + (rows * H + i_h)[:, None] * C + r[None, :], A, mask=valid[:, None])
     scale_w = eta * tl.exp(Gw)
     if SAMPLES:  # W's rows of the tokens of other samples than the carried state's are 0 (A is block diagonal)

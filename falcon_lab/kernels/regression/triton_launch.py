@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import torch
 import triton
 from torch import Tensor
@@ -16,6 +18,7 @@ from falcon_lab.kernels.regression.triton_f1 import f1_intra_kernel, f1_prep_ker
 from falcon_lab.kernels.regression.triton_f1_bwd import f1_dstate_kernel, f1_grad_kernel
 from falcon_lab.kernels.regression.triton_f2 import f2_dstate_kernel, f2_fwd_kernel, f2_inverse_kernel, f2_out_kernel
 from falcon_lab.kernels.regression.triton_f2_bwd import f2_grad_kernel
+from falcon_lab.typed import ConfigError
 
 # The matmul operands inside the kernels, by input dtype, on a GPU: "tf32x3" (three tf32 passes, about fp32),
 # "tf32" (one pass) or "bf16" (operands rounded to bf16, the fastest). bf16 inputs take bf16 operands: their
@@ -25,6 +28,13 @@ MATMUL_PRECISION = {torch.float32: "tf32x3", torch.bfloat16: "bf16", torch.float
 # inputs keep about fp32 ("tf32x3"); for bf16 inputs bf16 operands hold the same error as the other two.
 # The errors and times of the three: records/bench/gpu_check_regression.md (`lab bench gpu-check` remakes them).
 SOLVE_PRECISION = {torch.float32: "tf32x3", torch.bfloat16: "bf16", torch.float16: "tf32x3"}
+# How the UT transform's inverse is formed (``triton_f1.unit_lower_inverse``): "substitution" (row by row in blocks of
+# 16, then their merge: 19 dependent products at a chunk of 64) or "doubling" (blocks of 2, 4, ... inverted
+# together: 10); LAB_TRIL_INVERSE in the environment sets it, so one machine times either.
+INVERSES = ("substitution", "doubling")
+INVERSE = os.environ.get("LAB_TRIL_INVERSE", "substitution")
+if INVERSE not in INVERSES:
+    raise ConfigError(f"LAB_TRIL_INVERSE must be one of {', '.join(INVERSES)}, got {INVERSE!r}")
 # kernel name -> block sizes / warps replacing ``launch_config``'s (for tuning sweeps)
 LAUNCH_OVERRIDES: dict[str, dict] = {}
 # Keep the forward's chunk quantities for the backward (True), or recompute them there (False, as fla does).
@@ -142,7 +152,7 @@ def _f1_chunks(k, v, beta, lam, lk, cfg, fresh, lay, prec):
     f1_prep_kernel[(lay.n_chunks, lay.H)](
         k, v, beta, lam, lk, lay.cu, lay.cidx, lay.sid, A, W, Ut, eta, G, g, lay.T, lay.NT, cfg.eps,
         cfg.decay_floor, Dk=Dk, Dv=Dv, SOLVE_PREC=solve_precision(k.dtype), GATED_DELTA=cfg.gated_delta,
-        **_flags(cfg, fresh, lay, prec), **_samples(lay), **_gate_flags(cfg),
+        DOUBLING=INVERSE == "doubling", **_flags(cfg, fresh, lay, prec), **_samples(lay), **_gate_flags(cfg),
         **launch_config("f1_prep", Dk, Dv, lay.C))
     return A, W, Ut, eta, G, g
 

@@ -84,7 +84,7 @@ def write_mask(G_p, g_p, tp, vp):
 def f3_prep_kernel(x_ptr, v_ptr, a_ptr, g_ptr, A_ptr, W_ptr, Ut_ptr, T, NT,
                    H: tl.constexpr, Dk: tl.constexpr, Dv: tl.constexpr, C: tl.constexpr, CT: tl.constexpr,
                    R: tl.constexpr, WP: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
-                   PREC: tl.constexpr, SOLVE_PREC: tl.constexpr):
+                   PREC: tl.constexpr, SOLVE_PREC: tl.constexpr, DOUBLING: tl.constexpr):
     """Per chunk: the UT transform A of the block-strict system, Wm = A diag(a e^{Gp}) X and Ũ = A diag(a) V."""
     pid, i_h = tl.program_id(0), tl.program_id(1)
     i_n, i_c, rt, tt, vt, rp, tp, vp = chunk_tiles(pid, NT, T, C, CT, R, WP)
@@ -96,7 +96,7 @@ def f3_prep_kernel(x_ptr, v_ptr, a_ptr, g_ptr, A_ptr, W_ptr, Ut_ptr, T, NT,
         x = load_rows(x_ptr, bos, i_h, rows, T * WP, i_k * BK + tl.arange(0, BK), H, Dk).to(tl.float32)
         gram += mm(x, tl.trans(x), PREC)
     Dl, _ = write_mask(G_p, g_p, tp, vp)
-    A = unit_lower_inverse(a_p[:, None] * Dl * gram, R, SOLVE_PREC)
+    A = unit_lower_inverse(a_p[:, None] * Dl * gram, R, SOLVE_PREC, DOUBLING)
     tl.store(A_ptr + ((bos + rows) * H + i_h)[:, None] * R + rp[None, :], A, mask=vp[:, None])
     scale_w = a_p * tl.exp(G_p - g_p)
     for i_k in range(0, tl.cdiv(Dk, BK)):

@@ -15,6 +15,7 @@ from torch import Tensor
 from falcon_lab.kernels.common import triton_helpers as helpers
 from falcon_lab.kernels.common.config import FUSED_MAX_WINDOW
 from falcon_lab.kernels.common.triton_helpers import next_power_of_2
+from falcon_lab.kernels.regression import triton_launch
 from falcon_lab.kernels.regression.triton_launch import precision, solve_precision
 from falcon_lab.kernels.window.triton_falcon3 import f3_prep_kernel, f3_read_kernel, f3_state_kernel
 from falcon_lab.kernels.window.triton_falcon3_bwd import f3_dstate_kernel, f3_grad_kernel
@@ -79,7 +80,7 @@ def f3_forward(q, X, V, a, lg, S0, rbw, geo):
     Wm = helpers.new_buffer(rows, H, Dk, dtype=torch.bfloat16 if prec == "bf16" else torch.float32, device=dev)
     Ut = _f32(rows, H, Dv, device=dev)
     f3_prep_kernel[(B * NT, H)](X, V, a, lg, A, Wm, Ut, PREC=prec, SOLVE_PREC=solve,
-                                **shape, **_config("prep", Dk, Dv))
+                                DOUBLING=triton_launch.INVERSE == "doubling", **shape, **_config("prep", Dk, Dv))
     U = _f32(rows, H, Dv, device=dev)
     h = _f32(B * NT, H, Dk, Dv, device=dev)
     Sf = _f32(B, H, Dk, Dv, device=dev)
