@@ -207,6 +207,23 @@ def test_the_inverse_by_doubling_matches_the_oracle(rule: str, chunk_size: int, 
     check(rule, T=T, B=1, H=2, chunk_size=chunk_size, seed=5)
 
 
+def test_launch_overrides_from_the_environment_and_their_gradients(monkeypatch: pytest.MonkeyPatch) -> None:
+    """LAB_LAUNCH's form (``parse_launch``) sets a kernel's blocks and warps, refusing what is not one in one line;
+    f1_grad in blocks of half the head (two of each loop) still gives the oracle's gradients."""
+    from falcon_lab.kernels.regression import triton_launch
+    from falcon_lab.typed import ConfigError
+
+    got = triton_launch.parse_launch(" f1_grad:BK=8,BV=8 ; f1_prep:num_warps=4;")
+    assert got == {"f1_grad": {"BK": 8, "BV": 8}, "f1_prep": {"num_warps": 4}}
+    for bad, said in (("f9:BK=8", "unknown kernel 'f9'"), ("f1_grad:BQ=8", "got 'BQ=8'"),
+                      ("f1_grad:BK=0", "got 'BK=0'"), ("f1_grad:BK", "got 'BK'")):
+        with pytest.raises(ConfigError, match=said):
+            triton_launch.parse_launch(bad)
+    monkeypatch.setattr(triton_launch, "LAUNCH_OVERRIDES", {"f1_grad": {"BK": 8, "BV": 8}})
+    assert triton_launch.launch_config("f1_grad", 16, 16, 16)["BK"] == 8
+    check("falcon-1", T=37, B=1, H=2, chunk_size=16, seed=9, draw_opts={"d": 16})
+
+
 @pytest.mark.parametrize("rule", RULES)
 def test_nearly_parallel_keys(rule):
     """Keys almost along one direction and β near 2: the chunk systems are far from the identity."""

@@ -35,8 +35,31 @@ INVERSES = ("substitution", "doubling")
 INVERSE = os.environ.get("LAB_TRIL_INVERSE", "substitution")
 if INVERSE not in INVERSES:
     raise ConfigError(f"LAB_TRIL_INVERSE must be one of {', '.join(INVERSES)}, got {INVERSE!r}")
-# kernel name -> block sizes / warps replacing ``launch_config``'s (for tuning sweeps)
-LAUNCH_OVERRIDES: dict[str, dict] = {}
+KERNELS = ("f1_prep", "f1_intra", "f1_state", "f1_dstate", "f1_grad", "f2_fwd", "f2_dstate", "f2_inverse", "f2_out",
+           "f2_grad", "finish_dk")
+LAUNCH_KEYS = ("BK", "BV", "num_warps", "num_stages")
+
+
+def parse_launch(text: str) -> dict[str, dict]:
+    """``kernel:KEY=N,KEY=N;kernel:...`` (LAB_LAUNCH) as ``LAUNCH_OVERRIDES`` takes it; ConfigError for a kernel
+    or key that is not one, or a value that is no positive integer."""
+    overrides: dict[str, dict] = {}
+    for part in filter(None, (p.strip() for p in text.split(";"))):
+        name, _, settings = part.partition(":")
+        if name not in KERNELS:
+            raise ConfigError(f"LAB_LAUNCH: unknown kernel {name!r} (one of {', '.join(KERNELS)})")
+        for setting in filter(None, settings.split(",")):
+            key, _, value = setting.partition("=")
+            if key not in LAUNCH_KEYS or not value.isdigit() or int(value) < 1:
+                raise ConfigError(f"LAB_LAUNCH: {name}: expected KEY=N with KEY one of {', '.join(LAUNCH_KEYS)} "
+                                  f"and N a positive integer, got {setting!r}")
+            overrides.setdefault(name, {})[key] = int(value)
+    return overrides
+
+
+# kernel name -> block sizes / warps replacing ``launch_config``'s (for tuning sweeps; LAB_LAUNCH in the environment,
+# ``parse_launch``'s form, sets them for a process, so one machine times a step at either)
+LAUNCH_OVERRIDES: dict[str, dict] = parse_launch(os.environ.get("LAB_LAUNCH", ""))
 # Keep the forward's chunk quantities for the backward (True), or recompute them there (False, as fla does).
 # Kept: falcon-1's UT-transform outputs (A, η, G, g: C + 3 floats per token and head), its pseudo-values U
 # (Dv floats) and the chunk entry states h (Dk·Dv/C floats per token and head); falcon-2's U and h. The
