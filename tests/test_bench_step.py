@@ -101,3 +101,24 @@ def test_samples_by_id_or_packed_is_set_for_every_row_and_recorded(monkeypatch, 
     result = CliRunner().invoke(app, ["bench", "step", "--samples", "ids", "--out", str(tmp_path / "no")])
     assert result.exit_code == 2 and result.output == "lab bench step: --samples must be packed or by-id, got ids\n"
     assert not (tmp_path / "no").exists()
+
+
+def test_kernel_variants_are_set_for_the_rows_recorded_and_restored(tmp_path: Path) -> None:
+    """--kernels sets the kernels' variants for every row (falcon_lab/kernels/variants.py), says them in step.md and
+    leaves those before in force after; a variant that is not one is refused in one line, nothing written."""
+    from falcon_lab.kernels import variants
+
+    before = variants.current()
+    result = CliRunner().invoke(app, ["bench", "step", "--mixers", "falcon-1a", "--preset", "tiny", "--steps", "1",
+                                      "--kernels", "conv=serial/tiles", "--kernels", "inverse=substitution",
+                                      "--kernels", "launch=f1_grad:BK=32", "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert ("- kernels: conv=serial/tiles, inverse=substitution, launch=f1_grad:BK=32"
+            in (tmp_path / "step.md").read_text())
+    assert variants.current() == before
+    for word, said in (("conv=fast", "got 'fast'"), ("inverse=lu", "got 'lu'"), ("launch=f9:BK=1", "unknown kernel"),
+                       ("colour=red", "expected NAME=VALUE")):
+        result = CliRunner().invoke(app, ["bench", "step", "--mixers", "falcon-1a", "--preset", "tiny", "--kernels",
+                                          word, "--out", str(tmp_path / "out")])
+        assert result.exit_code == 2 and said in result.output, result.output
+        assert result.output.count("\n") == 1 and not (tmp_path / "out").exists()

@@ -35,11 +35,12 @@ def test_forward_and_gradients_match_the_oracle(window: int, timing: str) -> Non
           TOL_FP32)
 
 
-def test_the_inverse_by_doubling_matches_the_oracle(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The UT transform's inverse by doubling (``triton_launch.INVERSE``) at W = 4 (64 slot rows a chunk)."""
+def test_the_inverse_by_substitution_matches_the_oracle(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The UT transform's inverse by substitution (``triton_launch.INVERSE``; doubling, the default, everywhere else)
+    at W = 4 (64 slot rows a chunk)."""
     from falcon_lab.kernels.regression import triton_launch
 
-    monkeypatch.setattr(triton_launch, "INVERSE", "doubling")
+    monkeypatch.setattr(triton_launch, "INVERSE", "substitution")
     x = inputs(RULE, B=2, T=37, H=1, D=16, seed=41)
     opts = dict(rule=RULE, window=4, timing="raw")
     check(run(x, "triton", torch.float32, chunk_size=16, **opts), run(x, "recurrent", torch.float64, **opts),

@@ -197,13 +197,14 @@ def test_the_unit_lower_inverse_in_either_form(C: int, doubling: bool) -> None:
 
 
 @pytest.mark.parametrize("rule,chunk_size,T", [("falcon-1", 16, 37), ("falcon-1", 32, 40), ("falcon-1", 64, 130)])
-def test_the_inverse_by_doubling_matches_the_oracle(rule: str, chunk_size: int, T: int,
-                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    """The UT transform's inverse by doubling (``triton_launch.INVERSE``) in the whole rule: forward, final state
-    and every gradient against the float64 recurrence, at chunks of 16, 32 and 64."""
+def test_the_inverse_by_substitution_matches_the_oracle(rule: str, chunk_size: int, T: int,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The UT transform's inverse by substitution (``triton_launch.INVERSE``; doubling, the default, everywhere
+    else) in the whole rule: forward, final state and every gradient against the float64 recurrence, at chunks of
+    16, 32 and 64."""
     from falcon_lab.kernels.regression import triton_launch
 
-    monkeypatch.setattr(triton_launch, "INVERSE", "doubling")
+    monkeypatch.setattr(triton_launch, "INVERSE", "substitution")
     check(rule, T=T, B=1, H=2, chunk_size=chunk_size, seed=5)
 
 

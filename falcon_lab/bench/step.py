@@ -223,8 +223,11 @@ def _fmt(value: Any) -> str:
 
 
 def markdown(rows: list[dict[str, Any]], preset: str, task: str, steps: int) -> str:
+    from falcon_lab.kernels import variants
+
     lines = [f"# Training-step anatomy (preset `{preset}`, task {task}, {steps} timed steps, no Lightning)", "",
-             f"- device: {device_name()}", f"- date: {now()}", "- columns: falcon_lab/bench/step.py", "",
+             f"- device: {device_name()}", f"- date: {now()}", "- columns: falcon_lab/bench/step.py",
+             "- kernels: " + ", ".join(f"{k}={v}" for k, v in variants.current().items()), "",
              "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     lines += ["| " + " | ".join(_fmt(r.get(k)) for k in COLUMNS) + " |" for r in rows]
     return "\n".join(lines) + "\n"

@@ -127,6 +127,10 @@ def step(
     traces: Annotated[bool, typer.Option(
         "--traces", help="Write each mixer's profiled step as a gzipped Chrome trace beside step.csv (GPU).")] = False,
     samples: SamplesOption = None,
+    kernels: Annotated[list[str] | None, typer.Option(
+        "--kernels", help="A kernel variant for every row, NAME=VALUE (repeatable): conv=FWD/BWD (tiles or serial), "
+                          "inverse=substitution|doubling, launch='kernel:KEY=N,...' (falcon_lab/kernels/variants.py); "
+                          "default: the environment's.")] = None,
 ) -> None:
     """Where a training step's time goes without Lightning: bare-loop ms, model FLOP utilisation, data /
     forward / backward / optimiser ms, kernels launched and their device time."""
@@ -141,9 +145,13 @@ def step(
         raise typer.Exit(code=2)
     from falcon_lab.config import ConfigError
 
+    from falcon_lab.kernels import variants
+
     try:
-        run(names, preset=preset, task=task, steps=steps, out=out, overrides=set_ or (), echo=typer.echo,
-            traces=traces, sample_ids=sample_ids)
+        picked = variants.parse(kernels or ())
+        with variants.using(picked):
+            run(names, preset=preset, task=task, steps=steps, out=out, overrides=set_ or (), echo=typer.echo,
+                traces=traces, sample_ids=sample_ids)
     except ConfigError as err:
         typer.echo(f"lab bench step: {err}", err=True)
         raise typer.Exit(code=2) from None
@@ -209,7 +217,7 @@ def conv(
     smoke: Annotated[bool, typer.Option(
         "--smoke", help="A tiny shape, to try the command without a GPU (under Triton's interpreter).")] = False,
 ) -> None:
-    """The fused short convolution forward and forward+backward in its backward's forms and launches, beside the
+    """The fused short convolution forward and backward, each op alone, in its forms and launches, beside the
     bandwidth floor (needs a CUDA GPU, or --smoke)."""
     device = _gpu_or_smoke("lab bench conv", smoke, "a tiny shape")
     from falcon_lab.bench.conv import SHAPES, parse_shape, run, variants

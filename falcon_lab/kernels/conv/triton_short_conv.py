@@ -53,11 +53,25 @@ BT_BWD = 16  # the tokens of a backward tile (its last K − 1 only feed the oth
 BWD_WARPS = 8  # thread, 113 registers compiled for sm_90 at K = 4 (2 programs an SM; 32 tokens a tile take 173)
 SPAN_TILES = 16  # tiles a backward program loops over (its taps' gradients one partial sum)
 FORMS = ("tiles", "serial")
+
+
+def forms(text: str) -> tuple[str, str]:
+    """``FWD/BWD`` (or one form for both) as (forward's form, backward's form); ConfigError for what is not one."""
+    parts = text.split("/")
+    if len(parts) > 2 or any(p not in FORMS for p in parts):
+        raise ConfigError(f"the short convolution's forms must be FWD/BWD or one form, each one of "
+                          f"{', '.join(FORMS)}, got {text!r}")
+    return parts[0], parts[-1]
+
+
 # the forward's kernel, "tiles" (_fwd_kernel) or "serial" (_fwd_serial_kernel), and the backward's (_bwd_kernel or
-# _bwd_serial_kernel); LAB_CONV_FORM in the environment sets both (so one machine times a step in either form)
-FWD_FORM = BWD_FORM = os.environ.get("LAB_CONV_FORM", "tiles")
-if FWD_FORM not in FORMS:
-    raise ConfigError(f"LAB_CONV_FORM must be one of {', '.join(FORMS)}, got {FWD_FORM!r}")
+# _bwd_serial_kernel): in the same-time step on an H200 the serial backward took 142 µs a call against the tiles'
+# 218, the serial forward 220 µs, more than it saved (records/bench/conv-forms). LAB_CONV_FORM in the environment
+# sets them (FWD/BWD, or one form for both), so one machine times a step in either
+try:
+    FWD_FORM, BWD_FORM = forms(os.environ.get("LAB_CONV_FORM", "tiles/serial"))
+except ConfigError as _err:
+    raise ConfigError(f"LAB_CONV_FORM: {_err}") from None
 SERIAL_SPAN = 64  # tokens a program of the serial forms walks
 SERIAL_BC = 128  # channels it takes, a thread a channel
 SERIAL_STAGES = 3  # tokens the serial forward's reads are issued ahead (Triton's pipeline)

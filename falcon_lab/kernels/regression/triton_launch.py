@@ -30,9 +30,10 @@ MATMUL_PRECISION = {torch.float32: "tf32x3", torch.bfloat16: "bf16", torch.float
 SOLVE_PRECISION = {torch.float32: "tf32x3", torch.bfloat16: "bf16", torch.float16: "tf32x3"}
 # How the UT transform's inverse is formed (``triton_f1.unit_lower_inverse``): "substitution" (row by row in blocks of
 # 16, then their merge: 19 dependent products at a chunk of 64) or "doubling" (blocks of 2, 4, ... inverted
-# together: 10); LAB_TRIL_INVERSE in the environment sets it, so one machine times either.
+# together: 10; f1_prep 3.74 -> 3.54 ms of falcon-1.3's same-time step on an H200, records/bench/conv-forms);
+# LAB_TRIL_INVERSE in the environment sets it, so one machine times either.
 INVERSES = ("substitution", "doubling")
-INVERSE = os.environ.get("LAB_TRIL_INVERSE", "substitution")
+INVERSE = os.environ.get("LAB_TRIL_INVERSE", "doubling")
 if INVERSE not in INVERSES:
     raise ConfigError(f"LAB_TRIL_INVERSE must be one of {', '.join(INVERSES)}, got {INVERSE!r}")
 KERNELS = ("f1_prep", "f1_intra", "f1_state", "f1_dstate", "f1_grad", "f2_fwd", "f2_dstate", "f2_inverse", "f2_out",

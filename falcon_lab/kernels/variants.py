@@ -1,0 +1,73 @@
+"""The kernels' implementation variants a process runs, read and set in one place.
+
+- ``conv``: the short convolution's forward and backward forms, ``FWD/BWD``, each ``tiles`` or ``serial`` (one word
+  sets both; ``falcon_lab.kernels.conv.triton_short_conv``);
+- ``inverse``: the UT transform's inverse, ``substitution`` or ``doubling`` (``regression.triton_launch.INVERSE``);
+- ``launch``: the regression kernels' blocks and warps, ``kernel:KEY=N,...;kernel:...``
+  (``regression.triton_launch.parse_launch``).
+
+Each starts from the environment (``LAB_CONV_FORM``, ``LAB_TRIL_INVERSE``, ``LAB_LAUNCH``); ``using`` sets them for a
+block, as ``lab bench step --kernels NAME=VALUE`` does, so one process times a step in each. None of them changes
+what a kernel computes, only how: they are no part of a run's configuration.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+
+from falcon_lab.typed import ConfigError
+
+NAMES = ("conv", "inverse", "launch")
+
+
+def parse(words: Sequence[str]) -> dict[str, str]:
+    """``NAME=VALUE`` words as a dict, each value checked; ConfigError (one line) for what is not one."""
+    from falcon_lab.kernels.conv import triton_short_conv
+    from falcon_lab.kernels.regression import triton_launch
+
+    picked: dict[str, str] = {}
+    for word in words:
+        name, eq, value = word.partition("=")
+        if name not in NAMES or not eq:
+            raise ConfigError(f"--kernels: expected NAME=VALUE with NAME one of {', '.join(NAMES)}, got {word!r}")
+        if name == "conv":
+            triton_short_conv.forms(value)
+        elif name == "inverse" and value not in triton_launch.INVERSES:
+            raise ConfigError(f"--kernels: inverse must be one of {', '.join(triton_launch.INVERSES)}, got {value!r}")
+        elif name == "launch":
+            triton_launch.parse_launch(value)
+        picked[name] = value
+    return picked
+
+
+def current() -> dict[str, str]:
+    """The variants in force, as ``parse`` takes them."""
+    from falcon_lab.kernels.conv import triton_short_conv as conv
+    from falcon_lab.kernels.regression import triton_launch as launch
+
+    overrides = ";".join(f"{k}:" + ",".join(f"{key}={v}" for key, v in kv.items())
+                         for k, kv in launch.LAUNCH_OVERRIDES.items())
+    return {"conv": f"{conv.FWD_FORM}/{conv.BWD_FORM}", "inverse": launch.INVERSE, "launch": overrides or "default"}
+
+
+@contextmanager
+def using(picked: dict[str, str]) -> Iterator[None]:
+    """The variants of ``picked`` (``parse``'s) in force inside the block, those before restored after it."""
+    from falcon_lab.kernels.conv import triton_short_conv as conv
+    from falcon_lab.kernels.regression import triton_launch as launch
+
+    before = conv.FWD_FORM, conv.BWD_FORM, launch.INVERSE, dict(launch.LAUNCH_OVERRIDES)
+    try:
+        if "conv" in picked:
+            conv.FWD_FORM, conv.BWD_FORM = conv.forms(picked["conv"])
+        if "inverse" in picked:
+            launch.INVERSE = picked["inverse"]
+        if "launch" in picked:
+            launch.LAUNCH_OVERRIDES.clear()
+            launch.LAUNCH_OVERRIDES.update(launch.parse_launch(picked["launch"]))
+        yield
+    finally:
+        conv.FWD_FORM, conv.BWD_FORM, launch.INVERSE = before[:3]
+        launch.LAUNCH_OVERRIDES.clear()
+        launch.LAUNCH_OVERRIDES.update(before[3])
