@@ -88,14 +88,16 @@ def test_short_conv_matches_its_pytorch_twin(size: int, packed: bool, bias: bool
         torch.testing.assert_close(a, c, rtol=1e-5, atol=1e-5, msg=name)
 
 
-@pytest.mark.parametrize(("form", "span"), [("tiles", 1), ("tiles", 3), ("serial", 7), ("serial", 64)])
+@pytest.mark.parametrize(("form", "span", "rows"), [("tiles", 1, 1), ("tiles", 3, 1), ("serial", 7, 1), ("serial", 64, 1),
+                                                  ("serial", 7, 4)])
 @pytest.mark.parametrize("size", [1, 4, 8])
 def test_short_conv_backward_across_forms_and_spans(monkeypatch: pytest.MonkeyPatch, size: int, form: str,
-                                                     span: int) -> None:
-    """Both forms of the kernels (forward and backward alike): the tiles form's backward tiles overlap by size − 1 tokens (their g read back at the lags)
-    and its programs take spans of ``span`` tiles; the serial form's programs walk ``span`` tokens, a thread a
-    channel, beginning size − 1 tokens past their span. At widths of one token and the widest, with many spans to a
-    row, the last one short, samples that cross the tiles' and the spans' edges, and (serial) channels in three
+                                                     span: int, rows: int) -> None:
+    """Both forms of the kernels (forward and backward alike): the tiles form's backward tiles overlap by size − 1
+    tokens (their g read back at the lags) and its programs take spans of ``span`` tiles; the serial form's programs
+    walk ``span`` tokens, a thread a channel, beginning size − 1 tokens past their span, ``rows`` spans a program in
+    step (the last program's partly past the rows' end). At widths of one token and the widest, with many spans to
+    a row, the last one short, samples that cross the tiles' and the spans' edges, and (serial) channels in three
     blocks of 32, the last short, the gradients are the float64 twin's."""
     from falcon_lab.kernels.conv import triton_short_conv
 
@@ -103,6 +105,7 @@ def test_short_conv_backward_across_forms_and_spans(monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(triton_short_conv, "BWD_FORM", form)
     monkeypatch.setattr(triton_short_conv, "SPAN_TILES" if form == "tiles" else "SERIAL_SPAN", span)
     monkeypatch.setattr(triton_short_conv, "SERIAL_BC", 32)
+    monkeypatch.setattr(triton_short_conv, "SERIAL_ROWS", rows)
     g = torch.Generator().manual_seed(size + span)
     C = 70 if form == "serial" else 12
     conv = ShortConv(C, size, bias=True)

@@ -212,13 +212,13 @@ def test_launch_overrides_from_the_environment_and_their_gradients(monkeypatch: 
     """LAB_LAUNCH's form (``parse_launch``) sets a kernel's blocks and warps, refusing what is not one in one line;
     f1_grad in blocks of half the head (two of each loop) still gives the oracle's gradients."""
     from falcon_lab.kernels.regression import triton_launch
-    from falcon_lab.typed import ConfigError
+    from falcon_lab.kernels.common.checks import SettingError
 
     got = triton_launch.parse_launch(" f1_grad:BK=8,BV=8 ; f1_prep:num_warps=4;")
     assert got == {"f1_grad": {"BK": 8, "BV": 8}, "f1_prep": {"num_warps": 4}}
     for bad, said in (("f9:BK=8", "unknown kernel 'f9'"), ("f1_grad:BQ=8", "got 'BQ=8'"),
                       ("f1_grad:BK=0", "got 'BK=0'"), ("f1_grad:BK", "got 'BK'")):
-        with pytest.raises(ConfigError, match=said):
+        with pytest.raises(SettingError, match=said):
             triton_launch.parse_launch(bad)
     monkeypatch.setattr(triton_launch, "LAUNCH_OVERRIDES", {"f1_grad": {"BK": 8, "BV": 8}})
     assert triton_launch.launch_config("f1_grad", 16, 16, 16)["BK"] == 8

@@ -5,7 +5,8 @@ The kernels have two forms (``triton_short_conv.FWD_FORM`` and ``BWD_FORM``; a v
 programs take 32 tokens; backward programs each loop over ``SPAN_TILES`` tiles of their row, handing g between
 threads through scratch rows and barriers (few tiles a program give more programs and fewer serial steps each, many
 give fewer partial sums of the taps' gradients). ``serial``: programs walk ``SERIAL_SPAN`` tokens of ``SERIAL_BC``
-channels token by token, a thread a channel (backward: g of the later tokens kept in registers). Each variant is
+channels token by token, a thread a channel (backward: g of the later tokens kept in registers, ``SERIAL_ROWS``
+spans a program in step). Each variant is
 timed on the same inputs, so one call measures which is fastest at a shape before it becomes the default.
 
 Inputs: ``x [B, L, C]`` in bf16, taps ``[C, 4]``, a bias, and samples of 1 to 80 tokens packed along each row (as the
@@ -29,9 +30,10 @@ from falcon_lab.runs import atomic_write_text
 
 BANDWIDTH = 3.35e12  # bytes/s
 SHAPES = ((256, 256, 384), (16, 4096, 384), (8, 1024, 2304))  # the same-time step's q, k, v; a long row; 124M's qkv
-COLUMNS = ["shape", "form", "span", "channels", "mode", "ms", "floor_ms", "frac", "status"]
-# the backward's form and its launch: ("tiles", tiles a program, channels) or ("serial", tokens a program, channels)
-Variant = tuple[str, int, int]
+COLUMNS = ["shape", "form", "span", "channels", "rows", "mode", "ms", "floor_ms", "frac", "status"]
+# the kernels' form and launch: ("tiles", tiles a program, channels, 1) or ("serial", tokens a program, channels,
+# spans a program)
+Variant = tuple[str, int, int, int]
 
 
 def parse_shape(text: str) -> tuple[int, int, int]:
@@ -63,9 +65,10 @@ def _timer(device: str) -> Callable[[Callable[[], object]], float]:
     return once
 
 
-def variants(span_tiles: Sequence[int], serial_spans: Sequence[int], serial_channels: Sequence[int]) -> list[Variant]:
-    """The tiles form at each of ``span_tiles`` (its channels a program: 64), then the serial form at each span and
-    channel count."""
+def variants(span_tiles: Sequence[int], serial_spans: Sequence[int], serial_channels: Sequence[int],
+             serial_rows: Sequence[int] = (1,)) -> list[Variant]:
+    """The tiles form at each of ``span_tiles`` (its channels a program: 64), then the serial form at each span,
+    channel count and number of spans a program."""
     from falcon_lab.kernels.conv import triton_short_conv
 
     for name, values in (("--span-tiles", span_tiles), ("--serial-span", serial_spans)):
@@ -73,8 +76,10 @@ def variants(span_tiles: Sequence[int], serial_spans: Sequence[int], serial_chan
             raise BenchError(f"{name} must be >= 1, got {list(values)}")
     if any(v < 32 or v & (v - 1) for v in serial_channels):
         raise BenchError(f"--serial-channels must be powers of two >= 32, got {list(serial_channels)}")
-    return ([("tiles", n, triton_short_conv.MAX_BC) for n in span_tiles]
-            + [("serial", n, bc) for n in serial_spans for bc in serial_channels])
+    if any(v < 1 or v & (v - 1) for v in serial_rows):
+        raise BenchError(f"--serial-rows must be powers of two >= 1, got {list(serial_rows)}")
+    return ([("tiles", n, triton_short_conv.MAX_BC, 1) for n in span_tiles]
+            + [("serial", n, bc, r) for n in serial_spans for bc in serial_channels for r in serial_rows])
 
 
 def run(shapes: Sequence[tuple[int, int, int]], picked: Sequence[Variant], out: Path, device: str,
@@ -83,7 +88,7 @@ def run(shapes: Sequence[tuple[int, int, int]], picked: Sequence[Variant], out: 
     from falcon_lab.kernels.conv import short_conv, triton_short_conv as tsc
 
     timer = _timer(device)
-    kept = tsc.FWD_FORM, tsc.BWD_FORM, tsc.SPAN_TILES, tsc.SERIAL_SPAN, tsc.SERIAL_BC
+    kept = tsc.FWD_FORM, tsc.BWD_FORM, tsc.SPAN_TILES, tsc.SERIAL_SPAN, tsc.SERIAL_BC, tsc.SERIAL_ROWS
     rows: list[dict] = []
     try:
         for shape in shapes:
@@ -99,15 +104,17 @@ def run(shapes: Sequence[tuple[int, int, int]], picked: Sequence[Variant], out: 
             def backward() -> object:  # the backward op itself: through autograd the host's time is what one sees
                 return torch.ops.falcon_lab.short_conv_backward(dy, x, t["w"], t["b"], t["samples"])
 
-            for form, span, channels in picked:
+            for form, span, channels, rows_a_program in picked:
                 tsc.FWD_FORM = tsc.BWD_FORM = form
                 if form == "tiles":
                     tsc.SPAN_TILES = span
                 else:
-                    tsc.SERIAL_SPAN, tsc.SERIAL_BC = span, channels
-                for mode, fn in (("fwd", forward), ("bwd", backward)):
+                    tsc.SERIAL_SPAN, tsc.SERIAL_BC, tsc.SERIAL_ROWS = span, channels, rows_a_program
+                # the forward has no spans a program: timed once a launch
+                modes = (("bwd", backward),) if rows_a_program > 1 else (("fwd", forward), ("bwd", backward))
+                for mode, fn in modes:
                     row = {"shape": "x".join(map(str, shape)), "form": form, "span": span, "channels": channels,
-                           "mode": mode, "floor_ms": floors[mode]}
+                           "rows": rows_a_program, "mode": mode, "floor_ms": floors[mode]}
                     try:
                         row["ms"] = timer(fn)
                         row["frac"] = row["floor_ms"] / row["ms"]
@@ -116,10 +123,10 @@ def run(shapes: Sequence[tuple[int, int, int]], picked: Sequence[Variant], out: 
                         row["status"] = f"failed: {type(err).__name__}: {str(err).splitlines()[0][:160]}"
                     rows.append(row)
                     write(rows, out, device)
-                    echo(f"{row['shape']:>14} {form:<6} {span:>4} x {channels:<4} {mode:<8} "
+                    echo(f"{row['shape']:>14} {form:<6} {span:>4} x {channels:<4} x {rows_a_program} {mode:<4} "
                          f"{_fmt(row.get('ms')):>9} ms  floor {_fmt(row['floor_ms'])}  {row['status']}")
     finally:
-        tsc.FWD_FORM, tsc.BWD_FORM, tsc.SPAN_TILES, tsc.SERIAL_SPAN, tsc.SERIAL_BC = kept
+        tsc.FWD_FORM, tsc.BWD_FORM, tsc.SPAN_TILES, tsc.SERIAL_SPAN, tsc.SERIAL_BC, tsc.SERIAL_ROWS = kept
     return rows
 
 
@@ -134,7 +141,8 @@ def write(rows: Sequence[dict], out: Path, device: str) -> None:
     _write_csv(out / "conv.csv", [{c: _fmt(r.get(c)) for c in COLUMNS} for r in rows], COLUMNS)
     name = torch.cuda.get_device_name() if device == "cuda" else "cpu (Triton's interpreter: one untimed pass)"
     lines = ["# The short convolution's kernels by the backward's form and launch", "", f"- device: {name}",
-             "- span: tiles a program (tiles form) or tokens a program (serial form); channels: a program's",
+             "- span: tiles a program (tiles form) or tokens a program (serial form); channels: a program's; rows: "
+             "spans a program of the serial backward",
              f"- floor: bytes / {BANDWIDTH / 1e12:.2f} TB/s (falcon_lab/bench/conv.py); frac = floor / ms", "",
              "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     lines += ["| " + " | ".join(_fmt(r.get(c)) for c in COLUMNS) + " |" for r in rows]

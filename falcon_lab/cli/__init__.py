@@ -52,7 +52,8 @@ for _name in GROUPS:
 
 def main() -> None:
     """Entry point of the `lab` console script. A ConfigError no command caught (a registry or $LAB_RESULTS
-    that cannot be used, found deep in a command) is bad input too: one line on stderr, exit code 2."""
+    that cannot be used, found deep in a command), or a kernel setting of the environment that is not one, is bad
+    input too: one line on stderr, exit code 2."""
     import sys
 
     from falcon_lab.typed import ConfigError
@@ -62,7 +63,9 @@ def main() -> None:
         raise SystemExit(2)
     try:
         app()
-    except ConfigError as err:
+    except ValueError as err:  # a ConfigError, or a kernel setting that says it is bad input (kernels' SettingError)
+        if not isinstance(err, ConfigError) and not getattr(err, "bad_input", False):
+            raise
         group = next((word for word in sys.argv[1:2] if word in GROUPS), None)
         typer.echo(f"lab{f' {group}' if group else ''}: {err}", err=True)
         sys.exit(2)

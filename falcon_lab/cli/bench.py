@@ -146,13 +146,14 @@ def step(
     from falcon_lab.config import ConfigError
 
     from falcon_lab.kernels import variants
+    from falcon_lab.kernels.common.checks import SettingError
 
     try:
         picked = variants.parse(kernels or ())
         with variants.using(picked):
             run(names, preset=preset, task=task, steps=steps, out=out, overrides=set_ or (), echo=typer.echo,
                 traces=traces, sample_ids=sample_ids)
-    except ConfigError as err:
+    except (ConfigError, SettingError) as err:
         typer.echo(f"lab bench step: {err}", err=True)
         raise typer.Exit(code=2) from None
     typer.echo(f"wrote {out / 'step.csv'} and {out / 'step.md'}")
@@ -207,11 +208,14 @@ def conv(
         "--span-tiles", help="The tiles form: tiles a backward program loops over (repeatable); default 16, 4, 1 "
                              "(none if only --serial-span is given).")] = None,
     serial_spans: Annotated[list[int] | None, typer.Option(
-        "--serial-span", help="The serial form: tokens a backward program walks (repeatable); default 32, 64, 128 "
+        "--serial-span", help="The serial form: tokens a backward program walks (repeatable); default 32, 64 "
                               "(none if only --span-tiles is given).")] = None,
     serial_channels: Annotated[list[int] | None, typer.Option(
         "--serial-channels", help="The serial form: channels a program takes, a power of two >= 32 (repeatable); "
                                   "default 64, 128.")] = None,
+    serial_rows: Annotated[list[int] | None, typer.Option(
+        "--serial-rows", help="The serial backward: spans a program walks in step, a power of two (repeatable); "
+                              "default 1, 2, 4.")] = None,
     out: Annotated[Path | None, typer.Option(
         help="Folder for conv.csv and conv.md; default <results>/bench/conv.", callback=writable_out)] = None,
     smoke: Annotated[bool, typer.Option(
@@ -229,8 +233,8 @@ def conv(
         picked = ([(2, 40, 16)] if smoke and not shapes else
                   [parse_shape(s) for s in shapes] if shapes else list(SHAPES))
         neither = span_tiles is None and serial_spans is None
-        forms = variants([16, 4, 1] if neither else span_tiles or [], [32, 64, 128] if neither else serial_spans or [],
-                         serial_channels or [64, 128])
+        forms = variants([16, 4, 1] if neither else span_tiles or [], [32, 64] if neither else serial_spans or [],
+                         serial_channels or [64, 128], serial_rows or [1, 2, 4])
         run(picked, forms, folder, device, echo=typer.echo)
     except BenchError as err:
         typer.echo(f"lab bench conv: {err}", err=True)

@@ -16,13 +16,13 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
-from falcon_lab.typed import ConfigError
+from falcon_lab.kernels.common.checks import SettingError
 
 NAMES = ("conv", "inverse", "launch")
 
 
 def parse(words: Sequence[str]) -> dict[str, str]:
-    """``NAME=VALUE`` words as a dict, each value checked; ConfigError (one line) for what is not one."""
+    """``NAME=VALUE`` words as a dict, each value checked; SettingError (one line) for what is not one."""
     from falcon_lab.kernels.conv import triton_short_conv
     from falcon_lab.kernels.regression import triton_launch
 
@@ -30,11 +30,11 @@ def parse(words: Sequence[str]) -> dict[str, str]:
     for word in words:
         name, eq, value = word.partition("=")
         if name not in NAMES or not eq:
-            raise ConfigError(f"--kernels: expected NAME=VALUE with NAME one of {', '.join(NAMES)}, got {word!r}")
+            raise SettingError(f"--kernels: expected NAME=VALUE with NAME one of {', '.join(NAMES)}, got {word!r}")
         if name == "conv":
             triton_short_conv.forms(value)
         elif name == "inverse" and value not in triton_launch.INVERSES:
-            raise ConfigError(f"--kernels: inverse must be one of {', '.join(triton_launch.INVERSES)}, got {value!r}")
+            raise SettingError(f"--kernels: inverse must be one of {', '.join(triton_launch.INVERSES)}, got {value!r}")
         elif name == "launch":
             triton_launch.parse_launch(value)
         picked[name] = value

@@ -46,7 +46,7 @@ import triton.language as tl
 from torch import Tensor
 
 from falcon_lab.kernels.common import triton_helpers
-from falcon_lab.typed import ConfigError
+from falcon_lab.kernels.common.checks import SettingError
 
 BT_FWD = 32  # tokens a forward program takes
 BT_BWD = 16  # the tokens of a backward tile (its last K − 1 only feed the others' dx), BWD_WARPS warps: 4 values a
@@ -56,10 +56,10 @@ FORMS = ("tiles", "serial")
 
 
 def forms(text: str) -> tuple[str, str]:
-    """``FWD/BWD`` (or one form for both) as (forward's form, backward's form); ConfigError for what is not one."""
+    """``FWD/BWD`` (or one form for both) as (forward's form, backward's form); SettingError for what is not one."""
     parts = text.split("/")
     if len(parts) > 2 or any(p not in FORMS for p in parts):
-        raise ConfigError(f"the short convolution's forms must be FWD/BWD or one form, each one of "
+        raise SettingError(f"the short convolution's forms must be FWD/BWD or one form, each one of "
                           f"{', '.join(FORMS)}, got {text!r}")
     return parts[0], parts[-1]
 
@@ -70,10 +70,11 @@ def forms(text: str) -> tuple[str, str]:
 # sets them (FWD/BWD, or one form for both), so one machine times a step in either
 try:
     FWD_FORM, BWD_FORM = forms(os.environ.get("LAB_CONV_FORM", "tiles/serial"))
-except ConfigError as _err:
-    raise ConfigError(f"LAB_CONV_FORM: {_err}") from None
+except SettingError as _err:
+    raise SettingError(f"LAB_CONV_FORM: {_err}") from None
 SERIAL_SPAN = 64  # tokens a program of the serial forms walks
 SERIAL_BC = 128  # channels it takes, a thread a channel
+SERIAL_ROWS = 1  # spans a program of the serial backward walks in step, a power of two (1: as timed on the H200)
 SERIAL_STAGES = 3  # tokens the serial forward's reads are issued ahead (Triton's pipeline)
 MAX_BC = 64  # channels a program takes
 MAX_SIZE = 8  # the widest convolution the kernels unroll (the mixers use 4)
@@ -358,117 +359,121 @@ def _later(J: tl.constexpr, K: tl.constexpr, nearer):
 
 
 @triton.jit
-def _row_at(ptr, row0, t, c, mc, st, sc):
-    """Token t of a row ``[len(c)]`` in the tensor's own dtype (0 before the row's start)."""
-    return tl.load(ptr + (row0 + t) * st + c * sc, mask=mc & (c * 0 + t >= 0), other=0.0)
+def _row_at(ptr, row0, t, live, c, mc, st, sc):
+    """Token t ``[R]`` of each of R rows ``[R, len(c)]`` in the tensor's own dtype (0 before a row's start, and for the
+    rows not ``live``)."""
+    return tl.load(ptr + (row0 + t)[:, None] * st + c[None, :] * sc, mask=mc[None, :] & ((t >= 0) & live)[:, None],
+                   other=0.0)
 
 
 @triton.jit
-def _sample_of(s_ptr, row0, t, sst, HAS_SAMPLES: tl.constexpr):
-    """Token t's sample ``[1]`` (−1 before the row's start; 0 for rows of one sequence)."""
+def _sample_of(s_ptr, row0, t, live, sst, HAS_SAMPLES: tl.constexpr):
+    """Token t's sample ``[R]`` in each of R rows (−1 before a row's start; 0 for rows of one sequence)."""
     if HAS_SAMPLES:
-        u = tl.zeros([1], tl.int32) + t
-        return tl.load(s_ptr + (row0 + u) * sst, mask=u >= 0, other=-1).to(tl.int32)
+        return tl.load(s_ptr + (row0 + t) * sst, mask=(t >= 0) & live, other=-1).to(tl.int32)
     else:
-        return tl.where(tl.zeros([1], tl.int32) + t >= 0, 0, -1)
+        return tl.where(t >= 0, 0, -1)
 
 
 @triton.jit(do_not_specialize=["L"])
-def _bwd_serial_kernel(x_ptr, w_ptr, b_ptr, s_ptr, dy_ptr, dx_ptr, dwb_ptr, L, C, sxt, sxc, swc, swk, sst, sdt,
+def _bwd_serial_kernel(x_ptr, w_ptr, b_ptr, s_ptr, dy_ptr, dx_ptr, dwb_ptr, n_rows, L, C, sxt, sxc, swc, swk, sst, sdt,
                        sdc, K: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_SAMPLES: tl.constexpr, F64: tl.constexpr,
-                       SPAN: tl.constexpr, BLOCK_C: tl.constexpr):
-    """The backward token by token: a program walks its span of a row from its last token to its first, a thread a
-    channel. It keeps in registers the window of x (x_t .. x_{t−K+1}, with their samples) and g of the K − 1 tokens
+                       SPAN: tl.constexpr, ROWS: tl.constexpr, BLOCK_C: tl.constexpr):
+    """The backward token by token: a program walks ``ROWS`` spans of ``SPAN`` tokens in step, each from its last
+    token to its first, a thread a channel (several spans a program: more reads in flight a step). It keeps in registers the window of x (x_t .. x_{t−K+1}, with their samples) and g of the K − 1 tokens
     after t (g_{t+1} .. g_{t+K−1}, with theirs), so a token reads one new x and one dy from memory, and dx_t =
     Σ_j w[K−1−j] g_{t+j} needs no exchange between threads and no barrier; it begins K − 1 tokens past its span
     (their g only). Those reads are issued two tokens ahead. The taps' and bias's gradients are each thread's own
     sums."""
     n_span = tl.cdiv(L, SPAN)
     pid = tl.program_id(0)
-    i_b = (pid // n_span).to(tl.int64)
-    first = (pid % n_span) * SPAN
-    end = tl.minimum(first + SPAN, L)  # the span's tokens: first .. end − 1
-    top = tl.minimum(end + K - 1, L)  # the walk begins at top − 1
+    sp = pid * ROWS + tl.arange(0, ROWS)  # the program's spans, numbered along the rows
+    live = sp < n_rows * n_span
+    i_b = (sp // n_span).to(tl.int64)
+    first = (sp % n_span) * SPAN
+    end = tl.minimum(first + SPAN, L)  # a span's tokens: first .. end − 1
+    top = tl.minimum(end + K - 1, L)  # its walk begins at top − 1
     c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
     mc = c < C
     row0 = i_b * L
-    w0 = _lag_tap(w_ptr, c, C, swc, swk, 0, K, F64)
-    w1 = _lag_tap(w_ptr, c, C, swc, swk, 1, K, F64)
-    w2 = _lag_tap(w_ptr, c, C, swc, swk, 2, K, F64)
-    w3 = _lag_tap(w_ptr, c, C, swc, swk, 3, K, F64)
-    w4 = _lag_tap(w_ptr, c, C, swc, swk, 4, K, F64)
-    w5 = _lag_tap(w_ptr, c, C, swc, swk, 5, K, F64)
-    w6 = _lag_tap(w_ptr, c, C, swc, swk, 6, K, F64)
-    w7 = _lag_tap(w_ptr, c, C, swc, swk, 7, K, F64)
-    zero = _wide(tl.zeros([BLOCK_C], dtype=tl.float32), F64)
+    w0 = _lag_tap(w_ptr, c, C, swc, swk, 0, K, F64)[None, :]
+    w1 = _lag_tap(w_ptr, c, C, swc, swk, 1, K, F64)[None, :]
+    w2 = _lag_tap(w_ptr, c, C, swc, swk, 2, K, F64)[None, :]
+    w3 = _lag_tap(w_ptr, c, C, swc, swk, 3, K, F64)[None, :]
+    w4 = _lag_tap(w_ptr, c, C, swc, swk, 4, K, F64)[None, :]
+    w5 = _lag_tap(w_ptr, c, C, swc, swk, 5, K, F64)[None, :]
+    w6 = _lag_tap(w_ptr, c, C, swc, swk, 6, K, F64)[None, :]
+    w7 = _lag_tap(w_ptr, c, C, swc, swk, 7, K, F64)[None, :]
+    zero = _wide(tl.zeros([ROWS, BLOCK_C], dtype=tl.float32), F64)
     bias = zero
     if HAS_BIAS:
-        bias = _wide(tl.load(b_ptr + c, mask=mc, other=0.0), F64)
+        bias = zero + _wide(tl.load(b_ptr + c, mask=mc, other=0.0), F64)[None, :]
     db, dw0, dw1, dw2, dw3, dw4, dw5, dw6, dw7 = zero, zero, zero, zero, zero, zero, zero, zero, zero
     # the window at the walk's first token (slot j: x_{t−j} as read, and its sample)
     t = top - 1
-    x0, s0 = _row_at(x_ptr, row0, t, c, mc, sxt, sxc), _sample_of(s_ptr, row0, t, sst, HAS_SAMPLES)
+    x0, s0 = _row_at(x_ptr, row0, t, live, c, mc, sxt, sxc), _sample_of(s_ptr, row0, t, live, sst, HAS_SAMPLES)
     none = tl.zeros_like(x0)
     x1, x2, x3, x4, x5, x6, x7 = none, none, none, none, none, none, none
     s1, s2, s3, s4, s5, s6, s7 = s0, s0, s0, s0, s0, s0, s0
     if K > 1:
-        x1, s1 = _row_at(x_ptr, row0, t - 1, c, mc, sxt, sxc), _sample_of(s_ptr, row0, t - 1, sst, HAS_SAMPLES)
+        x1, s1 = _row_at(x_ptr, row0, t - 1, live, c, mc, sxt, sxc), _sample_of(s_ptr, row0, t - 1, live, sst, HAS_SAMPLES)
     if K > 2:
-        x2, s2 = _row_at(x_ptr, row0, t - 2, c, mc, sxt, sxc), _sample_of(s_ptr, row0, t - 2, sst, HAS_SAMPLES)
+        x2, s2 = _row_at(x_ptr, row0, t - 2, live, c, mc, sxt, sxc), _sample_of(s_ptr, row0, t - 2, live, sst, HAS_SAMPLES)
     if K > 3:
-        x3, s3 = _row_at(x_ptr, row0, t - 3, c, mc, sxt, sxc), _sample_of(s_ptr, row0, t - 3, sst, HAS_SAMPLES)
+        x3, s3 = _row_at(x_ptr, row0, t - 3, live, c, mc, sxt, sxc), _sample_of(s_ptr, row0, t - 3, live, sst, HAS_SAMPLES)
     if K > 4:
-        x4, s4 = _row_at(x_ptr, row0, t - 4, c, mc, sxt, sxc), _sample_of(s_ptr, row0, t - 4, sst, HAS_SAMPLES)
+        x4, s4 = _row_at(x_ptr, row0, t - 4, live, c, mc, sxt, sxc), _sample_of(s_ptr, row0, t - 4, live, sst, HAS_SAMPLES)
     if K > 5:
-        x5, s5 = _row_at(x_ptr, row0, t - 5, c, mc, sxt, sxc), _sample_of(s_ptr, row0, t - 5, sst, HAS_SAMPLES)
+        x5, s5 = _row_at(x_ptr, row0, t - 5, live, c, mc, sxt, sxc), _sample_of(s_ptr, row0, t - 5, live, sst, HAS_SAMPLES)
     if K > 6:
-        x6, s6 = _row_at(x_ptr, row0, t - 6, c, mc, sxt, sxc), _sample_of(s_ptr, row0, t - 6, sst, HAS_SAMPLES)
+        x6, s6 = _row_at(x_ptr, row0, t - 6, live, c, mc, sxt, sxc), _sample_of(s_ptr, row0, t - 6, live, sst, HAS_SAMPLES)
     if K > 7:
-        x7, s7 = _row_at(x_ptr, row0, t - 7, c, mc, sxt, sxc), _sample_of(s_ptr, row0, t - 7, sst, HAS_SAMPLES)
-    dyt = _row_at(dy_ptr, row0, t, c, mc, sdt, sdc)
+        x7, s7 = _row_at(x_ptr, row0, t - 7, live, c, mc, sxt, sxc), _sample_of(s_ptr, row0, t - 7, live, sst, HAS_SAMPLES)
+    dyt = _row_at(dy_ptr, row0, t, live, c, mc, sdt, sdc)
     # the reads one token ahead: x entering the window, its sample, dy
-    xa, sa, dya = (_row_at(x_ptr, row0, t - K, c, mc, sxt, sxc), _sample_of(s_ptr, row0, t - K, sst, HAS_SAMPLES),
-                   _row_at(dy_ptr, row0, t - 1, c, mc, sdt, sdc))
+    xa, sa, dya = (_row_at(x_ptr, row0, t - K, live, c, mc, sxt, sxc), _sample_of(s_ptr, row0, t - K, live, sst, HAS_SAMPLES),
+                   _row_at(dy_ptr, row0, t - 1, live, c, mc, sdt, sdc))
     # g of the tokens after t (slot j: g_{t+j}) and their samples; none yet (the row's end, or the walk's start)
     g1, g2, g3, g4, g5, g6, g7 = zero, zero, zero, zero, zero, zero, zero
     q1, q2, q3, q4, q5, q6, q7 = s0 - 2, s0 - 2, s0 - 2, s0 - 2, s0 - 2, s0 - 2, s0 - 2  # -2: no sample
-    for i in range(0, top - first):
-        t = top - 1 - i
+    for i in range(0, tl.max(tl.where(live, top - first, 0), axis=0)):
+        t = top - 1 - i  # [ROWS]: a span shorter than the longest walks past its start, its token not its own
         # the reads two tokens ahead, in flight while this token is worked
-        xb, sb, dyb = (_row_at(x_ptr, row0, t - K - 1, c, mc, sxt, sxc),
-                       _sample_of(s_ptr, row0, t - K - 1, sst, HAS_SAMPLES), _row_at(dy_ptr, row0, t - 2, c, mc, sdt, sdc))
+        xb, sb, dyb = (_row_at(x_ptr, row0, t - K - 1, live, c, mc, sxt, sxc),
+                       _sample_of(s_ptr, row0, t - K - 1, live, sst, HAS_SAMPLES), _row_at(dy_ptr, row0, t - 2, live, c, mc, sdt, sdc))
         a = _wide(x0, F64) * w0 + bias
-        a += tl.where(s1 == s0, _wide(x1, F64), 0.0) * w1
-        a += tl.where(s2 == s0, _wide(x2, F64), 0.0) * w2
-        a += tl.where(s3 == s0, _wide(x3, F64), 0.0) * w3
-        a += tl.where(s4 == s0, _wide(x4, F64), 0.0) * w4
-        a += tl.where(s5 == s0, _wide(x5, F64), 0.0) * w5
-        a += tl.where(s6 == s0, _wide(x6, F64), 0.0) * w6
-        a += tl.where(s7 == s0, _wide(x7, F64), 0.0) * w7
+        a += tl.where((s1 == s0)[:, None], _wide(x1, F64), 0.0) * w1
+        a += tl.where((s2 == s0)[:, None], _wide(x2, F64), 0.0) * w2
+        a += tl.where((s3 == s0)[:, None], _wide(x3, F64), 0.0) * w3
+        a += tl.where((s4 == s0)[:, None], _wide(x4, F64), 0.0) * w4
+        a += tl.where((s5 == s0)[:, None], _wide(x5, F64), 0.0) * w5
+        a += tl.where((s6 == s0)[:, None], _wide(x6, F64), 0.0) * w6
+        a += tl.where((s7 == s0)[:, None], _wide(x7, F64), 0.0) * w7
         sig = 1.0 / (1.0 + tl.exp(-a))
         g = _wide(dyt, F64) * sig * (1.0 + a * (1.0 - sig))
         # dx_t from g_t and the later tokens' g of t's sample; the gradients of the taps and bias of the span's own
         # tokens (the walk's first K − 1, past the span, only hand their g on)
         dx = g * w0
-        dx += tl.where(q1 == s0, g1, 0.0) * w1
-        dx += tl.where(q2 == s0, g2, 0.0) * w2
-        dx += tl.where(q3 == s0, g3, 0.0) * w3
-        dx += tl.where(q4 == s0, g4, 0.0) * w4
-        dx += tl.where(q5 == s0, g5, 0.0) * w5
-        dx += tl.where(q6 == s0, g6, 0.0) * w6
-        dx += tl.where(q7 == s0, g7, 0.0) * w7
-        own = tl.zeros([1], tl.int32) + t < end
-        tl.store(dx_ptr + (row0 + t) * C + c, dx.to(dx_ptr.dtype.element_ty), mask=mc & own)
-        g_own = tl.where(own, g, 0.0)
+        dx += tl.where((q1 == s0)[:, None], g1, 0.0) * w1
+        dx += tl.where((q2 == s0)[:, None], g2, 0.0) * w2
+        dx += tl.where((q3 == s0)[:, None], g3, 0.0) * w3
+        dx += tl.where((q4 == s0)[:, None], g4, 0.0) * w4
+        dx += tl.where((q5 == s0)[:, None], g5, 0.0) * w5
+        dx += tl.where((q6 == s0)[:, None], g6, 0.0) * w6
+        dx += tl.where((q7 == s0)[:, None], g7, 0.0) * w7
+        own = (t < end) & (t >= first) & live
+        tl.store(dx_ptr + (row0 + t)[:, None] * C + c[None, :], dx.to(dx_ptr.dtype.element_ty),
+                 mask=mc[None, :] & own[:, None])
+        g_own = tl.where(own[:, None], g, 0.0)
         db += g_own
         dw0 += g_own * _wide(x0, F64)
-        dw1 += tl.where(s1 == s0, g_own, 0.0) * _wide(x1, F64)
-        dw2 += tl.where(s2 == s0, g_own, 0.0) * _wide(x2, F64)
-        dw3 += tl.where(s3 == s0, g_own, 0.0) * _wide(x3, F64)
-        dw4 += tl.where(s4 == s0, g_own, 0.0) * _wide(x4, F64)
-        dw5 += tl.where(s5 == s0, g_own, 0.0) * _wide(x5, F64)
-        dw6 += tl.where(s6 == s0, g_own, 0.0) * _wide(x6, F64)
-        dw7 += tl.where(s7 == s0, g_own, 0.0) * _wide(x7, F64)
+        dw1 += tl.where((s1 == s0)[:, None], g_own, 0.0) * _wide(x1, F64)
+        dw2 += tl.where((s2 == s0)[:, None], g_own, 0.0) * _wide(x2, F64)
+        dw3 += tl.where((s3 == s0)[:, None], g_own, 0.0) * _wide(x3, F64)
+        dw4 += tl.where((s4 == s0)[:, None], g_own, 0.0) * _wide(x4, F64)
+        dw5 += tl.where((s5 == s0)[:, None], g_own, 0.0) * _wide(x5, F64)
+        dw6 += tl.where((s6 == s0)[:, None], g_own, 0.0) * _wide(x6, F64)
+        dw7 += tl.where((s7 == s0)[:, None], g_own, 0.0) * _wide(x7, F64)
         # one token back: g_t becomes g_{(t−1)+1}; the window takes the read that entered it
         g7, q7 = _later(6, K, g6), _later(6, K, q6)
         g6, q6 = _later(5, K, g5), _later(5, K, q5)
@@ -487,10 +492,10 @@ def _bwd_serial_kernel(x_ptr, w_ptr, b_ptr, s_ptr, dy_ptr, dx_ptr, dwb_ptr, L, C
         x7, s7 = _slide(7, K, x7, xa), _slide(7, K, s7, sa)
         dyt = dya
         xa, sa, dya = xb, sb, dyb
-    out = dwb_ptr + (i_b * n_span + pid % n_span) * (K + 1) * C + c
+    out = dwb_ptr + pid * (K + 1) * C + c
     for j in tl.static_range(K):
-        tl.store(out + (K - 1 - j) * C, _pick(j, dw0, dw1, dw2, dw3, dw4, dw5, dw6, dw7), mask=mc)
-    tl.store(out + K * C, db, mask=mc)
+        tl.store(out + (K - 1 - j) * C, tl.sum(_pick(j, dw0, dw1, dw2, dw3, dw4, dw5, dw6, dw7), axis=0), mask=mc)
+    tl.store(out + K * C, tl.sum(db, axis=0), mask=mc)
 
 
 def _flags(x: Tensor, weight: Tensor) -> tuple[bool, int]:
@@ -539,20 +544,21 @@ def _short_conv_backward(dy: Tensor, x: Tensor, weight: Tensor, bias: Optional[T
     f64, BC = _flags(x, weight)
     acc = torch.float64 if f64 else torch.float32
     serial = BWD_FORM == "serial"
-    if serial:
+    if serial:  # programs of SERIAL_ROWS spans, the spans numbered along the rows
         BC = min(SERIAL_BC, triton.next_power_of_2(C))
-        n_span = triton.cdiv(L, SERIAL_SPAN)
-    else:
-        n_span = triton.cdiv(L, (BT_BWD - K + 1) * SPAN_TILES)
+        programs = triton.cdiv(B * triton.cdiv(L, SERIAL_SPAN), SERIAL_ROWS)
+    else:  # programs of SPAN_TILES tiles, a row's own
+        programs = B * triton.cdiv(L, (BT_BWD - K + 1) * SPAN_TILES)
     dx = triton_helpers.new_buffer(B, L, C, dtype=x.dtype, device=x.device)
-    parts = triton_helpers.new_buffer(B * n_span, K + 1, C, dtype=acc, device=x.device)
+    parts = triton_helpers.new_buffer(programs, K + 1, C, dtype=acc, device=x.device)
     x, dy, s = _flat_rows(x), _flat_rows(dy), x if samples is None else _flat_rows(samples)
-    grid = (B * n_span, triton.cdiv(C, BC))
+    grid = (programs, triton.cdiv(C, BC))
     common = dict(K=K, HAS_BIAS=bias is not None, HAS_SAMPLES=samples is not None, F64=f64, BLOCK_C=BC)
     if serial:
-        _bwd_serial_kernel[grid](x, weight, weight if bias is None else bias, s, dy, dx, parts, L, C,
+        _bwd_serial_kernel[grid](x, weight, weight if bias is None else bias, s, dy, dx, parts, B, L, C,
                                  *x.stride()[1:], *weight.stride(), s.stride(1), *dy.stride()[1:], **common,
-                                 SPAN=SERIAL_SPAN, num_warps=max(1, BC // 32))
+                                 SPAN=SERIAL_SPAN, ROWS=SERIAL_ROWS,
+                                 num_warps=max(1, min(8, SERIAL_ROWS * BC // 32)))
     else:
         scratch = torch.empty(grid[0] * grid[1], BT_BWD, BC, dtype=acc, device=x.device)
         _bwd_kernel[grid](x, weight, weight if bias is None else bias, s, dy, dx, parts, scratch, L, C,

@@ -10,7 +10,7 @@ from torch import Tensor
 
 from falcon_lab.kernels.common import packed
 from falcon_lab.kernels.common import triton_helpers as helpers
-from falcon_lab.kernels.common.checks import interpreting
+from falcon_lab.kernels.common.checks import SettingError, interpreting
 from falcon_lab.kernels.common.config import RuleConfig
 from falcon_lab.kernels.common.triton_helpers import chunk_table, next_power_of_2
 from falcon_lab.kernels.regression.triton_dk import finish_dk_kernel
@@ -18,7 +18,6 @@ from falcon_lab.kernels.regression.triton_f1 import f1_intra_kernel, f1_prep_ker
 from falcon_lab.kernels.regression.triton_f1_bwd import f1_dstate_kernel, f1_grad_kernel
 from falcon_lab.kernels.regression.triton_f2 import f2_dstate_kernel, f2_fwd_kernel, f2_inverse_kernel, f2_out_kernel
 from falcon_lab.kernels.regression.triton_f2_bwd import f2_grad_kernel
-from falcon_lab.typed import ConfigError
 
 # The matmul operands inside the kernels, by input dtype, on a GPU: "tf32x3" (three tf32 passes, about fp32),
 # "tf32" (one pass) or "bf16" (operands rounded to bf16, the fastest). bf16 inputs take bf16 operands: their
@@ -35,24 +34,24 @@ SOLVE_PRECISION = {torch.float32: "tf32x3", torch.bfloat16: "bf16", torch.float1
 INVERSES = ("substitution", "doubling")
 INVERSE = os.environ.get("LAB_TRIL_INVERSE", "doubling")
 if INVERSE not in INVERSES:
-    raise ConfigError(f"LAB_TRIL_INVERSE must be one of {', '.join(INVERSES)}, got {INVERSE!r}")
+    raise SettingError(f"LAB_TRIL_INVERSE must be one of {', '.join(INVERSES)}, got {INVERSE!r}")
 KERNELS = ("f1_prep", "f1_intra", "f1_state", "f1_dstate", "f1_grad", "f2_fwd", "f2_dstate", "f2_inverse", "f2_out",
            "f2_grad", "finish_dk")
 LAUNCH_KEYS = ("BK", "BV", "num_warps", "num_stages")
 
 
 def parse_launch(text: str) -> dict[str, dict]:
-    """``kernel:KEY=N,KEY=N;kernel:...`` (LAB_LAUNCH) as ``LAUNCH_OVERRIDES`` takes it; ConfigError for a kernel
+    """``kernel:KEY=N,KEY=N;kernel:...`` (LAB_LAUNCH) as ``LAUNCH_OVERRIDES`` takes it; SettingError for a kernel
     or key that is not one, or a value that is no positive integer."""
     overrides: dict[str, dict] = {}
     for part in filter(None, (p.strip() for p in text.split(";"))):
         name, _, settings = part.partition(":")
         if name not in KERNELS:
-            raise ConfigError(f"LAB_LAUNCH: unknown kernel {name!r} (one of {', '.join(KERNELS)})")
+            raise SettingError(f"LAB_LAUNCH: unknown kernel {name!r} (one of {', '.join(KERNELS)})")
         for setting in filter(None, settings.split(",")):
             key, _, value = setting.partition("=")
             if key not in LAUNCH_KEYS or not value.isdigit() or int(value) < 1:
-                raise ConfigError(f"LAB_LAUNCH: {name}: expected KEY=N with KEY one of {', '.join(LAUNCH_KEYS)} "
+                raise SettingError(f"LAB_LAUNCH: {name}: expected KEY=N with KEY one of {', '.join(LAUNCH_KEYS)} "
                                   f"and N a positive integer, got {setting!r}")
             overrides.setdefault(name, {})[key] = int(value)
     return overrides
