@@ -88,8 +88,8 @@ def test_short_conv_matches_its_pytorch_twin(size: int, packed: bool, bias: bool
         torch.testing.assert_close(a, c, rtol=1e-5, atol=1e-5, msg=name)
 
 
-@pytest.mark.parametrize(("form", "span", "rows"), [("tiles", 1, 1), ("tiles", 3, 1), ("serial", 7, 1), ("serial", 64, 1),
-                                                  ("serial", 7, 4)])
+@pytest.mark.parametrize(("form", "span", "rows"), [("tiles", 1, 1), ("tiles", 3, 1), ("serial", 7, 1),
+                                                  ("serial", 64, 1), ("serial", 7, 4)])
 @pytest.mark.parametrize("size", [1, 4, 8])
 def test_short_conv_backward_across_forms_and_spans(monkeypatch: pytest.MonkeyPatch, size: int, form: str,
                                                      span: int, rows: int) -> None:

@@ -375,16 +375,23 @@ def _sample_of(s_ptr, row0, t, live, sst, HAS_SAMPLES: tl.constexpr):
         return tl.where(t >= 0, 0, -1)
 
 
+@triton.jit
+def _x_and_sample(x_ptr, s_ptr, row0, t, live, c, mc, sxt, sxc, sst, HAS_SAMPLES: tl.constexpr):
+    """x at token t ``[R]`` of each of R rows (``_row_at``) and the token's sample (``_sample_of``)."""
+    return _row_at(x_ptr, row0, t, live, c, mc, sxt, sxc), _sample_of(s_ptr, row0, t, live, sst, HAS_SAMPLES)
+
+
 @triton.jit(do_not_specialize=["L"])
 def _bwd_serial_kernel(x_ptr, w_ptr, b_ptr, s_ptr, dy_ptr, dx_ptr, dwb_ptr, n_rows, L, C, sxt, sxc, swc, swk, sst, sdt,
                        sdc, K: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_SAMPLES: tl.constexpr, F64: tl.constexpr,
                        SPAN: tl.constexpr, ROWS: tl.constexpr, BLOCK_C: tl.constexpr):
     """The backward token by token: a program walks ``ROWS`` spans of ``SPAN`` tokens in step, each from its last
-    token to its first, a thread a channel (several spans a program: more reads in flight a step). It keeps in registers the window of x (x_t .. x_{t−K+1}, with their samples) and g of the K − 1 tokens
-    after t (g_{t+1} .. g_{t+K−1}, with theirs), so a token reads one new x and one dy from memory, and dx_t =
-    Σ_j w[K−1−j] g_{t+j} needs no exchange between threads and no barrier; it begins K − 1 tokens past its span
-    (their g only). Those reads are issued two tokens ahead. The taps' and bias's gradients are each thread's own
-    sums."""
+    token to its first, a thread a channel (several spans a program: more reads in flight a step). It keeps in
+    registers the window of x (x_t .. x_{t−K+1}, with their samples) and g of the K − 1 tokens after t (g_{t+1} ..
+    g_{t+K−1}, with theirs), so a token reads one new x and one dy from memory, and dx_t = Σ_j w[K−1−j] g_{t+j}
+    needs no exchange between threads and no barrier; it begins K − 1 tokens past its span (their g only). Those
+    reads are issued two tokens ahead. The taps' and bias's gradients are each thread's own sums, then the
+    program's."""
     n_span = tl.cdiv(L, SPAN)
     pid = tl.program_id(0)
     sp = pid * ROWS + tl.arange(0, ROWS)  # the program's spans, numbered along the rows
@@ -411,36 +418,36 @@ def _bwd_serial_kernel(x_ptr, w_ptr, b_ptr, s_ptr, dy_ptr, dx_ptr, dwb_ptr, n_ro
     db, dw0, dw1, dw2, dw3, dw4, dw5, dw6, dw7 = zero, zero, zero, zero, zero, zero, zero, zero, zero
     # the window at the walk's first token (slot j: x_{t−j} as read, and its sample)
     t = top - 1
-    x0, s0 = _row_at(x_ptr, row0, t, live, c, mc, sxt, sxc), _sample_of(s_ptr, row0, t, live, sst, HAS_SAMPLES)
+    x0, s0 = _x_and_sample(x_ptr, s_ptr, row0, t, live, c, mc, sxt, sxc, sst, HAS_SAMPLES)
     none = tl.zeros_like(x0)
     x1, x2, x3, x4, x5, x6, x7 = none, none, none, none, none, none, none
     s1, s2, s3, s4, s5, s6, s7 = s0, s0, s0, s0, s0, s0, s0
     if K > 1:
-        x1, s1 = _row_at(x_ptr, row0, t - 1, live, c, mc, sxt, sxc), _sample_of(s_ptr, row0, t - 1, live, sst, HAS_SAMPLES)
+        x1, s1 = _x_and_sample(x_ptr, s_ptr, row0, t - 1, live, c, mc, sxt, sxc, sst, HAS_SAMPLES)
     if K > 2:
-        x2, s2 = _row_at(x_ptr, row0, t - 2, live, c, mc, sxt, sxc), _sample_of(s_ptr, row0, t - 2, live, sst, HAS_SAMPLES)
+        x2, s2 = _x_and_sample(x_ptr, s_ptr, row0, t - 2, live, c, mc, sxt, sxc, sst, HAS_SAMPLES)
     if K > 3:
-        x3, s3 = _row_at(x_ptr, row0, t - 3, live, c, mc, sxt, sxc), _sample_of(s_ptr, row0, t - 3, live, sst, HAS_SAMPLES)
+        x3, s3 = _x_and_sample(x_ptr, s_ptr, row0, t - 3, live, c, mc, sxt, sxc, sst, HAS_SAMPLES)
     if K > 4:
-        x4, s4 = _row_at(x_ptr, row0, t - 4, live, c, mc, sxt, sxc), _sample_of(s_ptr, row0, t - 4, live, sst, HAS_SAMPLES)
+        x4, s4 = _x_and_sample(x_ptr, s_ptr, row0, t - 4, live, c, mc, sxt, sxc, sst, HAS_SAMPLES)
     if K > 5:
-        x5, s5 = _row_at(x_ptr, row0, t - 5, live, c, mc, sxt, sxc), _sample_of(s_ptr, row0, t - 5, live, sst, HAS_SAMPLES)
+        x5, s5 = _x_and_sample(x_ptr, s_ptr, row0, t - 5, live, c, mc, sxt, sxc, sst, HAS_SAMPLES)
     if K > 6:
-        x6, s6 = _row_at(x_ptr, row0, t - 6, live, c, mc, sxt, sxc), _sample_of(s_ptr, row0, t - 6, live, sst, HAS_SAMPLES)
+        x6, s6 = _x_and_sample(x_ptr, s_ptr, row0, t - 6, live, c, mc, sxt, sxc, sst, HAS_SAMPLES)
     if K > 7:
-        x7, s7 = _row_at(x_ptr, row0, t - 7, live, c, mc, sxt, sxc), _sample_of(s_ptr, row0, t - 7, live, sst, HAS_SAMPLES)
+        x7, s7 = _x_and_sample(x_ptr, s_ptr, row0, t - 7, live, c, mc, sxt, sxc, sst, HAS_SAMPLES)
     dyt = _row_at(dy_ptr, row0, t, live, c, mc, sdt, sdc)
     # the reads one token ahead: x entering the window, its sample, dy
-    xa, sa, dya = (_row_at(x_ptr, row0, t - K, live, c, mc, sxt, sxc), _sample_of(s_ptr, row0, t - K, live, sst, HAS_SAMPLES),
-                   _row_at(dy_ptr, row0, t - 1, live, c, mc, sdt, sdc))
+    xa, sa = _x_and_sample(x_ptr, s_ptr, row0, t - K, live, c, mc, sxt, sxc, sst, HAS_SAMPLES)
+    dya = _row_at(dy_ptr, row0, t - 1, live, c, mc, sdt, sdc)
     # g of the tokens after t (slot j: g_{t+j}) and their samples; none yet (the row's end, or the walk's start)
     g1, g2, g3, g4, g5, g6, g7 = zero, zero, zero, zero, zero, zero, zero
     q1, q2, q3, q4, q5, q6, q7 = s0 - 2, s0 - 2, s0 - 2, s0 - 2, s0 - 2, s0 - 2, s0 - 2  # -2: no sample
     for i in range(0, tl.max(tl.where(live, top - first, 0), axis=0)):
         t = top - 1 - i  # [ROWS]: a span shorter than the longest walks past its start, its token not its own
         # the reads two tokens ahead, in flight while this token is worked
-        xb, sb, dyb = (_row_at(x_ptr, row0, t - K - 1, live, c, mc, sxt, sxc),
-                       _sample_of(s_ptr, row0, t - K - 1, live, sst, HAS_SAMPLES), _row_at(dy_ptr, row0, t - 2, live, c, mc, sdt, sdc))
+        xb, sb = _x_and_sample(x_ptr, s_ptr, row0, t - K - 1, live, c, mc, sxt, sxc, sst, HAS_SAMPLES)
+        dyb = _row_at(dy_ptr, row0, t - 2, live, c, mc, sdt, sdc)
         a = _wide(x0, F64) * w0 + bias
         a += tl.where((s1 == s0)[:, None], _wide(x1, F64), 0.0) * w1
         a += tl.where((s2 == s0)[:, None], _wide(x2, F64), 0.0) * w2
@@ -567,7 +574,8 @@ def _short_conv_backward(dy: Tensor, x: Tensor, weight: Tensor, bias: Optional[T
                           num_stages=1)  # no loads moved across the barriers
     summed = parts.sum(0)  # [K + 1, C]
     db_dtype = weight.dtype if bias is None else bias.dtype
-    return dx, summed[:K].t().to(weight.dtype, copy=True).contiguous(), summed[K].to(db_dtype)  # no views of one another
+    # copies, not views of one another (at K = 1 the taps' rows would be the bias's neighbours in one tensor)
+    return dx, summed[:K].t().to(weight.dtype, copy=True).contiguous(), summed[K].to(db_dtype)
 
 
 @_short_conv_backward.register_fake
