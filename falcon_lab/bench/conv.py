@@ -6,8 +6,8 @@ programs take 32 tokens; backward programs each loop over ``SPAN_TILES`` tiles o
 threads through scratch rows and barriers (few tiles a program give more programs and fewer serial steps each, many
 give fewer partial sums of the taps' gradients). ``serial``: programs walk ``SERIAL_SPAN`` tokens of ``SERIAL_BC``
 channels token by token, a thread a channel (backward: g of the later tokens kept in registers, ``SERIAL_ROWS``
-spans a program in step). Each variant is
-timed on the same inputs, so one call measures which is fastest at a shape before it becomes the default.
+spans a program in step, ``SERIAL_VEC`` channels a thread). Each variant is timed on the same inputs, so one call
+measures which is fastest at a shape before it becomes the default.
 
 Inputs: ``x [B, L, C]`` in bf16, taps ``[C, 4]``, a bias, and samples of 1 to 80 tokens packed along each row (as the
 addition batches are), given by id. Timing: ``triton.testing.do_bench`` medians (warm-up, L2 flushed between runs);
@@ -30,10 +30,10 @@ from falcon_lab.runs import atomic_write_text
 
 BANDWIDTH = 3.35e12  # bytes/s
 SHAPES = ((256, 256, 384), (16, 4096, 384), (8, 1024, 2304))  # the same-time step's q, k, v; a long row; 124M's qkv
-COLUMNS = ["shape", "form", "span", "channels", "rows", "mode", "ms", "floor_ms", "frac", "status"]
-# the kernels' form and launch: ("tiles", tiles a program, channels, 1) or ("serial", tokens a program, channels,
-# spans a program)
-Variant = tuple[str, int, int, int]
+COLUMNS = ["shape", "form", "span", "channels", "rows", "vec", "mode", "ms", "floor_ms", "frac", "status"]
+# the kernels' form and launch: ("tiles", tiles a program, channels, 1, 1) or ("serial", tokens a program, channels,
+# spans a program, channels a thread of the backward)
+Variant = tuple[str, int, int, int, int]
 
 
 def parse_shape(text: str) -> tuple[int, int, int]:
@@ -66,9 +66,9 @@ def _timer(device: str) -> Callable[[Callable[[], object]], float]:
 
 
 def variants(span_tiles: Sequence[int], serial_spans: Sequence[int], serial_channels: Sequence[int],
-             serial_rows: Sequence[int] = (1,)) -> list[Variant]:
+             serial_rows: Sequence[int] = (1,), serial_vec: Sequence[int] = (1,)) -> list[Variant]:
     """The tiles form at each of ``span_tiles`` (its channels a program: 64), then the serial form at each span,
-    channel count and number of spans a program."""
+    channel count, number of spans a program and of channels a thread."""
     from falcon_lab.kernels.conv import triton_short_conv
 
     for name, values in (("--span-tiles", span_tiles), ("--serial-span", serial_spans)):
@@ -76,10 +76,12 @@ def variants(span_tiles: Sequence[int], serial_spans: Sequence[int], serial_chan
             raise BenchError(f"{name} must be >= 1, got {list(values)}")
     if any(v < 32 or v & (v - 1) for v in serial_channels):
         raise BenchError(f"--serial-channels must be powers of two >= 32, got {list(serial_channels)}")
-    if any(v < 1 or v & (v - 1) for v in serial_rows):
-        raise BenchError(f"--serial-rows must be powers of two >= 1, got {list(serial_rows)}")
-    return ([("tiles", n, triton_short_conv.MAX_BC, 1) for n in span_tiles]
-            + [("serial", n, bc, r) for n in serial_spans for bc in serial_channels for r in serial_rows])
+    for name, values in (("--serial-rows", serial_rows), ("--serial-vec", serial_vec)):
+        if any(v < 1 or v & (v - 1) for v in values):
+            raise BenchError(f"{name} must be powers of two >= 1, got {list(values)}")
+    return ([("tiles", n, triton_short_conv.MAX_BC, 1, 1) for n in span_tiles]
+            + [("serial", n, bc, r, v) for n in serial_spans for bc in serial_channels for r in serial_rows
+               for v in serial_vec])
 
 
 def run(shapes: Sequence[tuple[int, int, int]], picked: Sequence[Variant], out: Path, device: str,
@@ -88,7 +90,7 @@ def run(shapes: Sequence[tuple[int, int, int]], picked: Sequence[Variant], out: 
     from falcon_lab.kernels.conv import short_conv, triton_short_conv as tsc
 
     timer = _timer(device)
-    kept = tsc.FWD_FORM, tsc.BWD_FORM, tsc.SPAN_TILES, tsc.SERIAL_SPAN, tsc.SERIAL_BC, tsc.SERIAL_ROWS
+    kept = tsc.FWD_FORM, tsc.BWD_FORM, tsc.SPAN_TILES, tsc.SERIAL_SPAN, tsc.SERIAL_BC, tsc.SERIAL_ROWS, tsc.SERIAL_VEC
     rows: list[dict] = []
     try:
         for shape in shapes:
@@ -104,17 +106,18 @@ def run(shapes: Sequence[tuple[int, int, int]], picked: Sequence[Variant], out: 
             def backward() -> object:  # the backward op itself: through autograd the host's time is what one sees
                 return torch.ops.falcon_lab.short_conv_backward(dy, x, t["w"], t["b"], t["samples"])
 
-            for form, span, channels, rows_a_program in picked:
+            for form, span, channels, rows_a_program, vec in picked:
                 tsc.FWD_FORM = tsc.BWD_FORM = form
                 if form == "tiles":
                     tsc.SPAN_TILES = span
                 else:
-                    tsc.SERIAL_SPAN, tsc.SERIAL_BC, tsc.SERIAL_ROWS = span, channels, rows_a_program
-                # the forward has no spans a program: timed once a launch
-                modes = (("bwd", backward),) if rows_a_program > 1 else (("fwd", forward), ("bwd", backward))
+                    tsc.SERIAL_SPAN, tsc.SERIAL_BC, tsc.SERIAL_ROWS, tsc.SERIAL_VEC = span, channels, rows_a_program, vec
+                # the forward has no spans a program nor channels a thread: timed once a launch
+                modes = ((("bwd", backward),) if rows_a_program > 1 or vec > 1 else
+                         (("fwd", forward), ("bwd", backward)))
                 for mode, fn in modes:
                     row = {"shape": "x".join(map(str, shape)), "form": form, "span": span, "channels": channels,
-                           "rows": rows_a_program, "mode": mode, "floor_ms": floors[mode]}
+                           "rows": rows_a_program, "vec": vec, "mode": mode, "floor_ms": floors[mode]}
                     try:
                         row["ms"] = timer(fn)
                         row["frac"] = row["floor_ms"] / row["ms"]
@@ -123,10 +126,11 @@ def run(shapes: Sequence[tuple[int, int, int]], picked: Sequence[Variant], out: 
                         row["status"] = f"failed: {type(err).__name__}: {str(err).splitlines()[0][:160]}"
                     rows.append(row)
                     write(rows, out, device)
-                    echo(f"{row['shape']:>14} {form:<6} {span:>4} x {channels:<4} x {rows_a_program} {mode:<4} "
-                         f"{_fmt(row.get('ms')):>9} ms  floor {_fmt(row['floor_ms'])}  {row['status']}")
+                    echo(f"{row['shape']:>14} {form:<6} {span:>4} x {channels:<4} x {rows_a_program} x {vec} "
+                         f"{mode:<4} {_fmt(row.get('ms')):>9} ms  floor {_fmt(row['floor_ms'])}  {row['status']}")
     finally:
-        tsc.FWD_FORM, tsc.BWD_FORM, tsc.SPAN_TILES, tsc.SERIAL_SPAN, tsc.SERIAL_BC, tsc.SERIAL_ROWS = kept
+        (tsc.FWD_FORM, tsc.BWD_FORM, tsc.SPAN_TILES, tsc.SERIAL_SPAN, tsc.SERIAL_BC, tsc.SERIAL_ROWS,
+         tsc.SERIAL_VEC) = kept
     return rows
 
 

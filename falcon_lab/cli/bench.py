@@ -216,6 +216,9 @@ def conv(
     serial_rows: Annotated[list[int] | None, typer.Option(
         "--serial-rows", help="The serial backward: spans a program walks in step, a power of two (repeatable); "
                               "default 1, 2, 4.")] = None,
+    serial_vec: Annotated[list[int] | None, typer.Option(
+        "--serial-vec", help="The serial backward: channels a thread takes, a power of two (repeatable); "
+                             "default 1.")] = None,
     out: Annotated[Path | None, typer.Option(
         help="Folder for conv.csv and conv.md; default <results>/bench/conv.", callback=writable_out)] = None,
     smoke: Annotated[bool, typer.Option(
@@ -234,7 +237,7 @@ def conv(
                   [parse_shape(s) for s in shapes] if shapes else list(SHAPES))
         neither = span_tiles is None and serial_spans is None
         forms = variants([16, 4, 1] if neither else span_tiles or [], [32, 64] if neither else serial_spans or [],
-                         serial_channels or [64, 128], serial_rows or [1, 2, 4])
+                         serial_channels or [64, 128], serial_rows or [1, 2, 4], serial_vec or [1])
         run(picked, forms, folder, device, echo=typer.echo)
     except BenchError as err:
         typer.echo(f"lab bench conv: {err}", err=True)

@@ -75,6 +75,9 @@ except SettingError as _err:
 SERIAL_SPAN = 64  # tokens a program of the serial forms walks
 SERIAL_BC = 128  # channels it takes, a thread a channel
 SERIAL_ROWS = 1  # spans a program of the serial backward walks in step, a power of two (1: as timed on the H200)
+# channels a thread of the serial backward takes, a power of two: with 2 or 4 its reads of x, dy and dx are 4 or 8
+# bytes wide (more bytes in flight a thread: the walk waits on its reads), at 72 or 128 registers against 48 for sm_90
+SERIAL_VEC = 1
 SERIAL_STAGES = 3  # tokens the serial forward's reads are issued ahead (Triton's pipeline)
 MAX_BC = 64  # channels a program takes
 MAX_SIZE = 8  # the widest convolution the kernels unroll (the mixers use 4)
@@ -565,7 +568,7 @@ def _short_conv_backward(dy: Tensor, x: Tensor, weight: Tensor, bias: Optional[T
         _bwd_serial_kernel[grid](x, weight, weight if bias is None else bias, s, dy, dx, parts, B, L, C,
                                  *x.stride()[1:], *weight.stride(), s.stride(1), *dy.stride()[1:], **common,
                                  SPAN=SERIAL_SPAN, ROWS=SERIAL_ROWS,
-                                 num_warps=max(1, min(8, SERIAL_ROWS * BC // 32)))
+                                 num_warps=max(1, min(8, SERIAL_ROWS * BC // (32 * SERIAL_VEC))))
     else:
         scratch = torch.empty(grid[0] * grid[1], BT_BWD, BC, dtype=acc, device=x.device)
         _bwd_kernel[grid](x, weight, weight if bias is None else bias, s, dy, dx, parts, scratch, L, C,
