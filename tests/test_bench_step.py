@@ -110,10 +110,10 @@ def test_kernel_variants_are_set_for_the_rows_recorded_and_restored(tmp_path: Pa
 
     before = variants.current()
     result = CliRunner().invoke(app, ["bench", "step", "--mixers", "falcon-1a", "--preset", "tiny", "--steps", "1",
-                                      "--kernels", "conv=serial/tiles", "--kernels", "inverse=substitution",
+                                      "--kernels", "conv=tiles", "--kernels", "inverse=substitution",
                                       "--kernels", "launch=f1_grad:BK=32", "--out", str(tmp_path)])
     assert result.exit_code == 0, result.output
-    assert ("- kernels: conv=serial/tiles, inverse=substitution, launch=f1_grad:BK=32"
+    assert ("- kernels: conv=tiles, inverse=substitution, launch=f1_grad:BK=32"
             in (tmp_path / "step.md").read_text())
     assert variants.current() == before
     for word, said in (("conv=fast", "got 'fast'"), ("inverse=lu", "got 'lu'"), ("launch=f9:BK=1", "unknown kernel"),

@@ -93,15 +93,14 @@ def test_short_conv_matches_its_pytorch_twin(size: int, packed: bool, bias: bool
 @pytest.mark.parametrize("size", [1, 4, 8])
 def test_short_conv_backward_across_forms_and_spans(monkeypatch: pytest.MonkeyPatch, size: int, form: str,
                                                      span: int, rows: int) -> None:
-    """Both forms of the kernels (forward and backward alike): the tiles form's backward tiles overlap by size − 1
-    tokens (their g read back at the lags) and its programs take spans of ``span`` tiles; the serial form's programs
+    """Both forms of the backward: the tiles form's tiles overlap by size − 1 tokens (their g read back at the lags)
+    and its programs take spans of ``span`` tiles; the serial form's programs
     walk ``span`` tokens, a thread a channel, beginning size − 1 tokens past their span, ``rows`` spans a program in
     step (the last program's partly past the rows' end). At widths of one token and the widest, with many spans to
     a row, the last one short, samples that cross the tiles' and the spans' edges, and (serial) channels in three
     blocks of 32, the last short, the gradients are the float64 twin's."""
     from falcon_lab.kernels.conv import triton_short_conv
 
-    monkeypatch.setattr(triton_short_conv, "FWD_FORM", form)
     monkeypatch.setattr(triton_short_conv, "BWD_FORM", form)
     monkeypatch.setattr(triton_short_conv, "SPAN_TILES" if form == "tiles" else "SERIAL_SPAN", span)
     monkeypatch.setattr(triton_short_conv, "SERIAL_BC", 32)
@@ -123,11 +122,10 @@ def test_short_conv_backward_across_forms_and_spans(monkeypatch: pytest.MonkeyPa
 
 @pytest.mark.parametrize("form", ["tiles", "serial"])
 def test_short_conv_float64_gradcheck(monkeypatch: pytest.MonkeyPatch, form: str) -> None:
-    """The kernels accumulate float64 inputs in float64: torch's own gradient check at a tiny shape, in
-    either form."""
+    """The kernels accumulate float64 inputs in float64: torch's own gradient check at a tiny shape, with
+    either form of the backward."""
     from falcon_lab.kernels.conv import short_conv, triton_short_conv
 
-    monkeypatch.setattr(triton_short_conv, "FWD_FORM", form)
     monkeypatch.setattr(triton_short_conv, "BWD_FORM", form)
     g = torch.Generator().manual_seed(5)
     samples = packed_rows([[2, 1, 4], [7]]).to(DEVICE)
@@ -141,10 +139,9 @@ def test_short_conv_takes_strided_inputs_and_half_precision(monkeypatch: pytest.
     """x a slice of a wider tensor along its channels (as Mamba-2's x, B, C are of its projection: read in place)
     or along its tokens (rows not L tokens apart: copied), a gradient of stride 0 (a sum's), samples as int32;
     bf16 x with float32 taps: y and dx in bf16, the taps' gradient in float32, all close to the float64 twin;
-    in either form."""
+    with either form of the backward."""
     from falcon_lab.kernels.conv import short_conv, triton_short_conv
 
-    monkeypatch.setattr(triton_short_conv, "FWD_FORM", form)
     monkeypatch.setattr(triton_short_conv, "BWD_FORM", form)
     g = torch.Generator().manual_seed(7)
     wide = torch.randn(2, 50, 20, generator=g)
@@ -218,13 +215,12 @@ def test_short_conv_refuses_shapes_that_do_not_fit() -> None:
 @pytest.mark.gpu
 @pytest.mark.parametrize("form", ["tiles", "serial"])
 def test_on_a_gpu_short_conv_matches_its_twin_at_the_table_size(monkeypatch: pytest.MonkeyPatch, form: str) -> None:
-    """The compiled kernels (not the interpreter), in either form, at the same-time table's size: 16 rows of 4,096
+    """The compiled kernels (not the interpreter), with either form of the backward, at the same-time table's size: 16 rows of 4,096
     tokens packed with samples of 1 to 80 tokens, 384 channels, bf16, width 4 with a bias; and torch.compile
     (Inductor) through the op in one graph. Against the PyTorch twin in float32 on the same device: relative RMS
     errors of bf16's order."""
     from falcon_lab.kernels.conv import short_conv, triton_short_conv
 
-    monkeypatch.setattr(triton_short_conv, "FWD_FORM", form)
     monkeypatch.setattr(triton_short_conv, "BWD_FORM", form)
     g = torch.Generator().manual_seed(11)
     B, L, C = 16, 4096, 384

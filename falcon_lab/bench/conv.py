@@ -1,13 +1,13 @@
 """`lab bench conv`: the fused short convolution (``falcon_lab.kernels.conv``) forward and backward, in its
 forms and their launches, beside the bandwidth floor.
 
-The kernels have two forms (``triton_short_conv.FWD_FORM`` and ``BWD_FORM``; a variant sets both). ``tiles``: forward
-programs take 32 tokens; backward programs each loop over ``SPAN_TILES`` tiles of their row, handing g between
-threads through scratch rows and barriers (few tiles a program give more programs and fewer serial steps each, many
-give fewer partial sums of the taps' gradients). ``serial``: programs walk ``SERIAL_SPAN`` tokens of ``SERIAL_BC``
-channels token by token, a thread a channel (backward: g of the later tokens kept in registers, ``SERIAL_ROWS``
-spans a program in step, ``SERIAL_VEC`` channels a thread). Each variant is timed on the same inputs, so one call
-measures which is fastest at a shape before it becomes the default.
+The forward is one kernel (programs of ``BT_FWD`` tokens and 64 channels), timed once a shape. The backward has two
+forms (``triton_short_conv.BWD_FORM``). ``tiles``: programs each loop over ``SPAN_TILES`` tiles of their row, handing
+g between threads through scratch rows and barriers (few tiles a program give more programs and fewer serial steps
+each, many give fewer partial sums of the taps' gradients). ``serial``: programs walk ``SERIAL_SPAN`` tokens of
+``SERIAL_BC`` channels token by token, g of the later tokens kept in registers, ``SERIAL_ROWS`` spans a program in
+step, ``SERIAL_VEC`` channels a thread. Each variant is timed on the same inputs, so one call measures which is
+fastest at a shape before it becomes the default.
 
 Inputs: ``x [B, L, C]`` in bf16, taps ``[C, 4]``, a bias, and samples of 1 to 80 tokens packed along each row (as the
 addition batches are), given by id. Timing: ``triton.testing.do_bench`` medians (warm-up, L2 flushed between runs);
@@ -67,8 +67,8 @@ def _timer(device: str) -> Callable[[Callable[[], object]], float]:
 
 def variants(span_tiles: Sequence[int], serial_spans: Sequence[int], serial_channels: Sequence[int],
              serial_rows: Sequence[int] = (1,), serial_vec: Sequence[int] = (1,)) -> list[Variant]:
-    """The tiles form at each of ``span_tiles`` (its channels a program: 64), then the serial form at each span,
-    channel count, number of spans a program and of channels a thread."""
+    """The backward's tiles form at each of ``span_tiles`` (its channels a program: 64), then its serial form at each
+    span, channel count, number of spans a program and of channels a thread."""
     from falcon_lab.kernels.conv import triton_short_conv
 
     for name, values in (("--span-tiles", span_tiles), ("--serial-span", serial_spans)):
@@ -86,11 +86,12 @@ def variants(span_tiles: Sequence[int], serial_spans: Sequence[int], serial_chan
 
 def run(shapes: Sequence[tuple[int, int, int]], picked: Sequence[Variant], out: Path, device: str,
         echo: Callable[[str], None] = print) -> list[dict]:
-    """Time every shape and variant of the backward; rewrite conv.csv and conv.md after each row; the rows."""
+    """Time the forward and every variant of the backward at every shape; rewrite conv.csv and conv.md after each
+    row; the rows."""
     from falcon_lab.kernels.conv import short_conv, triton_short_conv as tsc
 
     timer = _timer(device)
-    kept = tsc.FWD_FORM, tsc.BWD_FORM, tsc.SPAN_TILES, tsc.SERIAL_SPAN, tsc.SERIAL_BC, tsc.SERIAL_ROWS, tsc.SERIAL_VEC
+    kept = tsc.BWD_FORM, tsc.SPAN_TILES, tsc.SERIAL_SPAN, tsc.SERIAL_BC, tsc.SERIAL_ROWS, tsc.SERIAL_VEC
     rows: list[dict] = []
     try:
         for shape in shapes:
@@ -106,31 +107,29 @@ def run(shapes: Sequence[tuple[int, int, int]], picked: Sequence[Variant], out: 
             def backward() -> object:  # the backward op itself: through autograd the host's time is what one sees
                 return torch.ops.falcon_lab.short_conv_backward(dy, x, t["w"], t["b"], t["samples"])
 
-            for form, span, channels, rows_a_program, vec in picked:
-                tsc.FWD_FORM = tsc.BWD_FORM = form
-                if form == "tiles":
-                    tsc.SPAN_TILES = span
-                else:
-                    tsc.SERIAL_SPAN, tsc.SERIAL_BC, tsc.SERIAL_ROWS, tsc.SERIAL_VEC = span, channels, rows_a_program, vec
-                # the forward has no spans a program nor channels a thread: timed once a launch
-                modes = ((("bwd", backward),) if rows_a_program > 1 or vec > 1 else
-                         (("fwd", forward), ("bwd", backward)))
-                for mode, fn in modes:
-                    row = {"shape": "x".join(map(str, shape)), "form": form, "span": span, "channels": channels,
-                           "rows": rows_a_program, "vec": vec, "mode": mode, "floor_ms": floors[mode]}
-                    try:
-                        row["ms"] = timer(fn)
-                        row["frac"] = row["floor_ms"] / row["ms"]
-                        row["status"] = "ok"
-                    except Exception as err:  # a variant that fails to compile or run is a result
-                        row["status"] = f"failed: {type(err).__name__}: {str(err).splitlines()[0][:160]}"
-                    rows.append(row)
-                    write(rows, out, device)
-                    echo(f"{row['shape']:>14} {form:<6} {span:>4} x {channels:<4} x {rows_a_program} x {vec} "
-                         f"{mode:<4} {_fmt(row.get('ms')):>9} ms  floor {_fmt(row['floor_ms'])}  {row['status']}")
+            # the forward once (its one form), then the backward in each variant
+            timed = [("fwd", forward, ("tiles", tsc.BT_FWD, tsc.MAX_BC, 1, 1))]
+            timed += [("bwd", backward, variant) for variant in picked]
+            for mode, fn, (form, span, channels, rows_a_program, vec) in timed:
+                if mode == "bwd" and form == "tiles":
+                    tsc.BWD_FORM, tsc.SPAN_TILES = form, span
+                elif mode == "bwd":
+                    tsc.BWD_FORM, tsc.SERIAL_SPAN, tsc.SERIAL_BC = form, span, channels
+                    tsc.SERIAL_ROWS, tsc.SERIAL_VEC = rows_a_program, vec
+                row = {"shape": "x".join(map(str, shape)), "form": form, "span": span, "channels": channels,
+                       "rows": rows_a_program, "vec": vec, "mode": mode, "floor_ms": floors[mode]}
+                try:
+                    row["ms"] = timer(fn)
+                    row["frac"] = row["floor_ms"] / row["ms"]
+                    row["status"] = "ok"
+                except Exception as err:  # a variant that fails to compile or run is a result
+                    row["status"] = f"failed: {type(err).__name__}: {str(err).splitlines()[0][:160]}"
+                rows.append(row)
+                write(rows, out, device)
+                echo(f"{row['shape']:>14} {form:<6} {span:>4} x {channels:<4} x {rows_a_program} x {vec} "
+                     f"{mode:<4} {_fmt(row.get('ms')):>9} ms  floor {_fmt(row['floor_ms'])}  {row['status']}")
     finally:
-        (tsc.FWD_FORM, tsc.BWD_FORM, tsc.SPAN_TILES, tsc.SERIAL_SPAN, tsc.SERIAL_BC, tsc.SERIAL_ROWS,
-         tsc.SERIAL_VEC) = kept
+        tsc.BWD_FORM, tsc.SPAN_TILES, tsc.SERIAL_SPAN, tsc.SERIAL_BC, tsc.SERIAL_ROWS, tsc.SERIAL_VEC = kept
     return rows
 
 

@@ -128,7 +128,7 @@ def step(
         "--traces", help="Write each mixer's profiled step as a gzipped Chrome trace beside step.csv (GPU).")] = False,
     samples: SamplesOption = None,
     kernels: Annotated[list[str] | None, typer.Option(
-        "--kernels", help="A kernel variant for every row, NAME=VALUE (repeatable): conv=FWD/BWD (tiles or serial), "
+        "--kernels", help="A kernel variant for every row, NAME=VALUE (repeatable): conv=tiles|serial (the backward), "
                           "inverse=substitution|doubling, launch='kernel:KEY=N,...' (falcon_lab/kernels/variants.py); "
                           "default: the environment's.")] = None,
 ) -> None:

@@ -3,8 +3,9 @@
 and what the UT transform's inverse by doubling and f1_grad's narrower key blocks do to falcon-1.3's step. The tiles
 backward was 0.22 ms a call in the same-time step where reading x and dy and writing dx once would take about 0.05
 (`records/bench/band-fresh-rows/by-id/`: `_bwd_kernel`, 18 calls, 4.01 ms): at 16 tiles a program it takes up to 16
-serial steps, each behind two barriers, and two programs fill an SM. The serial forms walk tokens one by one with no
-barrier, a thread a channel; the backward's programs may walk 1, 2 or 4 spans in step (more reads in flight)."""
+serial steps, each behind two barriers, and two programs fill an SM. The serial backward walks tokens one by one with
+no barrier, a thread a channel; its programs may walk 1, 2 or 4 spans in step (more reads in flight). (The record was
+made when a serial forward stood beside it, `conv=serial` setting both: that forward was slower and is gone.)"""
 
 from falcon_lab.experiments.declare import Commands, Experiment
 

@@ -1,7 +1,7 @@
 """The kernels' implementation variants a process runs, read and set in one place.
 
-- ``conv``: the short convolution's forward and backward forms, ``FWD/BWD``, each ``tiles`` or ``serial`` (one word
-  sets both; ``falcon_lab.kernels.conv.triton_short_conv``);
+- ``conv``: the short convolution's backward form, ``tiles`` or ``serial``
+  (``falcon_lab.kernels.conv.triton_short_conv.BWD_FORM``);
 - ``inverse``: the UT transform's inverse, ``substitution`` or ``doubling`` (``regression.triton_launch.INVERSE``);
 - ``launch``: the regression kernels' blocks and warps, ``kernel:KEY=N,...;kernel:...``
   (``regression.triton_launch.parse_launch``).
@@ -32,7 +32,7 @@ def parse(words: Sequence[str]) -> dict[str, str]:
         if name not in NAMES or not eq:
             raise SettingError(f"--kernels: expected NAME=VALUE with NAME one of {', '.join(NAMES)}, got {word!r}")
         if name == "conv":
-            triton_short_conv.forms(value)
+            triton_short_conv.form(value)
         elif name == "inverse" and value not in triton_launch.INVERSES:
             raise SettingError(f"--kernels: inverse must be one of {', '.join(triton_launch.INVERSES)}, got {value!r}")
         elif name == "launch":
@@ -48,7 +48,7 @@ def current() -> dict[str, str]:
 
     overrides = ";".join(f"{k}:" + ",".join(f"{key}={v}" for key, v in kv.items())
                          for k, kv in launch.LAUNCH_OVERRIDES.items())
-    return {"conv": f"{conv.FWD_FORM}/{conv.BWD_FORM}", "inverse": launch.INVERSE, "launch": overrides or "default"}
+    return {"conv": conv.BWD_FORM, "inverse": launch.INVERSE, "launch": overrides or "default"}
 
 
 @contextmanager
@@ -57,10 +57,10 @@ def using(picked: dict[str, str]) -> Iterator[None]:
     from falcon_lab.kernels.conv import triton_short_conv as conv
     from falcon_lab.kernels.regression import triton_launch as launch
 
-    before = conv.FWD_FORM, conv.BWD_FORM, launch.INVERSE, dict(launch.LAUNCH_OVERRIDES)
+    before = conv.BWD_FORM, launch.INVERSE, dict(launch.LAUNCH_OVERRIDES)
     try:
         if "conv" in picked:
-            conv.FWD_FORM, conv.BWD_FORM = conv.forms(picked["conv"])
+            conv.BWD_FORM = conv.form(picked["conv"])
         if "inverse" in picked:
             launch.INVERSE = picked["inverse"]
         if "launch" in picked:
@@ -68,6 +68,6 @@ def using(picked: dict[str, str]) -> Iterator[None]:
             launch.LAUNCH_OVERRIDES.update(launch.parse_launch(picked["launch"]))
         yield
     finally:
-        conv.FWD_FORM, conv.BWD_FORM, launch.INVERSE = before[:3]
+        conv.BWD_FORM, launch.INVERSE = before[:2]
         launch.LAUNCH_OVERRIDES.clear()
-        launch.LAUNCH_OVERRIDES.update(before[3])
+        launch.LAUNCH_OVERRIDES.update(before[2])

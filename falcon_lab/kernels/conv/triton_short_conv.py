@@ -27,10 +27,10 @@ Its x and dy are read two tiles ahead so that the reads from memory are in fligh
 worked; the lags' x and the taps' gradients' x come from the cache. "Same sample" is read from ``samples`` itself
 (a vector of the tile's tokens a shift, folded into the reads' masks), so nothing is precomputed per step.
 
-A second form of both kernels (``FWD_FORM``, ``BWD_FORM`` = "serial") walks ``SERIAL_SPAN`` tokens a program token
-by token, a thread a channel; the backward from its span's end, with the window of x and g of the K − 1 later
-tokens in registers (no scratch, no barrier: one new x and one dy read a token, issued two tokens ahead); the
-forward's reads issued ahead by Triton's pipeline. `lab bench conv` times both forms.
+A second form of the backward (``BWD_FORM = "serial"``, the default) walks ``SERIAL_SPAN`` tokens a program token
+by token from its span's end, a thread a channel, with the window of x and g of the K − 1 later tokens in registers
+(no scratch, no barrier: one new x and one dy read a token, issued two tokens ahead). `lab bench conv` times both
+forms. (A forward walked alike was slower than the tiles': `docs/findings.md`.)
 
 Accumulation is float32 (float64 for float64 inputs); y and dx come back in x's dtype, the taps' and bias's
 gradients in their own. The op is a ``torch.library`` custom op with its backward registered: torch.compile keeps
@@ -52,33 +52,29 @@ BT_FWD = 32  # tokens a forward program takes
 BT_BWD = 16  # the tokens of a backward tile (its last K − 1 only feed the others' dx), BWD_WARPS warps: 4 values a
 BWD_WARPS = 8  # thread, 113 registers compiled for sm_90 at K = 4 (2 programs an SM; 32 tokens a tile take 173)
 SPAN_TILES = 16  # tiles a backward program loops over (its taps' gradients one partial sum)
-FORMS = ("tiles", "serial")
+FORMS = ("tiles", "serial")  # the backward's
 
 
-def forms(text: str) -> tuple[str, str]:
-    """``FWD/BWD`` (or one form for both) as (forward's form, backward's form); SettingError for what is not one."""
-    parts = text.split("/")
-    if len(parts) > 2 or any(p not in FORMS for p in parts):
-        raise SettingError(f"the short convolution's forms must be FWD/BWD or one form, each one of "
-                          f"{', '.join(FORMS)}, got {text!r}")
-    return parts[0], parts[-1]
+def form(text: str) -> str:
+    """The backward's form named by ``text``; SettingError for what is not one."""
+    if text not in FORMS:
+        raise SettingError(f"the short convolution's backward form must be one of {', '.join(FORMS)}, got {text!r}")
+    return text
 
 
-# the forward's kernel, "tiles" (_fwd_kernel) or "serial" (_fwd_serial_kernel), and the backward's (_bwd_kernel or
-# _bwd_serial_kernel): in the same-time step on an H200 the serial backward took 142 µs a call against the tiles'
-# 218, the serial forward 220 µs, more than it saved (records/bench/conv-forms). LAB_CONV_FORM in the environment
-# sets them (FWD/BWD, or one form for both), so one machine times a step in either
+# the backward's kernel, "tiles" (_bwd_kernel) or "serial" (_bwd_serial_kernel): in the same-time step on an H200 the
+# serial one took 142 µs a call against the tiles' 218 (records/bench/conv-forms). LAB_CONV_FORM in the environment
+# sets it, so one machine times a step in either
 try:
-    FWD_FORM, BWD_FORM = forms(os.environ.get("LAB_CONV_FORM", "tiles/serial"))
+    BWD_FORM = form(os.environ.get("LAB_CONV_FORM", "serial"))
 except SettingError as _err:
     raise SettingError(f"LAB_CONV_FORM: {_err}") from None
-SERIAL_SPAN = 64  # tokens a program of the serial forms walks
+SERIAL_SPAN = 64  # tokens a program of the serial backward walks
 SERIAL_BC = 128  # channels it takes, a thread a channel
 SERIAL_ROWS = 1  # spans a program of the serial backward walks in step, a power of two (1: as timed on the H200)
 # channels a thread of the serial backward takes, a power of two: with 2 or 4 its reads of x, dy and dx are 4 or 8
 # bytes wide (more bytes in flight a thread: the walk waits on its reads), at 72 or 128 registers against 48 for sm_90
 SERIAL_VEC = 1
-SERIAL_STAGES = 3  # tokens the serial forward's reads are issued ahead (Triton's pipeline)
 MAX_BC = 64  # channels a program takes
 MAX_SIZE = 8  # the widest convolution the kernels unroll (the mixers use 4)
 
@@ -178,41 +174,6 @@ def _fwd_kernel(x_ptr, w_ptr, b_ptr, s_ptr, y_ptr, L, C, sxt, sxc, swc, swk, sst
     y = a / (1.0 + tl.exp(-a))
     tl.store(y_ptr + ((i_b * L + t) * C)[:, None] + c[None, :], y.to(y_ptr.dtype.element_ty),
              mask=(t < L)[:, None] & (c < C)[None, :])
-
-
-@triton.jit(do_not_specialize=["L"])
-def _fwd_serial_kernel(x_ptr, w_ptr, b_ptr, s_ptr, y_ptr, L, C, sxt, sxc, swc, swk, sst,
-                       K: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_SAMPLES: tl.constexpr, F64: tl.constexpr,
-                       SPAN: tl.constexpr, BLOCK_C: tl.constexpr, STAGES: tl.constexpr):
-    """The forward token by token: a program walks ``SPAN`` tokens of a row, a thread a channel; the reads of a token
-    (x at t .. t − K + 1, the samples) depend on t alone, so Triton's pipeline issues them ``STAGES`` tokens ahead
-    (the lags' x from the cache)."""
-    n_span = tl.cdiv(L, SPAN)
-    pid = tl.program_id(0)
-    i_b = (pid // n_span).to(tl.int64)
-    first = (pid % n_span) * SPAN
-    c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
-    mc = c < C
-    row0 = i_b * L
-    bias = _wide(tl.zeros([BLOCK_C], dtype=tl.float32), F64)
-    if HAS_BIAS:
-        bias = _wide(tl.load(b_ptr + c, mask=mc, other=0.0), F64)
-    for i in tl.range(0, tl.minimum(SPAN, L - first), num_stages=STAGES):
-        t = first + i
-        p = row0 + t
-        tt = tl.full([1], 0, tl.int32) + t
-        if HAS_SAMPLES:
-            s_t = tl.load(s_ptr + p * sst + tl.zeros([1], tl.int32))
-        a = _wide(tl.load(x_ptr + p * sxt + c * sxc, mask=mc, other=0.0), F64) * \
-            _tap(w_ptr, c, C, swc, swk, K - 1, F64) + bias
-        for j in tl.static_range(1, K):
-            keep = tt >= j
-            if HAS_SAMPLES:
-                keep &= tl.load(s_ptr + (p - j) * sst + tl.zeros([1], tl.int32), mask=tt >= j, other=-1) == s_t
-            a += _wide(tl.load(x_ptr + (p - j) * sxt + c * sxc, mask=mc & keep, other=0.0), F64) * \
-                _tap(w_ptr, c, C, swc, swk, K - 1 - j, F64)
-        y = a / (1.0 + tl.exp(-a))
-        tl.store(y_ptr + p * C + c, y.to(y_ptr.dtype.element_ty), mask=mc)
 
 
 @triton.jit
@@ -528,16 +489,9 @@ def _short_conv(x: Tensor, weight: Tensor, bias: Optional[Tensor], samples: Opti
     f64, BC = _flags(x, weight)
     x, s = _flat_rows(x), x if samples is None else _flat_rows(samples)
     common = dict(K=K, HAS_BIAS=bias is not None, HAS_SAMPLES=samples is not None, F64=f64)
-    if FWD_FORM == "serial":
-        BC = min(SERIAL_BC, triton.next_power_of_2(C))
-        grid = (B * triton.cdiv(L, SERIAL_SPAN), triton.cdiv(C, BC))
-        _fwd_serial_kernel[grid](x, weight, weight if bias is None else bias, s, y, L, C, *x.stride()[1:],
-                                 *weight.stride(), s.stride(1), **common, SPAN=SERIAL_SPAN, BLOCK_C=BC,
-                                 STAGES=SERIAL_STAGES, num_warps=max(1, BC // 32))
-    else:
-        grid = (B * triton.cdiv(L, BT_FWD), triton.cdiv(C, BC))
-        _fwd_kernel[grid](x, weight, weight if bias is None else bias, s, y, L, C, *x.stride()[1:],
-                          *weight.stride(), s.stride(1), **common, BLOCK_T=BT_FWD, BLOCK_C=BC)
+    grid = (B * triton.cdiv(L, BT_FWD), triton.cdiv(C, BC))
+    _fwd_kernel[grid](x, weight, weight if bias is None else bias, s, y, L, C, *x.stride()[1:],
+                      *weight.stride(), s.stride(1), **common, BLOCK_T=BT_FWD, BLOCK_C=BC)
     return y
 
 
