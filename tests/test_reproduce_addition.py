@@ -444,6 +444,39 @@ def test_start_within_starts_no_run_once_its_time_is_up(gpus: list[str], tmp_pat
     assert code == 2 and text == "lab reproduce: --start-within must be >= 0 seconds, got -1\n"
 
 
+def test_a_run_starts_only_if_one_like_it_would_end_in_time(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture,
+                                                           tmp_path: Path) -> None:
+    """Runs made one after another start only while the longest finished run of their mixer (else of any) would
+    still end before --start-within's time: the first always starts; after a transformer run of 30 s with 60 s
+    left a second transformer run starts, with 20 s left neither it nor a DeltaNet run does."""
+    from falcon_lab.reproduce.jobs import Outcome
+
+    jobs = plan("tiny", parse_rows("transformer"), seeds=2, max_steps=2) + plan("tiny", parse_rows("deltanet"),
+                                                                                 seeds=1, max_steps=2)
+    clock = [0.0]
+    left_after = iter([60.0, 20.0])
+    made: list[str] = []
+
+    def fake_run(job, results, registry, argv):  # a run of 30 s, after which `left_after` seconds are left
+        made.append(f"{job.cfg.mixer} {job.cfg.train.seed}")
+        clock[0] = 1000.0 - next(left_after)
+        return Outcome(job, "finished", 30.0)
+
+    monkeypatch.setattr(launch, "_run_here", fake_run)
+    monkeypatch.setattr(launch.time, "monotonic", lambda: clock[0])
+    try:
+        launch.start_within(1000.0)
+        outcomes = launch.run_jobs(jobs, tmp_path)
+    finally:
+        launch.start_within(None)
+    assert made == ["transformer 0", "transformer 1"] and len(outcomes) == 2
+    assert ("--start-within: too little of its time is left for a run of about 30 s, so 1 run(s) were not started: "
+            "deltanet seed 0") in capsys.readouterr().err
+    assert launch.expected_seconds(jobs[2], {"transformer": 30.0, "retnet": 45.0}) == 45.0
+    assert launch.expected_seconds(jobs[0], {"transformer": 30.0, "retnet": 45.0}) == 30.0
+    assert launch.expected_seconds(jobs[0], {}) == 0.0
+
+
 @pytest.mark.parametrize(("args", "message"), [
     (["--rows", "transformer,nope"], "lab reproduce: unknown row 'nope'; accepted: transformer, retnet, "),
     (["--preset", "huge"], "lab reproduce: unknown preset 'huge'; accepted: addition-cpu, addition-paper"),

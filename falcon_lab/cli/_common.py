@@ -96,8 +96,9 @@ GpusPerRunOption = Annotated[int, typer.Option(help=GPUS_PER_RUN_HELP)]
 TableOnlyOption = Annotated[bool, typer.Option(help=TABLE_ONLY_HELP)]
 MaxStepsOption = Annotated[int | None, typer.Option(help="Train each run for this many steps instead.")]
 StartWithinOption = Annotated[float | None, typer.Option(
-    help="Start no run later than this many seconds after the command began (the runs going then finish): a "
-         "call with a fixed time starts only runs it can end. Default: no limit.")]
+    help="Start no run later than this many seconds after the command began (the runs going then finish), nor, "
+         "one run after another, a run that would not end by then as the longest like it so far took: a call "
+         "with a fixed time starts only runs it can end. Default: no limit.")]
 ResultsOption = Annotated[Path | None, typer.Option(
     help="Folder of runs/ and the registry lab.db; default $LAB_RESULTS or results/.", callback=writable_out)]
 # The addition campaign presets, as `lab reproduce addition` and `lab ablate alignment` both take them.

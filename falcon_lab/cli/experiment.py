@@ -65,7 +65,8 @@ def run(
     name: NameArgument,
     budget: Annotated[float | None, typer.Option(
         help="Stop after this many seconds: each run ends after its step with a checkpoint, no run starts after "
-             "it, the tables are written; the next call resumes. Default: no limit.")] = None,
+             "it (nor one that would not end by then as the longest like it so far took), the tables are written; "
+             "the next call resumes. Default: no limit.")] = None,
     devices: Annotated[int | None, typer.Option(
         help="GPUs to use (on a CPU: processes); default every visible GPU, 1 on a CPU.")] = None,
     per_gpu: Annotated[int, typer.Option(help=PER_GPU_HELP)] = 1,

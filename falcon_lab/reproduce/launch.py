@@ -47,7 +47,8 @@ OOM_RETRIES = 2
 OOM_MARKERS = ("CUDA out of memory", "OutOfMemoryError")
 
 # `--start-within S`: the time.monotonic() after which a campaign of this process starts no new run (the runs
-# already going finish), so that a call with a fixed budget starts only runs it can end; None: no limit.
+# already going finish), so that a call with a fixed budget starts only runs it can end; None: no limit. Runs made
+# one after another in this process also start only if a run like them (`expected_seconds`) would end by then.
 _START_DEADLINE: float | None = None
 
 
@@ -60,14 +61,22 @@ def start_within(seconds: float | None) -> None:
     _START_DEADLINE = None if seconds is None else time.monotonic() + seconds
 
 
-def may_start() -> bool:
-    """Whether a campaign may still start a run (`start_within`)."""
-    return _START_DEADLINE is None or time.monotonic() <= _START_DEADLINE
+def may_start(expected: float = 0.0) -> bool:
+    """Whether a campaign may still start a run expected to take `expected` seconds (`start_within`)."""
+    return _START_DEADLINE is None or time.monotonic() + expected <= _START_DEADLINE
 
 
-def _left_unstarted(jobs: Sequence[Job]) -> None:
+def expected_seconds(job: Job, took: dict[str, float]) -> float:
+    """What the next run should take, from `took` (the longest run of each mixer finished so far in this process):
+    its mixer's, else the longest of any; 0 before any has finished."""
+    return took.get(job.cfg.mixer, max(took.values(), default=0.0))
+
+
+def _left_unstarted(jobs: Sequence[Job], expected: float = 0.0) -> None:
     if jobs:
-        print(f"--start-within: its time is up, so {len(jobs)} run(s) were not started: "
+        why = ("its time is up" if not may_start() or not expected else
+               f"too little of its time is left for a run of about {expected:.0f} s")
+        print(f"--start-within: {why}, so {len(jobs)} run(s) were not started: "
               f"{', '.join(f'{j.label or j.cfg.mixer} seed {j.cfg.train.seed}' for j in jobs)}",
               file=sys.stderr, flush=True)
 
@@ -170,13 +179,17 @@ def run_jobs(jobs: Sequence[Job], results: Path, slots: int = 1, argv: Sequence[
         progress.begin(todo, results)
     try:
         if slots == 1 and gpus_per_run == 1:
+            took: dict[str, float] = {}  # the longest finished run of each mixer, in seconds
             for i, job in enumerate(todo):
-                if not may_start():
-                    _left_unstarted(todo[i:])
+                expected = expected_seconds(job, took)
+                if not may_start(expected):
+                    _left_unstarted(todo[i:], expected)
                     break
                 if started is not None:
                     started(job)
                 outcome = _run_here(job, results, registry, argv)
+                if outcome.status == "finished":
+                    took[job.cfg.mixer] = max(took.get(job.cfg.mixer, 0.0), outcome.seconds)
                 done(outcome)
                 if outcome.status == "stopped":  # by SIGINT or SIGTERM, at a checkpoint: no new run starts
                     raise KeyboardInterrupt(f"{outcome.job.label}: stopped by a signal")
