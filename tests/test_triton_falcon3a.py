@@ -167,6 +167,54 @@ def test_decayed_attention_with_given_gates_matches_its_recurrence(T: int, raw: 
         assert torch.allclose(a.double(), b, atol=TOL_FP32, rtol=TOL_FP32), name
 
 
+@pytest.mark.parametrize("delay", [1, 3])
+@pytest.mark.parametrize("form", ["rows", "samples", "packed"])
+def test_decayed_attention_reads_its_pairs_delay_tokens_back(form: str, delay: int) -> None:
+    """``delay=d``: token t writes the pair of t − d, read where it lies, exactly as the pairs moved d tokens later
+    with zeros in front (falcon-3a's delayed pass before): outputs, final states and every gradient, RAW and RBW,
+    over rows (chunks of 16, a short last one), rows of samples by id (moved along the whole row) and packed
+    sequences (none read before a sequence's start: the moved copy's pairs there have no gain)."""
+    from falcon_lab.kernels.inner_product.fused import decayed_attention
+    from falcon_lab.kernels.window.fused import _late
+
+    g = torch.Generator().manual_seed(delay + 7 * len(form))
+    B, T, H, Dk, Dv = (1, 45, 2, 8, 16) if form == "packed" else (2, 37, 2, 8, 16)
+    q, k = torch.randn(B, T, H, Dk, generator=g), torch.randn(B, T, H, Dk, generator=g)
+    v = torch.randn(B, T, H, Dv, generator=g)
+    eta, log_gamma = torch.rand(B, T, H, generator=g), -torch.rand(B, T, H, generator=g)
+    opts: dict = {}
+    N, keep = B, torch.ones(1, T, 1)
+    if form == "samples":
+        lengths = [[1, 15, 2, 19], [37]]
+        opts["sample_id"] = torch.stack([torch.repeat_interleave(torch.arange(len(n)), torch.tensor(n))
+                                         for n in lengths]).to(DEVICE)
+    elif form == "packed":
+        bounds = [0, 2, 20, 21, 45]
+        opts["cu_seqlens"] = torch.tensor(bounds, device=DEVICE)
+        N = len(bounds) - 1
+        place = torch.cat([torch.arange(b - a) for a, b in zip(bounds, bounds[1:])])
+        keep = (place >= delay)[None, :, None].float()  # no gain for a pair before a sequence's start
+    S0 = torch.randn(N, H, Dk, Dv, generator=g) * (form != "samples")
+    w_o, w_s = torch.randn(B, T, H, Dv, generator=g), torch.randn(N, H, Dk, Dv, generator=g)
+    for raw in (True, False):
+        def grads(moved: bool) -> list[torch.Tensor]:
+            ins = [t.to(DEVICE).clone().requires_grad_() for t in (q, k, v, eta, log_gamma, S0)]
+            gain = ins[3] * keep.to(DEVICE)
+            if moved:
+                o, S = decayed_attention(ins[0], _late(ins[1], delay), _late(ins[2], delay), gain, *ins[4:], raw=raw,
+                                         chunk_size=16, **opts)
+            else:
+                o, S = decayed_attention(*ins[:3], gain, *ins[4:], raw=raw, chunk_size=16, delay=delay, **opts)
+            ((o * w_o.to(DEVICE)).sum() + (S * w_s.to(DEVICE)).sum()).backward()
+            return [o, S, *(t.grad for t in ins)]
+
+        for name, a, b in zip(("o", "S", "dq", "dk", "dv", "deta", "dlog_gamma", "dS0"), grads(False), grads(True)):
+            assert torch.isfinite(a).all(), (raw, name)
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5, msg=f"{'raw' if raw else 'rbw'} {name}")
+    with pytest.raises(ValueError, match="delay must be >= 0, got -1"):
+        decayed_attention(*(t.to(DEVICE) for t in (q, k, v, eta, log_gamma, S0)), delay=-1, **opts)
+
+
 @pytest.mark.parametrize(("window", "timing", "alignment"), [(3, "raw", "shifted"), (4, "rbw", "same_time"),
                                                             (1, "raw", "same_time")])
 def test_the_packed_glue_compiles_whole_and_gives_its_eager_values_and_gradients(window: int, timing: str,
@@ -184,7 +232,7 @@ def test_the_packed_glue_compiles_whole_and_gives_its_eager_values_and_gradients
     for T, lengths in ((13, [3, 1, 9]), (21, [5, 7, 2, 7])):  # a second length: no recompilation
         bounds = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()])
         win = packed_windows(bounds, T, window, cfg.shifted)
-        ins = [torch.randn(1, T, 2, 4).requires_grad_() for _ in range(3)]
+        ins = [torch.randn(1, T, 2, 4).requires_grad_() for _ in range(2)]  # q, k
         gates = [(torch.rand(1, T, 2) + 0.1).requires_grad_() for _ in range(2)]
         outs = [f(*ins, *gates, win.pair, win.held, win.n_pairs, win.inside, cfg) for f in (_packed_glue, compiled)]
         for want, got in zip(*outs):

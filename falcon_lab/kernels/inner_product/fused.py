@@ -74,6 +74,7 @@ class _Plan(NamedTuple):
     chunk_offsets: Tensor | None
     prec: str
     sample_id: Tensor | None = None  # [B, T] int32: rows of samples kept apart (decayed_attention's sample_id)
+    delay: int = 0  # token t writes the pair of token t − delay (decayed_attention's delay)
 
 
 def _tables(q: Tensor, cu_seqlens: Tensor | None, chunk_size: int) -> tuple:
@@ -121,10 +122,10 @@ def _forward(p: _Plan, q: Tensor, k: Tensor, v: Tensor, beta: Tensor, lam: Tenso
     NK, NV = triton.cdiv(K, p.BK), triton.cdiv(V, p.BV)
     _fwd_h_kernel[(NK, NV, p.N * H)](k, v, last_key, eta, G, S0, h, ST, p.cu_seqlens, p.chunk_offsets,
                                      T=T, NT=p.NT, H=H, K=K, V=V, BT=p.BT, BK=p.BK, BV=p.BV, PREC=p.prec,
-                                     **_flags(p), **_samples(p))
+                                     DELAY=p.delay, **_flags(p), **_samples(p))
     _fwd_o_kernel[(NV, rows * (p.BT // p.BR), B * H)](q, k, v, last_key, eta, G, h, o, *tables, T=T, NT=p.NT, H=H,
                                                        K=K, V=V, BT=p.BT, BR=p.BR, BK=p.BK, BV=p.BV, RAW=p.raw,
-                                                       PREC=p.prec, **_flags(p), **_samples(p))
+                                                       PREC=p.prec, DELAY=p.delay, **_flags(p), **_samples(p))
     return o, ST, eta, G, h
 
 
@@ -144,13 +145,17 @@ def _backward(p: _Plan, q: Tensor, k: Tensor, v: Tensor, beta: Tensor | None, la
                                       PER_CHANNEL=p.per_channel, IS_VARLEN=p.cu_seqlens is not None,
                                       HAS_DST=dST is not None, PREC=p.prec, **_samples(p))
     pshape = (B, T, H, V) if p.per_channel else (B, T, NV, H)
-    dv = helpers.new_buffer(*v.shape, dtype=v.dtype, device=dev)
+    # delayed pairs: the last `delay` rows of each sequence are no token's pair, so no kernel writes their dv and dx
+    def buffer(*shape: int, dtype: torch.dtype) -> Tensor:
+        return (torch.zeros if p.delay else helpers.new_buffer)(*shape, dtype=dtype, device=dev)
+
+    dv = buffer(*v.shape, dtype=v.dtype)
     P = helpers.new_buffer(*pshape, dtype=torch.float32, device=dev)
     deta = helpers.new_buffer(*pshape, dtype=torch.float32, device=dev)
     _bwd_dv_kernel[(NV, rows * (p.BT // p.BR), B * H)](q, k, v, last_key, eta, G, h, dhe, do, dv, P, deta, *tables,
                                                         T=T, NT=p.NT, H=H, K=K, V=V, BT=p.BT, BR=p.BR, BK=p.BK,
-                                                        BV=p.BV, NV=NV, RAW=p.raw, PREC=p.prec, **_flags(p),
-                                                        **_samples(p))
+                                                        BV=p.BV, NV=NV, RAW=p.raw, PREC=p.prec, DELAY=p.delay,
+                                                        **_flags(p), **_samples(p))
     C = None
     if p.per_channel:
         C = helpers.new_buffer(B, T, H, p.BT, dtype=torch.float32, device=dev)
@@ -158,20 +163,21 @@ def _backward(p: _Plan, q: Tensor, k: Tensor, v: Tensor, beta: Tensor | None, la
                                                        BR=p.BR, BV=p.BV, RAW=p.raw,
                                                        IS_VARLEN=p.cu_seqlens is not None, PREC=p.prec)
     dq = helpers.new_buffer(*q.shape, dtype=q.dtype, device=dev)
-    dxd = helpers.new_buffer(*k.shape, dtype=torch.float32, device=dev)
+    # with the gates given (decayed_attention) dx is k's gradient itself: written once in k's dtype
+    dxd = buffer(*k.shape, dtype=k.dtype if beta is None else torch.float32)
     # falcon-2a's per-channel tiles in fp32 overflow Hopper's 227 KiB of shared memory at D = 128 when the
     # value loop is pipelined three deep (262,656 bytes asked on the H200): these two go unpipelined.
     lean = dict(num_stages=1) if p.per_channel and q.element_size() == 4 else {}
     _bwd_dqdx_kernel[(NK, rows, B * H)](q, k, v, last_key, eta, G, h, dhe, do, C, dq, dxd, *tables, T=T, NT=p.NT,
                                         H=H, K=K, V=V, BT=p.BT, BK=p.BK, BV=p.BV, RAW=p.raw, PREC=p.prec,
-                                        **_flags(p), **_samples(p), **lean)
+                                        DELAY=p.delay, **_flags(p), **_samples(p), **lean)
     if beta is None:  # gates given as they are (decayed_attention): dη and d log γ; x = k, no energy term
         deta_out = helpers.new_buffer(B, T, H, dtype=torch.float32, device=dev)
         dlogg = helpers.new_buffer(B, T, H, dtype=torch.float32, device=dev)
         _bwd_gates_kernel[(rows, B * H)](eta, P, deta, end, deta_out, dlogg, *tables, T=T, NT=p.NT, NTT=p.NTT,
                                          H=H, V=V, BT=p.BT, BV=p.BV, NK=NK, NV=NV, RAW=p.raw,
                                          IS_VARLEN=p.cu_seqlens is not None, **_samples(p))
-        return dq, dxd.to(k.dtype), dv, deta_out, dlogg, dS0
+        return dq, dxd, dv, deta_out, dlogg, dS0
     dk = helpers.new_buffer(*k.shape, dtype=k.dtype, device=dev)
     dbeta = helpers.new_buffer(*beta.shape, dtype=beta.dtype, device=dev)
     dlam = helpers.new_buffer(*lam.shape, dtype=lam.dtype, device=dev)
@@ -287,7 +293,7 @@ def _chunk_prefix(log_gamma: Tensor, plan: _Plan) -> Tensor:
 
 def decayed_attention(q: Tensor, k: Tensor, v: Tensor, eta: Tensor, log_gamma: Tensor, S0: Tensor, raw: bool = True,
                       chunk_size: int = 64, cu_seqlens: Tensor | None = None,
-                      sample_id: Tensor | None = None) -> tuple[Tensor, Tensor]:
+                      sample_id: Tensor | None = None, delay: int = 0) -> tuple[Tensor, Tensor]:
     """Decayed linear attention with its gates given as they are, on the fused kernels of falcon-1a:
 
         S_t = γ_t S_{t−1} + η_t k_t v_tᵀ,    o_t = S_tᵀ q_t (``raw``) or S_{t−1}ᵀ q_t,
@@ -303,39 +309,47 @@ def decayed_attention(q: Tensor, k: Tensor, v: Tensor, eta: Tensor, log_gamma: T
     instead of ``cu_seqlens``: the rows as they are, in full chunks, with the samples of a row kept apart (a read
     sees its own sample's writes only; each new id starts from a zero state). S0 ``[B, H, Dk, Dv]`` enters each
     row's first sample and the final state is each row's after its last token. Every shape follows B and T alone
-    and nothing is read on the host (``_sample_rows``)."""
+    and nothing is read on the host (``_sample_rows``).
+
+    ``delay``: token t writes the pair of token t − delay instead, none before its sequence's (or row's) start:
+    S_t = γ_t S_{t−1} + η_t k_{t−delay} v_{t−delay}ᵀ, as if k and v were moved ``delay`` tokens later with zeros in
+    front, read where they lie (no moved copies forward, nor their gradients moved back); within a row of samples
+    the pair may be an earlier sample's, as in the moved copies (the gains say which count). falcon-3a's delayed
+    pass (delay W − 1)."""
     B, T, H, Dk = q.shape
     Dv = v.shape[-1]
     if eta.shape != (B, T, H) or log_gamma.shape != (B, T, H):
         raise ValueError(f"eta and log_gamma must be [B, T, H] = {[B, T, H]}, got {list(eta.shape)} and "
                          f"{list(log_gamma.shape)}")
+    if delay < 0:
+        raise ValueError(f"delay must be >= 0, got {delay}")
     if sample_id is not None:
-        return _sample_rows(q, k, v, eta, log_gamma, S0, raw, chunk_size, cu_seqlens, sample_id)
+        return _sample_rows(q, k, v, eta, log_gamma, S0, raw, chunk_size, cu_seqlens, sample_id, delay)
     # within CUDA's launch limits: rows or packed sequences in slices that fit (falcon_lab.kernels.common.grid)
     groups = (grid.row_groups(B, T, H, chunk_size) if cu_seqlens is None
               else grid.sequence_groups(cu_seqlens, H, chunk_size))
     if len(groups) > 1:
         if cu_seqlens is None:
-            return grid.joined([decayed_attention(*(t[i:j] for t in (q, k, v, eta, log_gamma, S0)), raw, chunk_size)
-                                for i, j in groups], dim=0)
+            return grid.joined([decayed_attention(*(t[i:j] for t in (q, k, v, eta, log_gamma, S0)), raw, chunk_size,
+                                                  delay=delay) for i, j in groups], dim=0)
         bounds = packed.offsets(cu_seqlens)
         return grid.joined([decayed_attention(*(t[:, bounds[i]:bounds[j]] for t in (q, k, v, eta, log_gamma)),
-                                              S0[i:j], raw, chunk_size, cu_seqlens[i:j + 1] - cu_seqlens[i])
-                            for i, j in groups], dim=1)
+                                              S0[i:j], raw, chunk_size, cu_seqlens[i:j + 1] - cu_seqlens[i],
+                                              delay=delay) for i, j in groups], dim=1)
     cu_seqlens, chunk_indices, chunk_offsets, N, NT, NTT = _tables(q, cu_seqlens, chunk_size)
     if S0.shape != (N, H, Dk, Dv):
         raise ValueError(f"S0 must be [N, H, Dk, Dv] = {[N, H, Dk, Dv]} (N the sequences), got {list(S0.shape)}")
     plan = _Plan(per_channel=False, shifted=False, fresh=False, raw=raw, normalize=False, scale_ridge=False,
                  eps=0.0, floor=0.0, BT=chunk_size, BR=chunk_size, BK=min(next_power_of_2(Dk), 64),
                  BV=min(next_power_of_2(Dv), 64), T=T, NT=NT, NTT=NTT, N=N, cu_seqlens=cu_seqlens,
-                 chunk_indices=chunk_indices, chunk_offsets=chunk_offsets, prec=PRECISION[q.dtype])
+                 chunk_indices=chunk_indices, chunk_offsets=chunk_offsets, prec=PRECISION[q.dtype], delay=delay)
     f32 = torch.float32
     return _Decayed.apply(q.contiguous(), k.contiguous(), v.contiguous(), eta.to(f32).contiguous(),
                           log_gamma.to(f32).contiguous(), S0.to(f32).contiguous(), plan)
 
 
 def _sample_rows(q: Tensor, k: Tensor, v: Tensor, eta: Tensor, log_gamma: Tensor, S0: Tensor, raw: bool,
-                 chunk_size: int, cu_seqlens: Tensor | None, sample_id: Tensor) -> tuple[Tensor, Tensor]:
+                 chunk_size: int, cu_seqlens: Tensor | None, sample_id: Tensor, delay: int) -> tuple[Tensor, Tensor]:
     """``decayed_attention`` over rows of samples told apart by ``sample_id``."""
     B, T, H, Dk = q.shape
     Dv = v.shape[-1]
@@ -347,13 +361,13 @@ def _sample_rows(q: Tensor, k: Tensor, v: Tensor, eta: Tensor, log_gamma: Tensor
     groups = grid.row_groups(B, T, H, chunk_size)  # within CUDA's launch limits (falcon_lab.kernels.common.grid)
     if len(groups) > 1:
         return grid.joined([decayed_attention(*(t[i:j] for t in (q, k, v, eta, log_gamma, S0)), raw, chunk_size,
-                                              sample_id=sample_id[i:j]) for i, j in groups], dim=0)
+                                              sample_id=sample_id[i:j], delay=delay) for i, j in groups], dim=0)
     NT = triton.cdiv(T, chunk_size)
     plan = _Plan(per_channel=False, shifted=False, fresh=False, raw=raw, normalize=False, scale_ridge=False,
                  eps=0.0, floor=0.0, BT=chunk_size, BR=chunk_size, BK=min(next_power_of_2(Dk), 64),
                  BV=min(next_power_of_2(Dv), 64), T=T, NT=NT, NTT=B * NT, N=B, cu_seqlens=None, chunk_indices=None,
                  chunk_offsets=None, prec=PRECISION[q.dtype],
-                 sample_id=sample_id.to(device=q.device, dtype=torch.int32).contiguous())
+                 sample_id=sample_id.to(device=q.device, dtype=torch.int32).contiguous(), delay=delay)
     f32 = torch.float32
     return _Decayed.apply(q.contiguous(), k.contiguous(), v.contiguous(), eta.to(f32).contiguous(),
                           log_gamma.to(f32).contiguous(), S0.to(f32).contiguous(), plan)

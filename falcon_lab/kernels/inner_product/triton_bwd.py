@@ -61,8 +61,9 @@ def _bwd_dv_kernel(q, k, v, last_key, eta, G, h, dhe, do, dv, P, deta, cu_seqlen
                    sid, T, NT, H, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr, BR: tl.constexpr,
                    BK: tl.constexpr, BV: tl.constexpr, NV: tl.constexpr, SHIFTED: tl.constexpr,
                    FRESH, RAW: tl.constexpr, PER_CHANNEL: tl.constexpr, IS_VARLEN: tl.constexpr,
-                   PREC: tl.constexpr, SAMPLES: tl.constexpr):
-    """For BR rows of one chunk, one value block: dv = η ⊙ dv', the recomputed o ⊙ do (P) and v ⊙ dv' (deta)."""
+                   PREC: tl.constexpr, SAMPLES: tl.constexpr, DELAY: tl.constexpr):
+    """For BR rows of one chunk, one value block: dv = η ⊙ dv', the recomputed o ⊙ do (P) and v ⊙ dv' (deta).
+    Token t writes the pair of t − DELAY: its dv lands on row t − DELAY."""
     i_v, i_tr, i_bh = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     i_t, i_s = i_tr // (BT // BR), i_tr % (BT // BR)
     i_b, i_h = i_bh // H, i_bh % H
@@ -85,9 +86,9 @@ def _bwd_dv_kernel(q, k, v, last_key, eta, G, h, dhe, do, dv, P, deta, cu_seqlen
         d = i_k * BK + tl.arange(0, BK)
         tm = (d < K)[:, None] & (j < V)[None, :]
         q_r = load_rows(q, bos, i_h, tr, L, d, H, K).to(DT)
-        x_r = load_pairs(k, last_key, bos, tr, L, i_n, i_h, d, H, K, SHIFTED, FRESH).to(DT)
+        x_r = load_pairs(k, last_key, bos, tr - DELAY, L, i_n, i_h, d, H, K, SHIFTED, FRESH).to(DT)
         q_c = load_rows(q, bos, i_h, tc, L, d, H, K).to(DT)
-        x_c = load_pairs(k, last_key, bos, tc, L, i_n, i_h, d, H, K, SHIFTED, FRESH).to(DT)
+        x_c = load_pairs(k, last_key, bos, tc - DELAY, L, i_n, i_h, d, H, K, SHIFTED, FRESH).to(DT)
         hb = tl.load(hc + d[:, None] * V + j[None, :], mask=tm, other=0.0).to(DT)
         dhb = tl.load(dhc + d[:, None] * V + j[None, :], mask=tm, other=0.0).to(DT)
         qh += mm(q_r, hb, PREC)
@@ -99,8 +100,8 @@ def _bwd_dv_kernel(q, k, v, last_key, eta, G, h, dhe, do, dv, P, deta, cu_seqlen
     G_r = _carries(G, bos, i_h, tr, L, j, H, V, PER_CHANNEL)
     G_c = _carries(G, bos, i_h, tc, L, j, H, V, PER_CHANNEL)
     Gl = _carry_at(G, bos, i_h, tl.minimum(t0 + BT, L) - 1, L, j, H, V, PER_CHANNEL)
-    v_r = load_rows(v, bos, i_h, tr, L, j, H, V).to(tl.float32)
-    v_c = load_rows(v, bos, i_h, tc, L, j, H, V).to(tl.float32)
+    v_r = load_rows(v, bos, i_h, tr - DELAY, L, j, H, V).to(tl.float32)
+    v_c = load_rows(v, bos, i_h, tc - DELAY, L, j, H, V).to(tl.float32)
     do_r = load_rows(do, bos, i_h, tr, L, j, H, V).to(tl.float32)
     do_c = load_rows(do, bos, i_h, tc, L, j, H, V).to(tl.float32)
     if PER_CHANNEL:
@@ -115,11 +116,11 @@ def _bwd_dv_kernel(q, k, v, last_key, eta, G, h, dhe, do, dv, P, deta, cu_seqlen
     dvp = _source_grads(xdh, At, G_r, Gr_c, Gl, do_c, G, bos, i_h, tr, tc, b0, L, j, H, V, BR, RAW,
                         PER_CHANNEL, DT, PREC, same, last, SAMPLES)
     if PER_CHANNEL:
-        store_rows(dv, dvp * e_r, bos, i_h, tr, L, j, H, V)
+        store_rows(dv, dvp * e_r, bos, i_h, tr - DELAY, L, j, H, V)
         store_rows(P, o_r * do_r, bos, i_h, tr, L, j, H, V)
         store_rows(deta, v_r * dvp, bos, i_h, tr, L, j, H, V)
     else:
-        store_rows(dv, dvp * e_r[:, None], bos, i_h, tr, L, j, H, V)
+        store_rows(dv, dvp * e_r[:, None], bos, i_h, tr - DELAY, L, j, H, V)
         rm = tr < L
         # one partial sum per value block; the last kernel adds them
         tl.store(P + ((bos + tr) * NV + i_v) * H + i_h, tl.sum(o_r * do_r, 1), mask=rm)
@@ -167,8 +168,9 @@ def _bwd_dqdx_kernel(q, k, v, last_key, eta, G, h, dhe, do, C, dq, dxd, cu_seqle
                      sid, T, NT, H, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
                      BK: tl.constexpr, BV: tl.constexpr, SHIFTED: tl.constexpr, FRESH,
                      RAW: tl.constexpr, PER_CHANNEL: tl.constexpr, IS_VARLEN: tl.constexpr, PREC: tl.constexpr,
-                     SAMPLES: tl.constexpr):
-    """dq = S_r(t) do_t and the direct part of dx = D_t v'_t for one chunk, one key block."""
+                     SAMPLES: tl.constexpr, DELAY: tl.constexpr):
+    """dq = S_r(t) do_t and the direct part of dx = D_t v'_t for one chunk, one key block (token t writing the
+    pair of t − DELAY: its dx lands on row t − DELAY)."""
     i_k, i_t, i_bh = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     i_b, i_h = i_bh // H, i_bh % H
     i_n, i_c, bos, L, first = chunk_at(i_b * NT + i_t, chunk_indices, cu_seqlens, chunk_offsets, T, NT, BT, IS_VARLEN)
@@ -181,7 +183,7 @@ def _bwd_dqdx_kernel(q, k, v, last_key, eta, G, h, dhe, do, C, dq, dxd, cu_seqle
     hc = h + ((boh + i_c) * H + i_h).to(tl.int64) * K * V
     dhc = dhe + (gch * H + i_h).to(tl.int64) * K * V
     q_c = load_rows(q, bos, i_h, tc, L, d, H, K).to(DT)
-    x_c = load_pairs(k, last_key, bos, tc, L, i_n, i_h, d, H, K, SHIFTED, FRESH).to(DT)
+    x_c = load_pairs(k, last_key, bos, tc - DELAY, L, i_n, i_h, d, H, K, SHIFTED, FRESH).to(DT)
     dq_acc = tl.zeros([BT, BK], dtype=tl.float32)
     dx_acc = tl.zeros([BT, BK], dtype=tl.float32)
     if PER_CHANNEL:
@@ -207,7 +209,7 @@ def _bwd_dqdx_kernel(q, k, v, last_key, eta, G, h, dhe, do, C, dq, dxd, cu_seqle
         hb = tl.load(hc + d[:, None] * V + j[None, :], mask=tm, other=0.0).to(DT)
         dhb = tl.load(dhc + d[:, None] * V + j[None, :], mask=tm, other=0.0).to(DT)
         do_c = load_rows(do, bos, i_h, tc, L, j, H, V).to(tl.float32)
-        v_c = load_rows(v, bos, i_h, tc, L, j, H, V).to(tl.float32)
+        v_c = load_rows(v, bos, i_h, tc - DELAY, L, j, H, V).to(tl.float32)
         if PER_CHANNEL:
             Gr = _read_carries(G, bos, i_h, tc, t0, L, j, H, V, RAW, True)
             Gc = _carries(G, bos, i_h, tc, L, j, H, V, True)
@@ -226,7 +228,7 @@ def _bwd_dqdx_kernel(q, k, v, last_key, eta, G, h, dhe, do, C, dq, dxd, cu_seqle
     dq_acc += mm(Cd, x_c, PREC)
     dx_acc += mm(tl.trans(Cd), q_c, PREC)
     store_rows(dq, dq_acc, bos, i_h, tc, L, d, H, K)
-    store_rows(dxd, dx_acc, bos, i_h, tc, L, d, H, K)
+    store_rows(dxd, dx_acc, bos, i_h, tc - DELAY, L, d, H, K)
 
 
 @triton.jit

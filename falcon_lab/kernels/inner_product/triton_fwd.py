@@ -56,9 +56,10 @@ def _prep_kernel(k, last_key, beta, lam, eta, G, cu_seqlens, chunk_indices, chun
 def _fwd_h_kernel(k, v, last_key, eta, G, S0, h, ST, cu_seqlens, chunk_offsets, sid, T, NT, H,
                   K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
                   SHIFTED: tl.constexpr, FRESH, PER_CHANNEL: tl.constexpr,
-                  IS_VARLEN: tl.constexpr, PREC: tl.constexpr, SAMPLES: tl.constexpr):
+                  IS_VARLEN: tl.constexpr, PREC: tl.constexpr, SAMPLES: tl.constexpr, DELAY: tl.constexpr):
     """The state before every chunk (h) and after the last one (ST), one (key block, value block) tile. With
-    sample ids (``sid``), the state of the sample of each chunk's last token."""
+    sample ids (``sid``), the state of the sample of each chunk's last token. Token t writes the pair of token
+    t − DELAY (0 before the sequence)."""
     i_k, i_v, i_nh = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     i_n, i_h, bos, L, first, d, j, tm, tile = state_tile(i_k, i_v, i_nh, cu_seqlens, chunk_offsets, T, H, K, V, BT,
                                                         BK, BV, IS_VARLEN)
@@ -68,8 +69,8 @@ def _fwd_h_kernel(k, v, last_key, eta, G, S0, h, ST, cu_seqlens, chunk_offsets, 
     for c in range(tl.cdiv(L, BT)):
         tl.store(h + ((boh + c) * H + i_h).to(tl.int64) * K * V + tile, S.to(h.dtype.element_ty), mask=tm)
         t = c * BT + tl.arange(0, BT)
-        x = load_pairs(k, last_key, bos, t, L, i_n, i_h, d, H, K, SHIFTED, FRESH).to(DT)
-        vv = load_rows(v, bos, i_h, t, L, j, H, V).to(tl.float32)
+        x = load_pairs(k, last_key, bos, t - DELAY, L, i_n, i_h, d, H, K, SHIFTED, FRESH).to(DT)
+        vv = load_rows(v, bos, i_h, t - DELAY, L, j, H, V).to(tl.float32)
         last = tl.minimum(c * BT + BT, L) - 1
         Gt = _carries(G, bos, i_h, t, L, j, H, V, PER_CHANNEL)
         Gl = _carry_at(G, bos, i_h, last, L, j, H, V, PER_CHANNEL)
@@ -98,8 +99,8 @@ def _fwd_o_kernel(q, k, v, last_key, eta, G, h, o, cu_seqlens, chunk_indices, ch
                   H, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr, BR: tl.constexpr,
                   BK: tl.constexpr, BV: tl.constexpr, SHIFTED: tl.constexpr, FRESH,
                   RAW: tl.constexpr, PER_CHANNEL: tl.constexpr, IS_VARLEN: tl.constexpr, PREC: tl.constexpr,
-                  SAMPLES: tl.constexpr):
-    """Outputs of BR rows of one chunk, one value block."""
+                  SAMPLES: tl.constexpr, DELAY: tl.constexpr):
+    """Outputs of BR rows of one chunk, one value block (token t writing the pair of t − DELAY)."""
     i_v, i_tr, i_bh = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     i_t, i_s = i_tr // (BT // BR), i_tr % (BT // BR)
     i_b, i_h = i_bh // H, i_bh % H
@@ -117,13 +118,13 @@ def _fwd_o_kernel(q, k, v, last_key, eta, G, h, o, cu_seqlens, chunk_indices, ch
     for i_k in range(tl.cdiv(K, BK)):
         d = i_k * BK + tl.arange(0, BK)
         qb = load_rows(q, bos, i_h, tr, L, d, H, K).to(DT)
-        xb = load_pairs(k, last_key, bos, tc, L, i_n, i_h, d, H, K, SHIFTED, FRESH).to(DT)
+        xb = load_pairs(k, last_key, bos, tc - DELAY, L, i_n, i_h, d, H, K, SHIFTED, FRESH).to(DT)
         hb = tl.load(hc + d[:, None] * V + j[None, :], mask=(d < K)[:, None] & (j < V)[None, :], other=0.0)
         qh += mm(qb, hb.to(DT), PREC)
         A += mm(qb, tl.trans(xb), PREC)
     Gr = _read_carries(G, bos, i_h, tr, t0, L, j, H, V, RAW, PER_CHANNEL)
     Gc = _carries(G, bos, i_h, tc, L, j, H, V, PER_CHANNEL)
-    vc = load_rows(v, bos, i_h, tc, L, j, H, V).to(tl.float32)
+    vc = load_rows(v, bos, i_h, tc - DELAY, L, j, H, V).to(tl.float32)
     if PER_CHANNEL:
         ec = load_rows(eta, bos, i_h, tc, L, j, H, V)
     else:

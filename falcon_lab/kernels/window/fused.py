@@ -185,9 +185,11 @@ def triton_falcon3a_packed(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, lam: T
     else:
         win = _row_windows(T, W, cfg.shifted, q.device, torch.is_inference_mode_enabled())
     glue = _glue_compiled() if q.is_cuda else _packed_glue
-    x, xd, vd, gain, log_gamma, band = glue(q, k, v, beta, lam, win.pair, win.held, win.n_pairs, win.inside, cfg)
+    x, gain, log_gamma, band = glue(q, k, beta, lam, win.pair, win.held, win.n_pairs, win.inside, cfg)
     S0 = q.new_zeros(B, H, q.shape[3], v.shape[-1], dtype=torch.float32)
-    o, _ = decayed_attention(q, xd, vd, gain, log_gamma, S0, raw=cfg.timing == "raw", chunk_size=chunk_size, **rows)
+    # token t writes pair t − W + 1: the kernels read the pairs W − 1 tokens back where they lie
+    o, _ = decayed_attention(q, x, v.to(q.dtype), gain, log_gamma, S0, raw=cfg.timing == "raw",
+                             chunk_size=chunk_size, delay=W - 1, **rows)
     if W == 1:
         return o
     lag = 0 if cfg.timing == "raw" else 1
@@ -225,11 +227,11 @@ def triton_falcon3(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, lam: Tensor, c
     return o, final_state(S, k[:, -1:].to(f32), prep, cfg)  # final_state reads the last key alone
 
 
-def _packed_glue(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, lam: Tensor, pair: Tensor, held: list[Tensor],
+def _packed_glue(q: Tensor, k: Tensor, beta: Tensor, lam: Tensor, pair: Tensor, held: list[Tensor],
                  n_pairs: Tensor, inside: list[Tensor], cfg: RuleConfig) -> tuple[Tensor, ...]:
     """What ``triton_falcon3a_packed`` gives its two kernels, elementwise over [1, T, H(, D)] in float32: the pairs
-    x and the delayed pairs (x, v) in q's dtype, the delayed pairs' gain c_{W−1}, log γ and the band's coefficients
-    ``[1, T, H, W − 1]`` (None for W = 1)."""
+    x in q's dtype (the delayed pass reads them and v W − 1 tokens back itself), the delayed pairs' gain c_{W−1},
+    log γ and the band's coefficients ``[1, T, H, W − 1]`` (None for W = 1)."""
     f32 = torch.float32
     T, W = q.shape[1], cfg.span
     x = k.to(f32)
@@ -244,8 +246,7 @@ def _packed_glue(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, lam: Tensor, pai
     lag = 0 if cfg.timing == "raw" else 1
     band = (torch.stack([_late(coef[d], lag) * inside[d + lag] for d in range(W - 1)], dim=-1) if W > 1
             else None)
-    x = x.to(q.dtype)  # the band reads the pairs in q's dtype, as the delayed pass does
-    return x, _late(x, W - 1), _late(v, W - 1).to(q.dtype), coef[W - 1], log_gamma, band
+    return x.to(q.dtype), coef[W - 1], log_gamma, band  # the pairs in q's dtype, as both passes read them
 
 
 @functools.cache
