@@ -7,13 +7,12 @@ serial steps, each behind two barriers, and two programs fill an SM. The serial 
 no barrier, a thread a channel; its programs may walk 1, 2 or 4 spans in step (more reads in flight). (The record was
 made when a serial forward stood beside it, `conv=serial` setting both: that forward was slower and is gone.)"""
 
-from falcon_lab.experiments.declare import Commands, Experiment
+from falcon_lab.experiments.declare import Commands, Experiment, bench_step
 
 
 def _step(name: str, mixers: str, *kernels: str) -> tuple[str, ...]:
-    return ("bench", "step", "--preset", "same-time", "--steps", "10", "--mixers", mixers, "--samples", "by-id",
-            "--set", "train.compile=true", "--set", "train.cuda_graphs=true",
-            *(w for k in kernels for w in ("--kernels", k)), "--out", "{out}/step-" + name)
+    return bench_step(mixers, "step-" + name, "--set", "train.cuda_graphs=true",
+                      *(w for k in kernels for w in ("--kernels", k)), samples="by-id")
 
 
 EXPERIMENT = Experiment(

@@ -5,7 +5,7 @@ writing dx once would take about 31 (`records/bench/conv-forms/`): each thread w
 ahead, too few bytes in flight to fill the memory's pipe. More spans a program, or several channels a thread (reads 4
 or 8 bytes wide), put more in flight at more registers."""
 
-from falcon_lab.experiments.declare import Commands, Experiment
+from falcon_lab.experiments.declare import Commands, Experiment, bench_step
 
 EXPERIMENT = Experiment(
     record="bench/conv-serial-launch",
@@ -15,9 +15,8 @@ EXPERIMENT = Experiment(
         commands=(("bench", "conv", "--shape", "256,256,384", "--span-tiles", "16", "--serial-span", "64",
                    "--serial-channels", "128", "--serial-rows", "1", "--serial-rows", "2", "--serial-vec", "1",
                    "--serial-vec", "2", "--serial-vec", "4", "--out", "{out}"),
-                  ("bench", "step", "--preset", "same-time", "--steps", "10", "--mixers", "falcon-1a.3,falcon-1.3",
-                   "--samples", "by-id", "--set", "train.compile=true", "--set", "train.cuda_graphs=true",
-                   "--out", "{out}/step-default")),
+                  bench_step("falcon-1a.3,falcon-1.3", "step-default", "--set", "train.cuda_graphs=true",
+                             samples="by-id")),
         table="conv.md",
         smoke_commands=(("bench", "conv", "--smoke", "--span-tiles", "2", "--serial-span", "16", "--serial-vec",
                          "1", "--serial-vec", "2", "--out", "{out}"),)),

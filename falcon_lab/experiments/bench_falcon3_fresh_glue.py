@@ -6,15 +6,14 @@ step (packed samples, laid one to a row in four runs of like lengths), profiled,
 (issue 68's target: falcon-3 (B = 4) over falcon-1 (λ > 0) ≤ 3; 4.7, 6.0 and 5.3 at the three shapes in
 `records/bench/kernels-2026-12-05/`)."""
 
-from falcon_lab.experiments.declare import Commands, Experiment, smoke_sets
+from falcon_lab.experiments.declare import Commands, Experiment, bench_step, smoke_sets
 
 EXPERIMENT = Experiment(
     record="bench/falcon3-fresh-glue",
     question="With falcon-3's glue for fresh sequences compiled, what do its same-time step and its fwd+bwd beside "
              "falcon-1's take?",
     trains=Commands(
-        commands=(("bench", "step", "--preset", "same-time", "--steps", "10", "--mixers", "falcon-3", "--set",
-                   "train.compile=true", "--traces", "--out", "{out}/step"),
+        commands=(bench_step("falcon-3", "step", "--traces"),
                   ("bench", "kernels", "--rule", "falcon-1", "--rule", "falcon-3", "--rep", "30", "--out",
                    "{out}/kernels")),
         table="step/step.md",

@@ -2,18 +2,13 @@
 kernels read k and v W − 1 tokens back and write their gradients there, where the glue made moved copies of both
 forward and moved their gradients back: in falcon-3a.3's profiled same-time step on an H100 the copies' kernel
 took 1.62 ms (12 calls) and the two fused kernels that hold the slices' gradients 2.08 ms,
-`records/bench/band-fresh-rows/by-id/`; and its dk is written once in k's dtype, not cast from float32 after). falcon-3a.3's step beside falcon-1a.3's, profiled and
-graphed (the commands of `bench-band-fresh-rows`, whose record holds the before), and falcon-3a's fwd+bwd beside
-falcon-1a's (`bench-falcon3a-fresh-rows`' command: issue 68's target, ≤ 1.5×)."""
+`records/bench/band-fresh-rows/by-id/`; and its dk is written once in k's dtype, not cast from float32 after).
+falcon-3a.3's step beside falcon-1a.3's, profiled and graphed (the commands of `bench-band-fresh-rows`, whose record
+holds the before), and falcon-3a's fwd+bwd beside falcon-1a's (`bench-falcon3a-fresh-rows`' command: issue 68's
+target, ≤ 1.5×)."""
 
-from falcon_lab.experiments.declare import Commands, Experiment, smoke_sets
-
-ROWS = "falcon-1a.3,falcon-3a.3"
-
-
-def _step(folder: str, *more: str) -> tuple[str, ...]:
-    return ("bench", "step", "--preset", "same-time", "--steps", "10", "--mixers", ROWS, "--samples", "by-id",
-            "--set", "train.compile=true", *more, "--out", "{out}/" + folder)
+from falcon_lab.experiments.bench_band_fresh_rows import ROWS
+from falcon_lab.experiments.declare import Commands, Experiment, bench_step, smoke_sets
 
 
 EXPERIMENT = Experiment(
@@ -21,7 +16,8 @@ EXPERIMENT = Experiment(
     question="With the delayed pairs read where they lie, what do falcon-3a.3's step and falcon-3a's fwd+bwd take "
              "beside falcon-1a's?",
     trains=Commands(
-        commands=(_step("by-id", "--traces"), _step("by-id-graphs", "--set", "train.cuda_graphs=true"),
+        commands=(bench_step(ROWS, "by-id", "--traces", samples="by-id"),
+                  bench_step(ROWS, "by-id-graphs", "--set", "train.cuda_graphs=true", samples="by-id"),
                   ("bench", "kernels", "--rule", "falcon-1a", "--rule", "falcon-3a", "--rep", "30", "--out",
                    "{out}/kernels")),
         table="by-id-graphs/step.md",

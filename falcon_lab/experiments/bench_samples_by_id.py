@@ -3,14 +3,9 @@ them (`--samples by-id`: the rows as they are, in full chunks, no host read) bes
 as packed sequences (`--samples packed`, the default so far), then by id with the step replayed from CUDA graphs
 (`train.cuda_graphs`, which packed samples refuse). `lab bench step`, compiled, batches from the middle of the run."""
 
-from falcon_lab.experiments.declare import Commands, Experiment, smoke_sets
+from falcon_lab.experiments.declare import Commands, Experiment, bench_step, smoke_sets
 
 ROWS = "falcon-1a.3,falcon-1.3,falcon-3a.3,deltanet,retnet,mamba2"
-
-
-def _step(samples: str, folder: str, *more: str) -> tuple[str, ...]:
-    return ("bench", "step", "--preset", "same-time", "--steps", "10", "--mixers", ROWS, "--samples", samples,
-            "--set", "train.compile=true", *more, "--out", "{out}/" + folder)
 
 
 EXPERIMENT = Experiment(
@@ -18,8 +13,8 @@ EXPERIMENT = Experiment(
     question="Do the recurrent rows' steps get cheaper when their isolated samples reach the kernels by id (no host "
              "read, fixed shapes) rather than as packed sequences, and again when that step replays from CUDA graphs?",
     trains=Commands(
-        commands=(_step("packed", "packed"), _step("by-id", "by-id", "--traces"),
-                  _step("by-id", "by-id-graphs", "--set", "train.cuda_graphs=true")),
+        commands=(bench_step(ROWS, "packed", samples="packed"), bench_step(ROWS, "by-id", "--traces", samples="by-id"),
+                  bench_step(ROWS, "by-id-graphs", "--set", "train.cuda_graphs=true", samples="by-id")),
         table="by-id/step.md",
         smoke_commands=(("bench", "step", "--preset", "addition-tiny", "--steps", "2", "--mixers", "falcon-1a.3",
                          "--samples", "by-id", *smoke_sets(), "--out", "{out}/by-id"),)),

@@ -44,6 +44,15 @@ def smoke_sets(task: str = "addition") -> tuple[str, ...]:
     return tuple(word for item in SMOKE_TASK[task] for word in ("--set", item))
 
 
+def bench_step(mixers: str, folder: str, *more: str, samples: str | None = None, preset: str = "same-time",
+               steps: int = 10) -> tuple[str, ...]:
+    """A Commands command: `lab bench step` of `mixers` at `preset`'s size, compiled, `steps` timed steps, samples
+    `samples` (None: the preset's), then `more` options, written to `{out}/folder`."""
+    return ("bench", "step", "--preset", preset, "--steps", str(steps), "--mixers", mixers,
+            *(("--samples", samples) if samples else ()), "--set", "train.compile=true", *more,
+            "--out", "{out}/" + folder)
+
+
 def _flags(pairs: Sequence[tuple[str, object | None]], overrides: Sequence[str],
            max_steps: int | None) -> list[str]:
     words: list[str] = []
