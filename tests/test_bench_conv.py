@@ -24,7 +24,7 @@ def bench(*args: str) -> tuple[int, str]:
 
 def settings() -> tuple:
     t = triton_short_conv
-    return t.BWD_FORM, t.SPAN_TILES, t.SERIAL_SPAN, t.SERIAL_BC, t.SERIAL_ROWS, t.SERIAL_VEC
+    return t.BT_FWD, t.BWD_FORM, t.SPAN_TILES, t.SERIAL_SPAN, t.SERIAL_BC, t.SERIAL_ROWS, t.SERIAL_VEC
 
 
 def test_smoke_times_each_form_and_launch_and_restores_the_defaults(tmp_path: Path) -> None:
@@ -33,15 +33,17 @@ def test_smoke_times_each_form_and_launch_and_restores_the_defaults(tmp_path: Pa
     kept = settings()
     code, out = bench("--smoke", "--shape", "2,30,40", "--span-tiles", "3", "--serial-span", "16",
                       "--serial-channels", "32", "--serial-channels", "64", "--serial-rows", "1", "--serial-rows", "2",
-                      "--serial-vec", "1", "--serial-vec", "2", "--out", str(tmp_path))
+                      "--serial-vec", "1", "--serial-vec", "2", "--fwd-tokens", "16", "--fwd-tokens", "64",
+                      "--out", str(tmp_path))
     assert code == 0, out
     rows = list(csv.DictReader((tmp_path / "conv.csv").open(encoding="utf-8")))
     serial = [("serial", "16", bc, r, v, "bwd") for bc in ("32", "64") for r in ("1", "2") for v in ("1", "2")]
     assert [(r["form"], r["span"], r["channels"], r["rows"], r["vec"], r["mode"]) for r in rows] == [
-        ("tiles", "32", "64", "1", "1", "fwd"), ("tiles", "3", "64", "1", "1", "bwd"), *serial]
+        ("tiles", "16", "64", "1", "1", "fwd"), ("tiles", "64", "64", "1", "1", "fwd"),
+        ("tiles", "3", "64", "1", "1", "bwd"), *serial]
     assert all(r["status"] == "ok" and r["shape"] == "2x30x40" and float(r["ms"]) > 0 for r in rows)
     # the floor: x read and y written forward, x and dy read and dx written backward, all bf16
-    assert float(rows[1]["floor_ms"]) == pytest.approx(1.5 * float(rows[0]["floor_ms"]), rel=1e-3)
+    assert float(rows[2]["floor_ms"]) == pytest.approx(1.5 * float(rows[0]["floor_ms"]), rel=1e-3)
     assert "interpreter" in (tmp_path / "conv.md").read_text(encoding="utf-8")
     assert settings() == kept
 
@@ -51,7 +53,8 @@ def test_smoke_times_each_form_and_launch_and_restores_the_defaults(tmp_path: Pa
                                             (("--serial-span", "0"), "--serial-span must be >= 1"),
                                             (("--serial-channels", "48"), "powers of two >= 32"),
                                             (("--serial-rows", "3"), "powers of two >= 1"),
-                                            (("--serial-vec", "0"), "--serial-vec must be powers of two")])
+                                            (("--serial-vec", "0"), "--serial-vec must be powers of two"),
+                                            (("--fwd-tokens", "24"), "--fwd-tokens must be powers of two >= 16")])
 def test_bad_options_are_one_line_and_exit_2(args: tuple[str, ...], said: str, tmp_path: Path) -> None:
     code, out = bench("--smoke", *args, "--out", str(tmp_path))
     assert code == 2 and said in out and len(out.strip().splitlines()) == 1, out

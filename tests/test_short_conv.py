@@ -120,6 +120,23 @@ def test_short_conv_backward_across_forms_and_spans(monkeypatch: pytest.MonkeyPa
         torch.testing.assert_close(a, c, rtol=1e-5, atol=1e-5, msg=name)
 
 
+@pytest.mark.parametrize("tokens", [16, 128])
+def test_the_forward_at_other_tokens_a_program(monkeypatch: pytest.MonkeyPatch, tokens: int) -> None:
+    """The forward's programs of 16 tokens (many to a row) or 128 (a row's 150 tokens in two, the last short; eight
+    warps on a GPU), samples across their edges: y is the float64 twin's."""
+    from falcon_lab.kernels.conv import triton_short_conv
+
+    monkeypatch.setattr(triton_short_conv, "BT_FWD", tokens)
+    g = torch.Generator().manual_seed(tokens)
+    conv = ShortConv(12, 4, bias=True)
+    with torch.no_grad():
+        conv.conv.weight.copy_(torch.randn(conv.conv.weight.shape, generator=g))
+    B, L = SAMPLES.shape
+    x, dy = torch.randn(B, L, 12, generator=g), torch.randn(B, L, 12, generator=g)
+    got, exact = run(fused, conv, x, SAMPLES, dy, torch.float32)[0], run(twin, conv, x, SAMPLES, dy, torch.float64)[0]
+    torch.testing.assert_close(got.double(), exact, rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("form", ["tiles", "serial"])
 def test_short_conv_float64_gradcheck(monkeypatch: pytest.MonkeyPatch, form: str) -> None:
     """The kernels accumulate float64 inputs in float64: torch's own gradient check at a tiny shape, with

@@ -1,7 +1,8 @@
 """`lab bench conv`: the fused short convolution (``falcon_lab.kernels.conv``) forward and backward, in its
 forms and their launches, beside the bandwidth floor.
 
-The forward is one kernel (programs of ``BT_FWD`` tokens and 64 channels), timed once a shape. The backward has two
+The forward is one kernel (programs of ``BT_FWD`` tokens and 64 channels), timed once a shape at each of
+``fwd_tokens``. The backward has two
 forms (``triton_short_conv.BWD_FORM``). ``tiles``: programs each loop over ``SPAN_TILES`` tiles of their row, handing
 g between threads through scratch rows and barriers (few tiles a program give more programs and fewer serial steps
 each, many give fewer partial sums of the taps' gradients). ``serial``: programs walk ``SERIAL_SPAN`` tokens of
@@ -85,13 +86,15 @@ def variants(span_tiles: Sequence[int], serial_spans: Sequence[int], serial_chan
 
 
 def run(shapes: Sequence[tuple[int, int, int]], picked: Sequence[Variant], out: Path, device: str,
-        echo: Callable[[str], None] = print) -> list[dict]:
-    """Time the forward and every variant of the backward at every shape; rewrite conv.csv and conv.md after each
-    row; the rows."""
+        echo: Callable[[str], None] = print, fwd_tokens: Sequence[int] = ()) -> list[dict]:
+    """Time the forward (at each of ``fwd_tokens`` tokens a program, else its default) and every variant of the
+    backward at every shape; rewrite conv.csv and conv.md after each row; the rows."""
     from falcon_lab.kernels.conv import short_conv, triton_short_conv as tsc
 
+    if any(n < 16 or n & (n - 1) for n in fwd_tokens):
+        raise BenchError(f"--fwd-tokens must be powers of two >= 16, got {list(fwd_tokens)}")
     timer = _timer(device)
-    kept = tsc.BWD_FORM, tsc.SPAN_TILES, tsc.SERIAL_SPAN, tsc.SERIAL_BC, tsc.SERIAL_ROWS, tsc.SERIAL_VEC
+    kept = tsc.BT_FWD, tsc.BWD_FORM, tsc.SPAN_TILES, tsc.SERIAL_SPAN, tsc.SERIAL_BC, tsc.SERIAL_ROWS, tsc.SERIAL_VEC
     rows: list[dict] = []
     try:
         for shape in shapes:
@@ -107,13 +110,15 @@ def run(shapes: Sequence[tuple[int, int, int]], picked: Sequence[Variant], out: 
             def backward() -> object:  # the backward op itself: through autograd the host's time is what one sees
                 return torch.ops.falcon_lab.short_conv_backward(dy, x, t["w"], t["b"], t["samples"])
 
-            # the forward once (its one form), then the backward in each variant
-            timed = [("fwd", forward, ("tiles", tsc.BT_FWD, tsc.MAX_BC, 1, 1))]
+            # the forward (its one form) at each count of tokens a program, then the backward in each variant
+            timed = [("fwd", forward, ("tiles", n, tsc.MAX_BC, 1, 1)) for n in fwd_tokens or (kept[0],)]
             timed += [("bwd", backward, variant) for variant in picked]
             for mode, fn, (form, span, channels, rows_a_program, vec) in timed:
-                if mode == "bwd" and form == "tiles":
+                if mode == "fwd":
+                    tsc.BT_FWD = span
+                elif form == "tiles":
                     tsc.BWD_FORM, tsc.SPAN_TILES = form, span
-                elif mode == "bwd":
+                else:
                     tsc.BWD_FORM, tsc.SERIAL_SPAN, tsc.SERIAL_BC = form, span, channels
                     tsc.SERIAL_ROWS, tsc.SERIAL_VEC = rows_a_program, vec
                 row = {"shape": "x".join(map(str, shape)), "form": form, "span": span, "channels": channels,
@@ -129,7 +134,7 @@ def run(shapes: Sequence[tuple[int, int, int]], picked: Sequence[Variant], out: 
                 echo(f"{row['shape']:>14} {form:<6} {span:>4} x {channels:<4} x {rows_a_program} x {vec} "
                      f"{mode:<4} {_fmt(row.get('ms')):>9} ms  floor {_fmt(row['floor_ms'])}  {row['status']}")
     finally:
-        tsc.BWD_FORM, tsc.SPAN_TILES, tsc.SERIAL_SPAN, tsc.SERIAL_BC, tsc.SERIAL_ROWS, tsc.SERIAL_VEC = kept
+        tsc.BT_FWD, tsc.BWD_FORM, tsc.SPAN_TILES, tsc.SERIAL_SPAN, tsc.SERIAL_BC, tsc.SERIAL_ROWS, tsc.SERIAL_VEC = kept
     return rows
 
 

@@ -219,6 +219,9 @@ def conv(
     serial_vec: Annotated[list[int] | None, typer.Option(
         "--serial-vec", help="The serial backward: channels a thread takes, a power of two (repeatable); "
                              "default 1.")] = None,
+    fwd_tokens: Annotated[list[int] | None, typer.Option(
+        "--fwd-tokens", help="The forward: tokens a program takes, a power of two >= 16 (repeatable); default the "
+                             "kernel's (32).")] = None,
     out: Annotated[Path | None, typer.Option(
         help="Folder for conv.csv and conv.md; default <results>/bench/conv.", callback=writable_out)] = None,
     smoke: Annotated[bool, typer.Option(
@@ -238,7 +241,7 @@ def conv(
         neither = span_tiles is None and serial_spans is None
         forms = variants([16, 4, 1] if neither else span_tiles or [], [32, 64] if neither else serial_spans or [],
                          serial_channels or [64, 128], serial_rows or [1, 2, 4], serial_vec or [1])
-        run(picked, forms, folder, device, echo=typer.echo)
+        run(picked, forms, folder, device, echo=typer.echo, fwd_tokens=fwd_tokens or ())
     except BenchError as err:
         typer.echo(f"lab bench conv: {err}", err=True)
         raise typer.Exit(code=2) from None

@@ -48,7 +48,7 @@ from torch import Tensor
 from falcon_lab.kernels.common import triton_helpers
 from falcon_lab.kernels.common.checks import SettingError
 
-BT_FWD = 32  # tokens a forward program takes
+BT_FWD = 32  # tokens a forward program takes (4 warps; 8 from 128 tokens)
 BT_BWD = 16  # the tokens of a backward tile (its last K − 1 only feed the others' dx), BWD_WARPS warps: 4 values a
 BWD_WARPS = 8  # thread, 113 registers compiled for sm_90 at K = 4 (2 programs an SM; 32 tokens a tile take 173)
 SPAN_TILES = 16  # tiles a backward program loops over (its taps' gradients one partial sum)
@@ -491,7 +491,8 @@ def _short_conv(x: Tensor, weight: Tensor, bias: Optional[Tensor], samples: Opti
     common = dict(K=K, HAS_BIAS=bias is not None, HAS_SAMPLES=samples is not None, F64=f64)
     grid = (B * triton.cdiv(L, BT_FWD), triton.cdiv(C, BC))
     _fwd_kernel[grid](x, weight, weight if bias is None else bias, s, y, L, C, *x.stride()[1:],
-                      *weight.stride(), s.stride(1), **common, BLOCK_T=BT_FWD, BLOCK_C=BC)
+                      *weight.stride(), s.stride(1), **common, BLOCK_T=BT_FWD, BLOCK_C=BC,
+                      num_warps=8 if BT_FWD >= 128 else 4)
     return y
 
 
