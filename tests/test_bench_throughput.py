@@ -37,6 +37,7 @@ def test_a_row_is_timed_from_process_start_to_exit(tmp_path: Path) -> None:
     (line,) = list(csv.DictReader((tmp_path / "throughput.csv").open()))
     assert tuple(line) == COLUMNS
     assert line["row"] == "transformer" and line["status"] == "ok" and line["steps"] == "12" and line["gpu"] == "cpu"
+    assert line["target_s"] == "60.0" and line["on_target"] == str(float(line["wall_s"]) <= 60.0)
     wall, step_ms, compile_s = float(line["wall_s"]), float(line["step_ms"]), float(line["compile_s"])
     assert step_ms > 0 and compile_s >= 0 and float(line["eval_s"]) > 0 and float(line["other_s"]) > 0
     assert wall > 12 * step_ms / 1e3 + float(line["eval_s"])
@@ -46,6 +47,13 @@ def test_a_row_is_timed_from_process_start_to_exit(tmp_path: Path) -> None:
     assert line["mfu"] == "" and float(line["tflop"]) > 0  # no bf16 peak claimed for a CPU
     assert line["val_acc"] != ""
     assert "| transformer | 0 | ok |" in (tmp_path / "throughput.md").read_text()
+
+
+def test_every_row_has_a_minute_but_falcon_2_and_3_two() -> None:
+    from falcon_lab.bench.throughput import target_s
+
+    assert [target_s(r) for r in ("transformer", "falcon-1a.3", "falcon-3a.3", "falcon-2a", "falcon-2", "falcon-3")] == [
+        60.0, 60.0, 60.0, 60.0, 120.0, 120.0]
 
 
 def test_an_unknown_row_is_refused_in_one_line(tmp_path: Path) -> None:
