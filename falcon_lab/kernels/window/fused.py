@@ -239,21 +239,21 @@ def _slots(x_ext: Tensor, y_ext: Tensor, W: int, WP: int, dtype: torch.dtype) ->
 
 
 def _fresh_pairs(k: Tensor, v: Tensor, cfg: RuleConfig) -> tuple[Tensor, ...]:
-    """``prepare``'s pairs for a fresh sequence (no last key, no tail), float32: x_ext, y_ext ``[B, T + W − 1, H, D]``
-    with W − 1 zero slots in front, valid_ext ``[B, T + W − 1]``, n_pairs ``[B, T]`` and the window Grams
-    ``[B, T, H, W, W]``."""
-    f32 = torch.float32
+    """``prepare``'s pairs for a fresh sequence (no last key, no tail), in float32 (float64 for float64 keys): x_ext,
+    y_ext ``[B, T + W − 1, H, D]`` with W − 1 zero slots in front, valid_ext ``[B, T + W − 1]``, n_pairs ``[B, T]``
+    and the window Grams ``[B, T, H, W, W]``."""
+    wide = torch.promote_types(k.dtype, torch.float32)  # as prepare's concatenation with the state promotes them
     B, T = k.shape[:2]
     W = cfg.span
-    x = k.to(f32)
+    x = k.to(wide)
     first = W - 1
     if cfg.shifted:  # x_t = k_{t−1}, the first token's x = 0 and no pair
         x = F.pad(x, (0, 0, 0, 0, 1, 0))[:, :T]
         first += 1
     x_ext = F.pad(x, (0, 0, 0, 0, W - 1, 0))
-    y_ext = F.pad(v.to(f32), (0, 0, 0, 0, W - 1, 0))
+    y_ext = F.pad(v.to(wide), (0, 0, 0, 0, W - 1, 0))
     valid_ext = (torch.arange(T + W - 1, device=k.device) >= first)[None].expand(B, -1)
-    n_pairs = windows(valid_ext, W).to(f32).sum(-1)
+    n_pairs = windows(valid_ext, W).to(wide).sum(-1)
     return x_ext, y_ext, valid_ext, n_pairs, window_gram(x_ext, W)
 
 
