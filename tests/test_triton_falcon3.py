@@ -168,55 +168,6 @@ def test_the_form_refuses_packed_sequences_and_the_op_wide_windows_by_name() -> 
         fast_weight_rule(*ins, rule=RULE, backend="triton", window=FUSED_MAX_WINDOW + 1)
 
 
-@pytest.mark.parametrize(("window", "alignment", "coupled"), [(4, "shifted", True), (3, "same_time", False),
-                                                            (1, "shifted", False)])
-def test_the_fresh_glue_compiles_whole_and_is_prepares(window: int, alignment: str, coupled: bool) -> None:
-    """A fresh sequence's glue (``_fresh_pairs``, the eigenvalues, ``_fresh_slots``): each part one graph for
-    torch.compile (no break), shapes dynamic (a second batch and length compile nothing new), with the eager
-    function's values and gradients, and those of ``prepare`` from a fresh state and the slots ``_slots`` lays."""
-    from falcon_lab.kernels.common.config import RuleConfig
-    from falcon_lab.kernels.common.prepare import prepare
-    from falcon_lab.kernels.common.state import fresh_state
-    from falcon_lab.kernels.window.eigen import top_eigenvalue
-    from falcon_lab.kernels.window.fused import _fresh_pairs, _fresh_slots, _slots
-
-    torch._dynamo.reset()
-    torch._dynamo.utils.counters.clear()
-    cfg = RuleConfig(rule=RULE, window=window, alignment=alignment, scale_coupled_ridge=coupled)
-    WP = geometry(window, 16)["WP"]
-    pairs, slots = (torch.compile(f, dynamic=True, fullgraph=True, backend="aot_eager")
-                    for f in (_fresh_pairs, _fresh_slots))
-    for B, T in ((5, 13), (7, 21)):  # B apart from the heads and windows (duck sizing would tie them)
-        gen = torch.Generator().manual_seed(T)
-        k, v = (torch.randn(B, T, 2, 4, generator=gen).requires_grad_() for _ in range(2))
-        beta, lam = ((torch.rand(B, T, 2, generator=gen) + 0.1).requires_grad_() for _ in range(2))
-
-        def glue(first, then) -> list[Tensor]:
-            x_ext, y_ext, valid_ext, n_pairs, gram = first(k, v, cfg)
-            X, V, a, log_gamma = then(x_ext, y_ext, top_eigenvalue(gram), n_pairs, beta, lam, cfg, WP,
-                                      torch.float32)
-            return [x_ext, y_ext, valid_ext, n_pairs, X, V, a, log_gamma]
-
-        eager, compiled = glue(_fresh_pairs, _fresh_slots), glue(pairs, slots)
-        prep = prepare(k, v, beta, lam, cfg, fresh_state(B, 2, 4, 4, window, torch.float32, "cpu"), True,
-                       top_eigenvalue)
-        made = [prep.x_ext, prep.y_ext, prep.valid_ext, prep.n_pairs, *_slots(prep.x_ext, prep.y_ext, window, WP,
-                                                                              torch.float32),
-                prep.eta / prep.n_pairs.clamp(min=1.0)[..., None], torch.log(prep.gamma)]
-        for want, got, other in zip(eager, compiled, made):
-            torch.testing.assert_close(got, want)
-            torch.testing.assert_close(other, want)
-        w = [torch.randn(t.shape, generator=gen) for t in eager[4:]]
-        grads = [torch.autograd.grad(sum((t * u).sum() for t, u in zip(out[4:], w)), (k, v, beta, lam),
-                                     allow_unused=True) for out in (eager, compiled, made)]
-        for want, got, other in zip(*grads):
-            for g in (got, other):
-                assert (want is None) == (g is None)
-                if want is not None:
-                    torch.testing.assert_close(g, want)
-    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 2
-
-
 def test_the_chunk_geometry() -> None:
     """R = min(chunk_size · WP, 64) slot rows, C = R / WP tokens, token tiles of at least 16."""
     assert MAX_ROWS == FUSED_MAX_WINDOW

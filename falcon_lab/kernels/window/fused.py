@@ -40,7 +40,7 @@ from torch import Tensor
 
 from falcon_lab.kernels.common import packed
 from falcon_lab.kernels.common.config import RuleConfig
-from falcon_lab.kernels.common.prepare import final_state, prepare, window_gram, windows
+from falcon_lab.kernels.common.prepare import final_state, prepare, windows
 from falcon_lab.kernels.common.recurrent import step_size_and_carry
 from falcon_lab.kernels.common.state import FastWeightState
 from falcon_lab.kernels.inner_product.fused import decayed_attention
@@ -216,77 +216,15 @@ def triton_falcon3(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, lam: Tensor, c
     if cu_seqlens is not None:
         raise ValueError("triton_falcon3 takes no cu_seqlens; fast_weight_rule lays packed sequences one to a row")
     f32 = torch.float32
-    geo = geometry(cfg.span, chunk_size)
-    if fresh:  # no tail: the glue around the eigenvalues as two compiled graphs on a GPU
-        first, then = (_fresh_pairs_compiled(), _fresh_slots_compiled()) if q.is_cuda else (_fresh_pairs, _fresh_slots)
-        x_ext, y_ext, valid_ext, n_pairs, gram = first(k, v, cfg)
-        X, V, a, log_gamma = then(x_ext, y_ext, top_eigenvalue(gram), n_pairs, beta, lam, cfg, geo["WP"], q.dtype)
-        o, S = Falcon3Chunks.apply(q, X, V, a, log_gamma, state.S.float(), cfg.timing == "rbw", geo)
-        return o, _final_state(S, k, x_ext, y_ext, valid_ext, cfg)
     prep = prepare(k, v, beta.to(f32), lam.to(f32), cfg, state, fresh, top_eigenvalue)  # pairs float32 (above)
-    X, V = _slots(prep.x_ext, prep.y_ext, cfg.span, geo["WP"], q.dtype)
+    B, T, H = q.shape[:3]
+    geo = geometry(cfg.span, chunk_size)
+    pad = (0, 0, 0, 0, 0, geo["WP"] - cfg.span)  # slots past the window hold x = v = 0: they write nothing
+    X, V = (F.pad(windows(t, cfg.span), pad).reshape(B, T * geo["WP"], H, -1).to(q.dtype)
+            for t in (prep.x_ext, prep.y_ext))
     a = prep.eta / prep.n_pairs.clamp(min=1.0)[..., None]  # a_t = η_t / B_t, [B, T, H]
     o, S = Falcon3Chunks.apply(q, X, V, a, torch.log(prep.gamma), state.S.float(), cfg.timing == "rbw", geo)
     return o, final_state(S, k[:, -1:].to(f32), prep, cfg)  # final_state reads the last key alone
-
-
-def _slots(x_ext: Tensor, y_ext: Tensor, W: int, WP: int, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
-    """Each token's W window slots of the extended pairs as rows ``[B, T · WP, H, D]`` in ``dtype``, the slots past
-    the window (up to WP, a power of two) zero: they write nothing."""
-    B, T = x_ext.shape[0], x_ext.shape[1] - W + 1
-    pad = (0, 0, 0, 0, 0, WP - W)
-    return tuple(F.pad(windows(t, W), pad).reshape(B, T * WP, t.shape[2], -1).to(dtype) for t in (x_ext, y_ext))
-
-
-def _fresh_pairs(k: Tensor, v: Tensor, cfg: RuleConfig) -> tuple[Tensor, ...]:
-    """``prepare``'s pairs for a fresh sequence (no last key, no tail), in float32 (float64 for float64 keys): x_ext,
-    y_ext ``[B, T + W − 1, H, D]`` with W − 1 zero slots in front, valid_ext ``[B, T + W − 1]``, n_pairs ``[B, T]``
-    and the window Grams ``[B, T, H, W, W]``."""
-    wide = torch.promote_types(k.dtype, torch.float32)  # as prepare's concatenation with the state promotes them
-    B, T = k.shape[:2]
-    W = cfg.span
-    x = k.to(wide)
-    first = W - 1
-    if cfg.shifted:  # x_t = k_{t−1}, the first token's x = 0 and no pair
-        x = F.pad(x, (0, 0, 0, 0, 1, 0))[:, :T]
-        first += 1
-    x_ext = F.pad(x, (0, 0, 0, 0, W - 1, 0))
-    y_ext = F.pad(v.to(wide), (0, 0, 0, 0, W - 1, 0))
-    valid_ext = (torch.arange(T + W - 1, device=k.device) >= first)[None].expand(B, -1)
-    n_pairs = windows(valid_ext, W).to(wide).sum(-1)
-    return x_ext, y_ext, valid_ext, n_pairs, window_gram(x_ext, W)
-
-
-def _fresh_slots(x_ext: Tensor, y_ext: Tensor, top: Tensor, n_pairs: Tensor, beta: Tensor, lam: Tensor,
-                 cfg: RuleConfig, WP: int, dtype: torch.dtype) -> tuple[Tensor, ...]:
-    """From the Grams' top eigenvalues ``top [B, T, H]``: the window slots X, V (``_slots``), a_t = η_t / B_t and
-    log γ_t, as ``prepare`` and ``triton_falcon3`` make them."""
-    f32 = torch.float32
-    n = n_pairs.clamp(min=1.0)[..., None]
-    eta, gamma = step_size_and_carry(cfg, beta.to(f32), lam.to(f32), top / n, n_pairs[..., None])
-    X, V = _slots(x_ext, y_ext, cfg.span, WP, dtype)
-    return X, V, eta / n, torch.log(gamma)
-
-
-def _final_state(S: Tensor, k: Tensor, x_ext: Tensor, y_ext: Tensor, valid_ext: Tensor,
-                 cfg: RuleConfig) -> FastWeightState:
-    """``final_state`` from the fresh glue's pairs."""
-    W = cfg.span
-    start = x_ext.shape[1] - (W - 1)
-    return FastWeightState(S=S, last_key=k[:, -1].to(torch.float32), x_tail=x_ext[:, start:].transpose(1, 2),
-                           v_tail=y_ext[:, start:].transpose(1, 2), tail_mask=valid_ext[:, start:])
-
-
-@functools.cache
-def _fresh_pairs_compiled() -> Callable[..., tuple[Tensor, ...]]:
-    """``_fresh_pairs`` as one compiled graph (dynamic shapes: one compilation for every length and batch)."""
-    return torch.compile(_fresh_pairs, dynamic=True)
-
-
-@functools.cache
-def _fresh_slots_compiled() -> Callable[..., tuple[Tensor, ...]]:
-    """``_fresh_slots`` as one compiled graph (the eigenvalues between the two stay the Triton kernel's)."""
-    return torch.compile(_fresh_slots, dynamic=True)
 
 
 def _packed_glue(q: Tensor, k: Tensor, beta: Tensor, lam: Tensor, pair: Tensor, held: list[Tensor],
