@@ -149,8 +149,8 @@ def write(rows: Sequence[dict], out: Path, device: str) -> None:
     _write_csv(out / "conv.csv", [{c: _fmt(r.get(c)) for c in COLUMNS} for r in rows], COLUMNS)
     name = torch.cuda.get_device_name() if device == "cuda" else "cpu (Triton's interpreter: one untimed pass)"
     lines = ["# The short convolution's kernels by the backward's form and launch", "", f"- device: {name}",
-             "- span: tiles a program (tiles form) or tokens a program (serial form); channels: a program's; rows: "
-             "spans a program of the serial backward",
+             "- span: tokens a program (the forward, the serial backward) or tiles a program (the tiles backward); "
+             "channels: a program's; rows: spans a program of the serial backward; vec: its channels a thread",
              f"- floor: bytes / {BANDWIDTH / 1e12:.2f} TB/s (falcon_lab/bench/conv.py); frac = floor / ms", "",
              "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     lines += ["| " + " | ".join(_fmt(r.get(c)) for c in COLUMNS) + " |" for r in rows]
