@@ -167,29 +167,30 @@ def test_decayed_attention_with_given_gates_matches_its_recurrence(T: int, raw: 
         assert torch.allclose(a.double(), b, atol=TOL_FP32, rtol=TOL_FP32), name
 
 
-@pytest.mark.parametrize("delay", [1, 3])
+@pytest.mark.parametrize(("delay", "full"), [(1, False), (3, False), (3, True)])
 @pytest.mark.parametrize("form", ["rows", "samples", "packed"])
-def test_decayed_attention_reads_its_pairs_delay_tokens_back(form: str, delay: int) -> None:
+def test_decayed_attention_reads_its_pairs_delay_tokens_back(form: str, delay: int, full: bool) -> None:
     """``delay=d``: token t writes the pair of t − d, read where it lies, exactly as the pairs moved d tokens later
     with zeros in front (falcon-3a's delayed pass before): outputs, final states and every gradient, RAW and RBW,
-    over rows (chunks of 16, a short last one), rows of samples by id (moved along the whole row) and packed
-    sequences (none read before a sequence's start: the moved copy's pairs there have no gain)."""
+    over rows (chunks of 16, a short last one, or ``full`` chunks: then no padding token writes the last d rows'
+    gradients), rows of samples by id (moved along the whole row) and packed sequences (none read before a
+    sequence's start: the moved copy's pairs there have no gain)."""
     from falcon_lab.kernels.inner_product.fused import decayed_attention
     from falcon_lab.kernels.window.fused import _late
 
     g = torch.Generator().manual_seed(delay + 7 * len(form))
-    B, T, H, Dk, Dv = (1, 45, 2, 8, 16) if form == "packed" else (2, 37, 2, 8, 16)
+    B, T, H, Dk, Dv = (1, 48 if full else 45, 2, 8, 16) if form == "packed" else (2, 32 if full else 37, 2, 8, 16)
     q, k = torch.randn(B, T, H, Dk, generator=g), torch.randn(B, T, H, Dk, generator=g)
     v = torch.randn(B, T, H, Dv, generator=g)
     eta, log_gamma = torch.rand(B, T, H, generator=g), -torch.rand(B, T, H, generator=g)
     opts: dict = {}
     N, keep = B, torch.ones(1, T, 1)
     if form == "samples":
-        lengths = [[1, 15, 2, 19], [37]]
+        lengths = [[1, 15, 2, T - 18], [T]]
         opts["sample_id"] = torch.stack([torch.repeat_interleave(torch.arange(len(n)), torch.tensor(n))
                                          for n in lengths]).to(DEVICE)
     elif form == "packed":
-        bounds = [0, 2, 20, 21, 45]
+        bounds = [0, 2, 20, 21, 45] if not full else [0, 16, 17, 32, 48]  # full: two sequences of full chunks
         opts["cu_seqlens"] = torch.tensor(bounds, device=DEVICE)
         N = len(bounds) - 1
         place = torch.cat([torch.arange(b - a) for a, b in zip(bounds, bounds[1:])])

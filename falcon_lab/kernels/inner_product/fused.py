@@ -145,9 +145,9 @@ def _backward(p: _Plan, q: Tensor, k: Tensor, v: Tensor, beta: Tensor | None, la
                                       PER_CHANNEL=p.per_channel, IS_VARLEN=p.cu_seqlens is not None,
                                       HAS_DST=dST is not None, PREC=p.prec, **_samples(p))
     pshape = (B, T, H, V) if p.per_channel else (B, T, NV, H)
-    # delayed pairs: the last `delay` rows of each sequence are no token's pair, so no kernel writes their dv and dx
-    def buffer(*shape: int, dtype: torch.dtype) -> Tensor:
-        return (torch.zeros if p.delay else helpers.new_buffer)(*shape, dtype=dtype, device=dev)
+
+    def buffer(*shape: int, dtype: torch.dtype) -> Tensor:  # dv's and dx's: with delayed pairs, their tails zero
+        return _zero_tails(helpers.new_buffer(*shape, dtype=dtype, device=dev), p)
 
     dv = buffer(*v.shape, dtype=v.dtype)
     P = helpers.new_buffer(*pshape, dtype=torch.float32, device=dev)
@@ -186,6 +186,19 @@ def _backward(p: _Plan, q: Tensor, k: Tensor, v: Tensor, beta: Tensor | None, la
                                      BK=p.BK, BV=p.BV, NK=NK, NV=NV, RAW=p.raw, NORMALIZE=p.normalize,
                                      SCALE_RIDGE=p.scale_ridge, **_flags(p), **_samples(p), **lean)
     return dq, dk, dv, dbeta, dlam, dS0
+
+
+def _zero_tails(t: Tensor, p: _Plan) -> Tensor:
+    """``t [B, T, ...]`` with the last ``p.delay`` rows of each sequence (each row, or each of the packed sequences)
+    zero: with delayed pairs no token writes those rows' pairs, so no kernel writes their gradients."""
+    if not p.delay:
+        return t
+    if p.cu_seqlens is None:
+        t[:, max(t.shape[1] - p.delay, 0):] = 0
+    else:  # a row of the sequence before a short one is in its own tail: zero either way
+        ends = p.cu_seqlens[1:].long()
+        t[:, (ends[:, None] - torch.arange(1, p.delay + 1, device=t.device)).clamp(min=0).flatten()] = 0
+    return t
 
 
 class _InnerProduct(torch.autograd.Function):
