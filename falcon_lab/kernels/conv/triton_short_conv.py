@@ -73,7 +73,8 @@ SERIAL_SPAN = 64  # tokens a program of the serial backward walks
 SERIAL_BC = 128  # channels it takes, a thread a channel
 SERIAL_ROWS = 1  # spans a program of the serial backward walks in step, a power of two (1: as timed on the H200)
 # channels a thread of the serial backward takes, a power of two: with 2 or 4 its reads of x, dy and dx are 4 or 8
-# bytes wide (more bytes in flight a thread: the walk waits on its reads), at 72 or 128 registers against 48 for sm_90
+# bytes wide, at 72 or 128 registers against 48 for sm_90; slower at the same-time shape on an H100 (0.25 and 0.32
+# against 0.19 ms a call, records/bench/conv-serial-launch), as were 64 and 128 tokens a forward program
 SERIAL_VEC = 1
 MAX_BC = 64  # channels a program takes
 MAX_SIZE = 8  # the widest convolution the kernels unroll (the mixers use 4)
