@@ -235,6 +235,24 @@ def test_a_budget_stops_the_call_at_a_checkpoint_and_the_next_call_resumes(tmp_p
     assert f"missing   {job.run_id}  transformer seed 0  (step {steps[1]} of 1000)" in text, text
 
 
+def test_training_left_takes_each_mixers_pace_from_its_finished_runs(tmp_path: Path) -> None:
+    """The seconds the runs not finished still need: each at the median pace (train_s a step) of the finished runs
+    of its mixer, else of all of them; a stopped run's steps done not counted again; None with no timings."""
+    from falcon_lab.experiments.runner import RunState, training_left
+    from falcon_lab.runs import RunDir
+
+    jobs = get("addition-tiny").plan()  # transformer and falcon-1.3, two seeds each
+    mixers = [j.cfg.mixer for j in jobs]
+    assert training_left([RunState(j, "missing", None, 100) for j in jobs], tmp_path) is None
+    first = {m: next(j for j in jobs if j.cfg.mixer == m) for m in mixers}
+    for job, seconds in ((first[mixers[0]], 50.0), (first[mixers[-1]], 200.0)):
+        RunDir(tmp_path / "runs" / job.run_id).write_state(timings={"train_s": seconds})
+    states = [RunState(j, "finished" if j in first.values() else "missing", 100 if j in first.values() else 40, 100)
+              for j in jobs]
+    left, told = training_left(states, tmp_path)
+    assert told == 2 and left == pytest.approx(0.5 * 60 + 2.0 * 60)  # 60 steps left each, at 0.5 and 2 s a step
+
+
 def test_status_finds_a_run_training_now_by_its_lock(tmp_path: Path) -> None:
     from falcon_lab.runs import RunDir, RunLock
 

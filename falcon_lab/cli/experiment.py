@@ -131,7 +131,7 @@ def run(
 def status(name: NameArgument, smoke: SmokeOption = False, results: ResultsOption = None) -> None:
     """The experiment's runs: how many are planned, finished, running and missing, and a line for each run not
     finished."""
-    from falcon_lab.experiments.runner import STATES, declared, run_states, tables
+    from falcon_lab.experiments.runner import STATES, declared, run_states, tables, training_left
 
     experiment = _experiment(name)
     try:
@@ -140,6 +140,10 @@ def status(name: NameArgument, smoke: SmokeOption = False, results: ResultsOptio
         refuse(PROG, err)
     counts = ", ".join(f"{sum(s.state == state for s in states)} {state}" for state in STATES)
     typer.echo(f"{experiment.name}: {len(states)} planned, {counts}")
+    left = training_left(states, _results(results))
+    if left is not None and any(s.state != "finished" for s in states):
+        typer.echo(f"left: about {left[0] / 60:.0f} min of training, one run after another, at the pace of the "
+                   f"{left[1]} finished runs that recorded it (their machines', per mixer where one ran)")
     for part in declared(experiment, smoke).parts:
         typer.echo(f"trains as: {' '.join(w if w == '&&' else shlex.quote(w) for w in part.words())}")
     for table in tables(experiment, _results(results), smoke):

@@ -94,6 +94,30 @@ def run_states(jobs: Sequence[Job], results: Path) -> list[RunState]:
     return states
 
 
+def training_left(states: Sequence[RunState], results: Path) -> tuple[float, int] | None:
+    """(seconds of training the runs not finished still need, the finished runs that told it): each at the median
+    seconds a step of the finished runs of its mixer (else of all of them), from their `run.json` timings (the
+    training loop's, compilation and evaluations included; a stopped run's steps done are not counted again).
+    None when no finished run recorded its timings."""
+    import statistics
+
+    from falcon_lab.runs import RunDir
+
+    pace: dict[str, list[float]] = {}
+    for s in states:
+        if s.state != "finished" or not s.steps:
+            continue
+        timings = RunDir(run_dir_for(s.job.run_id, results=results).root).read_state().get("timings") or {}
+        if timings.get("train_s"):
+            pace.setdefault(s.job.cfg.mixer, []).append(timings["train_s"] / s.steps)
+    if not pace:
+        return None
+    every = statistics.median(v for values in pace.values() for v in values)
+    left = sum(statistics.median(pace.get(s.job.cfg.mixer, [every])) * (s.max_steps - (s.steps or 0))
+               for s in states if s.state != "finished")
+    return left, sum(len(values) for values in pace.values())
+
+
 def finished_folders(jobs: Sequence[Job], results: Path) -> list[Path]:
     """The run folders of the finished runs of `jobs`."""
     return [run_dir_for(s.job.run_id, results=results).root for s in run_states(jobs, results)
