@@ -7,22 +7,19 @@ falcon-3a.3's step beside falcon-1a.3's, profiled and graphed (the commands of `
 holds the before), and falcon-3a's fwd+bwd beside falcon-1a's (`bench-falcon3a-fresh-rows`' command: issue 68's
 target, ≤ 1.5×)."""
 
-from falcon_lab.experiments.bench_band_fresh_rows import ROWS
-from falcon_lab.experiments.declare import Commands, Experiment, bench_step, smoke_sets
+from falcon_lab.experiments import bench_band_fresh_rows
+from falcon_lab.experiments.declare import Commands, Experiment
 
+BAND = bench_band_fresh_rows.EXPERIMENT.trains  # the before's step commands, run again
 
 EXPERIMENT = Experiment(
     record="bench/falcon3a-delay",
     question="With the delayed pairs read where they lie, what do falcon-3a.3's step and falcon-3a's fwd+bwd take "
              "beside falcon-1a's?",
     trains=Commands(
-        commands=(bench_step(ROWS, "by-id", "--traces", samples="by-id"),
-                  bench_step(ROWS, "by-id-graphs", "--set", "train.cuda_graphs=true", samples="by-id"),
-                  ("bench", "kernels", "--rule", "falcon-1a", "--rule", "falcon-3a", "--rep", "30", "--out",
-                   "{out}/kernels")),
-        table="by-id-graphs/step.md",
-        smoke_commands=(("bench", "step", "--preset", "addition-tiny", "--steps", "2", "--mixers", "falcon-3a.3",
-                         "--samples", "by-id", *smoke_sets(), "--out", "{out}/by-id-graphs"),)),
+        commands=(*BAND.commands, ("bench", "kernels", "--rule", "falcon-1a", "--rule", "falcon-3a", "--rep", "30",
+                                   "--out", "{out}/kernels")),
+        table=BAND.table, smoke_commands=BAND.smoke_commands),
     budget_s=420,
     machine="one H100",
 )

@@ -33,8 +33,8 @@ def parse(words: Sequence[str]) -> dict[str, str]:
             raise SettingError(f"--kernels: expected NAME=VALUE with NAME one of {', '.join(NAMES)}, got {word!r}")
         if name == "conv":
             triton_short_conv.form(value)
-        elif name == "inverse" and value not in triton_launch.INVERSES:
-            raise SettingError(f"--kernels: inverse must be one of {', '.join(triton_launch.INVERSES)}, got {value!r}")
+        elif name == "inverse":
+            triton_launch.inverse(value)
         elif name == "launch":
             triton_launch.parse_launch(value)
         picked[name] = value
@@ -62,7 +62,7 @@ def using(picked: dict[str, str]) -> Iterator[None]:
         if "conv" in picked:
             conv.BWD_FORM = conv.form(picked["conv"])
         if "inverse" in picked:
-            launch.INVERSE = picked["inverse"]
+            launch.INVERSE = launch.inverse(picked["inverse"])
         if "launch" in picked:
             launch.LAUNCH_OVERRIDES.clear()
             launch.LAUNCH_OVERRIDES.update(launch.parse_launch(picked["launch"]))

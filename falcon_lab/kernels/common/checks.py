@@ -15,12 +15,12 @@ from falcon_lab.kernels.common.config import (ALIGNMENTS, CHUNK_SIZES, FUSED_MAX
 from falcon_lab.kernels.common.state import FastWeightState, fresh_state
 
 
-
 class SettingError(ValueError):
     """A process-wide kernel setting that is not one (an environment variable such as LAB_CONV_FORM, or `lab bench
     step --kernels`): bad input, which the command line reports in its one line, exiting 2 (``bad_input``)."""
 
     bad_input = True
+
 
 def check_choice(name: str, value: object, accepted: tuple[str, ...]) -> None:
     """``value`` must be one of ``accepted``."""

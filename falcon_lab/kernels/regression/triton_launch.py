@@ -32,9 +32,19 @@ SOLVE_PRECISION = {torch.float32: "tf32x3", torch.bfloat16: "bf16", torch.float1
 # together: 10; f1_prep 3.74 -> 3.54 ms of falcon-1.3's same-time step on an H200, records/bench/conv-forms);
 # LAB_TRIL_INVERSE in the environment sets it, so one machine times either.
 INVERSES = ("substitution", "doubling")
-INVERSE = os.environ.get("LAB_TRIL_INVERSE", "doubling")
-if INVERSE not in INVERSES:
-    raise SettingError(f"LAB_TRIL_INVERSE must be one of {', '.join(INVERSES)}, got {INVERSE!r}")
+
+
+def inverse(text: str) -> str:
+    """The UT inverse named by ``text``; SettingError for what is not one."""
+    if text not in INVERSES:
+        raise SettingError(f"the UT inverse must be one of {', '.join(INVERSES)}, got {text!r}")
+    return text
+
+
+try:
+    INVERSE = inverse(os.environ.get("LAB_TRIL_INVERSE", "doubling"))
+except SettingError as _err:
+    raise SettingError(f"LAB_TRIL_INVERSE: {_err}") from None
 KERNELS = ("f1_prep", "f1_intra", "f1_state", "f1_dstate", "f1_grad", "f2_fwd", "f2_dstate", "f2_inverse", "f2_out",
            "f2_grad", "finish_dk")
 LAUNCH_KEYS = ("BK", "BV", "num_warps", "num_stages")
