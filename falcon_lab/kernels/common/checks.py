@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numbers
 import os
+from collections.abc import Callable
 
 import torch
 from torch import Tensor
@@ -20,6 +21,22 @@ class SettingError(ValueError):
     step --kernels`): bad input, which the command line reports in its one line, exiting 2 (``bad_input``)."""
 
     bad_input = True
+
+
+def setting(what: str, text: str, accepted: tuple[str, ...]) -> str:
+    """``text`` when it names one of ``accepted``; SettingError naming ``what`` and the choices otherwise."""
+    if text not in accepted:
+        raise SettingError(f"{what} must be one of {', '.join(accepted)}, got {text!r}")
+    return text
+
+
+def env_setting(variable: str, default: str, read: Callable[[str], str]) -> str:
+    """The process's setting from the environment ``variable`` (``default`` without it), checked by ``read``; its
+    SettingError names the variable."""
+    try:
+        return read(os.environ.get(variable, default))
+    except SettingError as err:
+        raise SettingError(f"{variable}: {err}") from None
 
 
 def check_choice(name: str, value: object, accepted: tuple[str, ...]) -> None:

@@ -37,7 +37,6 @@ gradients in their own. The op is a ``torch.library`` custom op with its backwar
 it in the graph as one opaque call (no graph break) and the projections and gates around it still compile.
 """
 
-import os
 from typing import Optional
 
 import torch
@@ -46,7 +45,7 @@ import triton.language as tl
 from torch import Tensor
 
 from falcon_lab.kernels.common import triton_helpers
-from falcon_lab.kernels.common.checks import SettingError
+from falcon_lab.kernels.common.checks import env_setting, setting
 
 BT_FWD = 32  # tokens a forward program takes (4 warps; 8 from 128 tokens)
 BT_BWD = 16  # the tokens of a backward tile (its last K − 1 only feed the others' dx), BWD_WARPS warps: 4 values a
@@ -57,18 +56,13 @@ FORMS = ("tiles", "serial")  # the backward's
 
 def form(text: str) -> str:
     """The backward's form named by ``text``; SettingError for what is not one."""
-    if text not in FORMS:
-        raise SettingError(f"the short convolution's backward form must be one of {', '.join(FORMS)}, got {text!r}")
-    return text
+    return setting("the short convolution's backward form", text, FORMS)
 
 
 # the backward's kernel, "tiles" (_bwd_kernel) or "serial" (_bwd_serial_kernel): in the same-time step on an H200 the
 # serial one took 142 µs a call against the tiles' 218 (records/bench/conv-forms). LAB_CONV_FORM in the environment
 # sets it, so one machine times a step in either
-try:
-    BWD_FORM = form(os.environ.get("LAB_CONV_FORM", "serial"))
-except SettingError as _err:
-    raise SettingError(f"LAB_CONV_FORM: {_err}") from None
+BWD_FORM = env_setting("LAB_CONV_FORM", "serial", form)
 SERIAL_SPAN = 64  # tokens a program of the serial backward walks
 SERIAL_BC = 128  # channels it takes, a thread a channel
 SERIAL_ROWS = 1  # spans a program of the serial backward walks in step, a power of two (1: as timed on the H200)

@@ -10,7 +10,7 @@ from torch import Tensor
 
 from falcon_lab.kernels.common import packed
 from falcon_lab.kernels.common import triton_helpers as helpers
-from falcon_lab.kernels.common.checks import SettingError, interpreting
+from falcon_lab.kernels.common.checks import SettingError, env_setting, interpreting, setting
 from falcon_lab.kernels.common.config import RuleConfig
 from falcon_lab.kernels.common.triton_helpers import chunk_table, next_power_of_2
 from falcon_lab.kernels.regression.triton_dk import finish_dk_kernel
@@ -36,15 +36,10 @@ INVERSES = ("substitution", "doubling")
 
 def inverse(text: str) -> str:
     """The UT inverse named by ``text``; SettingError for what is not one."""
-    if text not in INVERSES:
-        raise SettingError(f"the UT inverse must be one of {', '.join(INVERSES)}, got {text!r}")
-    return text
+    return setting("the UT inverse", text, INVERSES)
 
 
-try:
-    INVERSE = inverse(os.environ.get("LAB_TRIL_INVERSE", "doubling"))
-except SettingError as _err:
-    raise SettingError(f"LAB_TRIL_INVERSE: {_err}") from None
+INVERSE = env_setting("LAB_TRIL_INVERSE", "doubling", inverse)
 KERNELS = ("f1_prep", "f1_intra", "f1_state", "f1_dstate", "f1_grad", "f2_fwd", "f2_dstate", "f2_inverse", "f2_out",
            "f2_grad", "finish_dk")
 LAUNCH_KEYS = ("BK", "BV", "num_warps", "num_stages")
