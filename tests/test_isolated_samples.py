@@ -327,15 +327,17 @@ def _same_loss_and_gradients(*models: tuple, rtol: float, atol: float) -> None:
         torch.testing.assert_close(a.grad, b.grad, rtol=rtol, atol=atol, msg=name)
 
 
-def test_samples_by_id_on_the_kernels_give_the_packed_sequences_loss(monkeypatch: pytest.MonkeyPatch) -> None:
-    """``falcon_lab.mixers.layers.SAMPLE_IDS`` (``LAB_SAMPLE_IDS=1``): falcon-1a.3 over packed samples on the kernels
-    by their ids, the rows as they are in chunks of 16, gives the loss and the gradients of the samples as the
-    kernels' packed sequences (float32, Triton's interpreter here; decayed attention's mixers by id:
-    tests/test_decayed.py)."""
+@pytest.mark.parametrize("mixer", ["falcon-1a.3", "falcon-3"])
+def test_samples_by_id_on_the_kernels_give_the_packed_sequences_loss(monkeypatch: pytest.MonkeyPatch,
+                                                                     mixer: str) -> None:
+    """``falcon_lab.mixers.layers.SAMPLE_IDS`` (``LAB_SAMPLE_IDS=1``): falcon-1a.3 and falcon-3 over packed samples
+    on the kernels by their ids, the rows as they are in chunks of 16 tokens, give the loss and the gradients of the
+    samples as packed sequences (falcon-3's laid one to a row; float32, Triton's interpreter here; decayed
+    attention's mixers by id: tests/test_decayed.py)."""
     from falcon_lab.mixers import layers
 
     torch.manual_seed(0)
-    cfg = dict(vocab_size=VOCAB_SIZE, d_model=32, n_layers=1, n_heads=2, mixer="falcon-1a.3",
+    cfg = dict(vocab_size=VOCAB_SIZE, d_model=32, n_layers=1, n_heads=2, mixer=mixer,
                mixer_options={"backend": "triton", "chunk_size": 16}, positions=PositionsConfig(sample_end=EOS))
     by_id, packed_rows = LanguageModel(LMConfig(**cfg)), LanguageModel(LMConfig(**cfg))
     packed_rows.load_state_dict(by_id.state_dict())

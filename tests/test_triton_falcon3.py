@@ -211,3 +211,50 @@ def test_gpu_sizes(dtype: torch.dtype, tol: float) -> None:
     for name, a, b in zip(("o", "S", "dq", "dk", "dv", "dbeta", "dlam", "dS0"), out, ref):
         assert not torch.isnan(a).any(), name
         assert rms_rel(a, b) <= tol, f"{name}: {rms_rel(a, b):.2e}"
+
+
+# rows of 40 tokens in chunks of 16: a sample of 1 token first in its row, one ending a chunk, one filling a chunk, one
+# of 1 token opening a chunk, a short last chunk; samples crossing chunk boundaries, and a chunk that opens a sample
+# after the carried state's ends (its exit state must drop the carried one)
+LENGTHS = ([1, 4, 11, 16, 1, 7], [1, 19, 13, 7])
+SAMPLE_ID = torch.tensor([sum(([n] * size for n, size in enumerate(row)), []) for row in LENGTHS])
+
+
+def each_sample(x: dict[str, Tensor], **opts) -> list[Tensor]:
+    """o and the gradients of <o, w> for q, k, v, β, λ: each sample alone, fresh, by the float64 oracle."""
+    leaves = [x[n].double().clone().requires_grad_(True) for n in ("q", "k", "v", "beta", "lam")]
+    rows = []
+    for row, lengths in enumerate(LENGTHS):
+        ends = torch.tensor(lengths).cumsum(0).tolist()
+        rows.append(torch.cat([fast_weight_rule(*(t[row:row + 1, e - n:e] for t in leaves[:3]),
+                                                beta=leaves[3][row:row + 1, e - n:e],
+                                                lam=leaves[4][row:row + 1, e - n:e], backend="recurrent", **opts)[0]
+                               for n, e in zip(lengths, ends)], 1))
+    o = torch.cat(rows, 0)
+    (o * x["w"].double()).sum().backward()
+    return [o] + [t.grad for t in leaves]
+
+
+def by_id(x: dict[str, Tensor], **opts) -> list[Tensor]:
+    """The same through ``fast_weight_rule(..., sample_id=)`` on the kernels: the rows as they are, in chunks of 16
+    tokens (or 8, for windows of more than 4 slots)."""
+    leaves = [x[n].to(DEVICE).clone().requires_grad_(True) for n in ("q", "k", "v", "beta", "lam")]
+    o, _ = fast_weight_rule(*leaves[:3], beta=leaves[3], lam=leaves[4], backend="triton", chunk_size=16,
+                            sample_id=SAMPLE_ID.to(DEVICE), **opts)
+    (o.double() * x["w"].to(DEVICE, torch.float64)).sum().backward()
+    return [o] + [t.grad for t in leaves]
+
+
+@pytest.mark.parametrize(("window", "alignment", "timing"), [
+    (4, "shifted", "raw"), (4, "shifted", "rbw"), (4, "same_time", "raw"), (4, "same_time", "rbw"),
+    (2, "same_time", "raw"), (5, "shifted", "rbw")])
+def test_rows_of_samples_are_the_samples_run_alone(window: int, alignment: str, timing: str) -> None:
+    """Rows of fresh samples by id (W = 4: 16 tokens of 64 slot rows a chunk; W = 5: 8 tokens, a token tile of 16
+    over them) against each sample alone by the float64 oracle: outputs and the gradients of q, k, v, β and λ.
+    No window holds a pair of another sample, no decay runs across a sample's start, and the carried state reaches
+    only its own sample's tokens."""
+    x = inputs(RULE, B=2, T=40, H=2, D=16, seed=window * 7 + len(alignment) + (timing == "rbw"))
+    opts = dict(rule=RULE, window=window, alignment=alignment, timing=timing)
+    for name, a, b in zip(("o", "dq", "dk", "dv", "dbeta", "dlam"), by_id(x, **opts), each_sample(x, **opts)):
+        assert a is not None and not torch.isnan(a).any(), f"{name}: missing or NaN"
+        assert rms_rel(a, b) <= TOL_FP32, f"{name}: relative RMS error {rms_rel(a, b):.2e}"

@@ -296,8 +296,8 @@ def test_a_model_over_samples_by_id_reads_nothing_on_the_host(mixer: str, monkey
 
 def test_cuda_graphs_take_isolated_samples_by_id(monkeypatch: pytest.MonkeyPatch) -> None:
     """``train.cuda_graphs`` with isolated samples is refused where a step's work changes with its samples, and
-    accepted where the kernels take them by id (the default; ``LAB_SAMPLE_IDS=0`` refuses): falcon-1.x, falcon-1a.x, falcon-3a.x,
-    DeltaNet, Gated DeltaNet, RetNet, Mamba-2 on backend auto or triton."""
+    accepted where the kernels take them by id (the default; ``LAB_SAMPLE_IDS=0`` refuses): falcon-1.x, falcon-1a.x,
+    falcon-3, falcon-3a.x, DeltaNet, Gated DeltaNet, RetNet, Mamba-2 on backend auto or triton."""
     from falcon_lab.config import ConfigError, load_config
     from falcon_lab.mixers import layers, samples_by_id
 
@@ -309,12 +309,12 @@ def test_cuda_graphs_take_isolated_samples_by_id(monkeypatch: pytest.MonkeyPatch
     with pytest.raises(ConfigError, match="train.cuda_graphs replays one fixed step"):
         graphs("falcon-1.3")
     monkeypatch.setattr(layers, "SAMPLE_IDS", True)
-    for mixer in ("falcon-1.3", "falcon-1", "falcon-1a.3", "falcon-3a.3", "deltanet", "gated-deltanet", "retnet",
-                  "mamba2"):
+    for mixer in ("falcon-1.3", "falcon-1", "falcon-1a.3", "falcon-3", "falcon-3a.3", "deltanet", "gated-deltanet",
+                  "retnet", "mamba2"):
         assert samples_by_id(mixer) and graphs(mixer).train.cuda_graphs
     assert samples_by_id("deltanet", {"backend": "triton"})
     for mixer, more in (("falcon-1.3", ["model.mixer_options={backend: chunk}"]), ("falcon-2", []),
-                        ("falcon-3", [])):
+                        ("falcon-2a", [])):
         assert not samples_by_id(mixer, {"backend": "chunk"} if more else None)
         with pytest.raises(ConfigError, match="by id: the default, not LAB_SAMPLE_IDS=0"):
             graphs(mixer, *more)

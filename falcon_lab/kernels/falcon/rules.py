@@ -49,11 +49,14 @@ def triton_inner_product(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, lam: Ten
 
 def triton_falcon3(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, lam: Tensor, cfg: RuleConfig,
                    state: FastWeightState, fresh: bool, chunk_size: int = 64,
-                   cu_seqlens: Tensor | None = None) -> tuple[Tensor, FastWeightState]:
-    """falcon-3's fused kernels (``falcon_lab.kernels.window.fused``)."""
+                   cu_seqlens: Tensor | None = None,
+                   sample_id: Tensor | None = None) -> tuple[Tensor, FastWeightState]:
+    """falcon-3's fused kernels (``falcon_lab.kernels.window.fused``); also over rows of fresh samples by
+    ``sample_id``."""
     from falcon_lab.kernels.window.fused import triton_falcon3 as fused
 
-    return fused(q, k, v, beta, lam, cfg, state, fresh, chunk_size=chunk_size, cu_seqlens=cu_seqlens)
+    return fused(q, k, v, beta, lam, cfg, state, fresh, chunk_size=chunk_size, cu_seqlens=cu_seqlens,
+                 sample_id=sample_id)
 
 
 def triton_falcon3a(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, lam: Tensor, cfg: RuleConfig,
@@ -100,7 +103,7 @@ FALCON_2 = register_rule(RuleSpec(
 FALCON_3 = register_rule(RuleSpec(
     "falcon-3", "window", regression=True, per_channel=False, windowed=True, gain_bound="ridge",
     recurrent=recurrent_window, masked=masked_falcon3, chunk=chunk_falcon3, triton=triton_falcon3,
-    fused_max_window=FUSED_MAX_WINDOW, chunk_by_window=True,
+    fused_max_window=FUSED_MAX_WINDOW, chunk_by_window=True, by_sample_id=True,
     summary="one step on the mean loss of the last B pairs"))
 FALCON_1A = register_rule(RuleSpec(
     "falcon-1a", "inner_product", regression=False, per_channel=False, windowed=False, gain_bound="energy",

@@ -206,15 +206,21 @@ def _row_windows(T: int, W: int, shifted: bool, device: torch.device, inference:
 
 def triton_falcon3(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, lam: Tensor, cfg: RuleConfig,
                    state: FastWeightState, fresh: bool, chunk_size: int = 64,
-                   cu_seqlens: Tensor | None = None) -> tuple[Tensor, FastWeightState]:
+                   cu_seqlens: Tensor | None = None,
+                   sample_id: Tensor | None = None) -> tuple[Tensor, FastWeightState]:
     """falcon-3 over ``[B, T, H, D]`` inputs in their own dtype from a float32 ``state``; o in q's dtype. The
     kernels' chunk holds min(chunk_size · WP, 64) slot rows (WP: the window padded to a power of two), so
     64 / WP tokens at the default. The form takes no ``cu_seqlens`` (one window tail a row): ``fast_weight_rule``
-    lays packed sequences one to a row."""
+    lays packed sequences one to a row. ``sample_id`` ``[B, T]``: the samples of each row apart, each fresh, outputs
+    alone (``triton_falcon3_samples``; the state is returned as it came)."""
     if not (cfg.windowed and cfg.regression):
         raise ValueError(f"triton_falcon3 runs rule 'falcon-3' only, got {cfg.rule!r}")
     if cu_seqlens is not None:
         raise ValueError("triton_falcon3 takes no cu_seqlens; fast_weight_rule lays packed sequences one to a row")
+    if sample_id is not None:
+        if not fresh:
+            raise ValueError("triton_falcon3 runs rows of samples by sample_id from fresh states only")
+        return triton_falcon3_samples(q, k, v, beta, lam, cfg, chunk_size, sample_id), state
     f32 = torch.float32
     prep = prepare(k, v, beta.to(f32), lam.to(f32), cfg, state, fresh, top_eigenvalue)  # pairs float32 (above)
     B, T, H = q.shape[:3]
@@ -225,6 +231,44 @@ def triton_falcon3(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, lam: Tensor, c
     a = prep.eta / prep.n_pairs.clamp(min=1.0)[..., None]  # a_t = η_t / B_t, [B, T, H]
     o, S = Falcon3Chunks.apply(q, X, V, a, torch.log(prep.gamma), state.S.float(), cfg.timing == "rbw", geo)
     return o, final_state(S, k[:, -1:].to(f32), prep, cfg)  # final_state reads the last key alone
+
+
+def triton_falcon3_samples(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, lam: Tensor, cfg: RuleConfig,
+                           chunk_size: int, sample_id: Tensor) -> Tensor:
+    """falcon-3 over rows ``[B, T]`` of fresh samples told apart by ``sample_id``, outputs alone, with no host read
+    and shapes that follow B and T alone: each token's window slots hold the pairs of its own sample
+    (``sample_windows``), μ_t is the top eigenvalue of their Gram, and the chunk kernels restart at each sample
+    (``SAMPLES``). Returns o in q's dtype."""
+    f32 = torch.float32
+    B, T, H = q.shape[:3]
+    W = cfg.span
+    win = sample_windows(sample_id, W, cfg.shifted, q.device)
+    x = k.to(f32)
+    if cfg.shifted:  # x_t = k_{t−1} within a sample; its first token writes no pair
+        x = F.pad(x, (0, 0, 0, 0, 1, 0))[:, :T] * win.pair[..., None]
+    # the window Gram of t, entry (i, j) = x_{t−i} · x_{t−j} over the slots holding pairs of t's sample: the lag
+    # products x_s · x_{s−d} give every entry (``window_gram``'s way)
+    lags = [x.square().sum(-1)] + [(x * _late(x, d)).sum(-1) for d in range(1, W)]  # [B, T, H]
+    held = win.held
+    gram = torch.stack([torch.stack([_late(lags[abs(i - j)], min(i, j)) * held[i] * held[j] for j in range(W)], -1)
+                        for i in range(W)], -2)  # [B, T, H, W, W]
+    n = win.n_pairs.clamp(min=1.0)
+    energy = top_eigenvalue(gram) / n  # μ_t
+    eta, gamma = step_size_and_carry(cfg, beta.to(f32), lam.to(f32), energy, win.n_pairs)
+    geo = geometry(W, chunk_size)
+    WP = geo["WP"]
+
+    def slots(t: Tensor) -> Tensor:  # [B, T, H, D] -> [B, T·WP, H, D]: slot j of token t holds t − j of its sample
+        held_q = [h[..., None].to(q.dtype) for h in held]
+        rows = [_late(t, j) * held_q[j] for j in range(W)] + [t.new_zeros(t.shape)] * (WP - W)
+        return torch.stack(rows, dim=2).reshape(B, T * WP, H, t.shape[-1])
+
+    S0 = q.new_zeros(B, H, q.shape[3], v.shape[-1], dtype=f32)
+    sid = packed.memo(sample_id, ("int32", str(q.device)),
+                      lambda: sample_id.to(device=q.device, dtype=torch.int32).contiguous())
+    o, _ = Falcon3Chunks.apply(q, slots(x.to(q.dtype)), slots(v.to(q.dtype)), eta / n, torch.log(gamma), S0,
+                               cfg.timing == "rbw", geo, sid)
+    return o
 
 
 def _packed_glue(q: Tensor, k: Tensor, beta: Tensor, lam: Tensor, pair: Tensor, held: list[Tensor],

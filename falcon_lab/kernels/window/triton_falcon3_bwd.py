@@ -8,7 +8,8 @@ Per chunk, with entry state S, exit-state gradient dS_C and B = diag(a)(V − di
     dL  = −dB Uᵀ on the block-strict lower part,  L[p, s] = a_p e^{Gp_p − G_s} x_pᵀ x_s
 
 and per chunk: dq, dx and dv per slot row, da and d log γ per token (row terms summed over each token's slots;
-d log γ from the prefix gradients by reverse sums, as in the falcon-1 backward).
+d log γ from the prefix gradients by reverse sums, as in the falcon-1 backward). ``SAMPLES``: the forward's masks
+(``triton_falcon3``), and the reverse sums within each sample.
 """
 
 from __future__ import annotations
@@ -16,15 +17,16 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from falcon_lab.kernels.common.triton_helpers import load_rows, mm, rev_cumsum
-from falcon_lab.kernels.window.triton_falcon3 import PER_BATCH, chunk_gates, chunk_tiles, read_mask, write_mask
+from falcon_lab.kernels.common.triton_helpers import load_rows, mm, rev_cumsum, sample_rev_cumsum
+from falcon_lab.kernels.window.triton_falcon3 import (PER_BATCH, chunk_gates, chunk_ids, chunk_tiles, exit_gates,
+                                                      read_mask, write_mask)
 
 
 @triton.jit(do_not_specialize=PER_BATCH)
-def f3_dstate_kernel(q_ptr, x_ptr, a_ptr, g_ptr, do_ptr, dul_ptr, A_ptr, dSf_ptr, dh_ptr, dB_ptr, dS0_ptr, T, NT,
-                     H: tl.constexpr, Dk: tl.constexpr, Dv: tl.constexpr, C: tl.constexpr, CT: tl.constexpr,
+def f3_dstate_kernel(q_ptr, x_ptr, a_ptr, g_ptr, sid_ptr, do_ptr, dul_ptr, A_ptr, dSf_ptr, dh_ptr, dB_ptr, dS0_ptr,
+                     T, NT, H: tl.constexpr, Dk: tl.constexpr, Dv: tl.constexpr, C: tl.constexpr, CT: tl.constexpr,
                      R: tl.constexpr, WP: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, RBW: tl.constexpr,
-                     HAS_DSF: tl.constexpr, PREC: tl.constexpr):
+                     HAS_DSF: tl.constexpr, PREC: tl.constexpr, SAMPLES: tl.constexpr):
     """The reverse recurrence over one sequence and a block of value columns: every chunk's exit-state gradient
     dS_C, dB = Aᵀ dU, and the initial state's gradient."""
     i_v, i_nh = tl.program_id(0), tl.program_id(1)
@@ -42,10 +44,12 @@ def f3_dstate_kernel(q_ptr, x_ptr, a_ptr, g_ptr, do_ptr, dul_ptr, A_ptr, dSf_ptr
     for i_c in range(NT - 1, -1, -1):
         tl.store(dh_ptr + ((i_n * NT + i_c) * H + i_h).to(tl.int64) * Dk * Dv + p_S, dS, mask=m_kv)
         _, _, rt, tt, vt, rp, tp, vp = chunk_tiles(i_n * NT + i_c, NT, T, C, CT, R, WP)
-        g_t, G_t, a_p, g_p, G_p, G_last = chunk_gates(a_ptr, g_ptr, i_n, i_h, T, H, tt, vt, rp, tp, vp, WP)
+        sid_t, sid_p, prev, last = chunk_ids(sid_ptr, i_n, i_c, T, C, rt, tp, SAMPLES)
+        g_t, G_t, a_p, g_p, G_p, G_last = chunk_gates(a_ptr, g_ptr, i_n, i_h, T, H, rt, tt, vt, rp, tp, vp, WP,
+                                                      sid_t, last, SAMPLES)
         rows = i_c * R + rp
         x = load_rows(x_ptr, bos, i_h, rows, T * WP, offs_k, H, Dk).to(tl.float32)
-        carry = tl.where(vp, tl.exp(tl.where(vp, G_last - G_p, 0.0)), 0.0)
+        carry, keep = exit_gates(G_last, G_p, vp, sid_p, prev, last)
         du = load_rows(dul_ptr, bos, i_h, rows, T * WP, offs_v, H, Dv) + carry[:, None] * mm(x, dS, PREC)
         A = tl.load(A_ptr + ((bos + rows) * H + i_h)[:, None] * R + rp[None, :], mask=vp[:, None], other=0.0)
         dB = mm(tl.trans(A), du, PREC)
@@ -53,32 +57,35 @@ def f3_dstate_kernel(q_ptr, x_ptr, a_ptr, g_ptr, do_ptr, dul_ptr, A_ptr, dSf_ptr
         qk = load_rows(q_ptr, i_n * T, i_h, tt, T, offs_k, H, Dk).to(tl.float32)
         do = load_rows(do_ptr, i_n * T, i_h, tt, T, offs_v, H, Dv).to(tl.float32)
         Gr = G_t - g_t if RBW else G_t
-        read = tl.where(vt, tl.exp(Gr), 0.0)
-        write = tl.where(vp, a_p * tl.exp(G_p - g_p), 0.0)
-        dS = (tl.exp(G_last) * dS + mm(tl.trans(qk), read[:, None] * do, PREC)
+        read = tl.where(vt & (sid_t == prev), tl.exp(Gr), 0.0)
+        write = tl.where(vp & (sid_p == prev), a_p * tl.exp(G_p - g_p), 0.0)
+        dS = (keep * dS + mm(tl.trans(qk), read[:, None] * do, PREC)
               - mm(tl.trans(x), write[:, None] * dB, PREC))
     tl.store(dS0_ptr + i_nh.to(tl.int64) * Dk * Dv + p_S, dS, mask=m_kv)
 
 
 @triton.jit(do_not_specialize=PER_BATCH)
-def f3_grad_kernel(q_ptr, x_ptr, v_ptr, a_ptr, g_ptr, do_ptr, U_ptr, dB_ptr, h_ptr, dh_ptr,
+def f3_grad_kernel(q_ptr, x_ptr, v_ptr, a_ptr, g_ptr, sid_ptr, do_ptr, U_ptr, dB_ptr, h_ptr, dh_ptr,
                    dq_ptr, dx_ptr, dv_ptr, da_ptr, dg_ptr, T, NT,
                    H: tl.constexpr, Dk: tl.constexpr, Dv: tl.constexpr, C: tl.constexpr, CT: tl.constexpr,
                    R: tl.constexpr, WP: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, RBW: tl.constexpr,
-                   PREC: tl.constexpr):
+                   PREC: tl.constexpr, SAMPLES: tl.constexpr):
     """Per chunk: dq (tokens), dx and dv (slot rows), da and d log γ (tokens)."""
     pid, i_h = tl.program_id(0), tl.program_id(1)
     i_n, i_c, rt, tt, vt, rp, tp, vp = chunk_tiles(pid, NT, T, C, CT, R, WP)
-    g_t, G_t, a_p, g_p, G_p, G_last = chunk_gates(a_ptr, g_ptr, i_n, i_h, T, H, tt, vt, rp, tp, vp, WP)
+    sid_t, sid_p, prev, last = chunk_ids(sid_ptr, i_n, i_c, T, C, rt, tp, SAMPLES)
+    g_t, G_t, a_p, g_p, G_p, G_last = chunk_gates(a_ptr, g_ptr, i_n, i_h, T, H, rt, tt, vt, rp, tp, vp, WP, sid_t,
+                                                  last, SAMPLES)
     bos_p, bos_t = i_n * T * WP, i_n * T
     rows = i_c * R + rp
     p_h = h_ptr + (pid * H + i_h).to(tl.int64) * Dk * Dv
     p_dh = dh_ptr + (pid * H + i_h).to(tl.int64) * Dk * Dv
-    M, Gr = read_mask(G_t, g_t, G_p, tt, vt, tp, vp, RBW)
-    Dl, strict = write_mask(G_p, g_p, tp, vp)
-    carry = tl.where(vp, tl.exp(tl.where(vp, G_last - G_p, 0.0)), 0.0)
-    read = tl.where(vt, tl.exp(Gr), 0.0)
-    write = tl.where(vp, a_p * tl.exp(G_p - g_p), 0.0)
+    M, Gr = read_mask(G_t, g_t, G_p, tt, vt, tp, vp, sid_t, sid_p, RBW)
+    Dl, strict = write_mask(G_p, g_p, tp, vp, sid_p)
+    carry, keep = exit_gates(G_last, G_p, vp, sid_p, prev, last)
+    read = tl.where(vt & (sid_t == prev), tl.exp(Gr), 0.0)
+    reads_state = vp & (sid_p == prev)  # the rows whose pseudo-values read the entry state
+    write = tl.where(reads_state, a_p * tl.exp(G_p - g_p), 0.0)
 
     # value blocks: dO Uᵀ, dL = −dB Uᵀ, dv = a dB and the target part of da
     dou = tl.zeros([CT, R], dtype=tl.float32)
@@ -144,18 +151,23 @@ def f3_grad_kernel(q_ptr, x_ptr, v_ptr, a_ptr, g_ptr, do_ptr, U_ptr, dB_ptr, h_p
     P3 = MD * qx
     D2 = dL * Dl * gram
     P2 = D2 * a_p[:, None]
-    da += tl.sum(D2, 1) - tl.where(vp, tl.exp(G_p - g_p), 0.0) * wb
+    da += tl.sum(D2, 1) - tl.where(reads_state, tl.exp(G_p - g_p), 0.0) * wb
     dG_p = -tl.sum(P3, 0) - tl.sum(P2, 0) - zs
     dGp_p = tl.sum(P2, 1) - write * wb
     own = (rp[None, :] // WP == rt[:, None]) & vp[None, :]  # [CT, R]: token i's slots
     dG = tl.sum(tl.where(own, dG_p[None, :], 0.0), 1)
     dGp = tl.sum(tl.where(own, dGp_p[None, :], 0.0), 1)
     da_t = tl.sum(tl.where(own, da[None, :], 0.0), 1)
-    dG += tl.where(rt == CT - 1, tl.sum(zs, 0) + tl.exp(G_last) * tl.sum(hs, 0), 0.0)
+    # G_last, the exit state's decay, is the prefix of the chunk's last token
+    at_last = rt == tl.sum(vt.to(tl.int32), 0) - 1
+    dG += tl.where(at_last, tl.sum(zs, 0) + keep * tl.sum(hs, 0), 0.0)
     if RBW:
         dGp += dGr + tl.sum(P3, 1)
     else:
         dG += dGr + tl.sum(P3, 1)
-    dg = rev_cumsum(dG) + rev_cumsum(dGp) - dGp
+    if SAMPLES:
+        dg = sample_rev_cumsum(dG, sid_t, rt) + sample_rev_cumsum(dGp, sid_t, rt) - dGp
+    else:
+        dg = rev_cumsum(dG) + rev_cumsum(dGp) - dGp
     tl.store(da_ptr + (bos_t + tt) * H + i_h, da_t, mask=vt)
     tl.store(dg_ptr + (bos_t + tt) * H + i_h, dg, mask=vt)

@@ -69,69 +69,78 @@ def _precision(dtype: torch.dtype, Dk: int, Dv: int) -> tuple[str, str]:
     return precision(dtype), solve_precision(dtype)
 
 
-def f3_forward(q, X, V, a, lg, S0, rbw, geo):
-    """(o, final S, (A, U, h)) for the backward."""
+def _samples(q: Tensor, sid: Tensor | None) -> tuple[Tensor, dict]:
+    """The ids the kernels read (q, never read, without samples) and their flag."""
+    return (q if sid is None else sid), dict(SAMPLES=sid is not None)
+
+
+def f3_forward(q, X, V, a, lg, S0, rbw, geo, sid=None):
+    """(o, final S, (A, U, h)) for the backward; ``sid`` ``[B, T]`` int32: rows of fresh samples by id."""
     B, T, H, Dk = q.shape
     Dv, dev, rows = V.shape[-1], q.device, X.shape[0] * X.shape[1]
     NT = triton.cdiv(T, geo["C"])
     prec, solve = _precision(q.dtype, Dk, Dv)
-    shape = dict(T=T, NT=NT, H=H, Dk=Dk, Dv=Dv, **geo)
+    sid, samples = _samples(q, sid)
+    shape = dict(T=T, NT=NT, H=H, Dk=Dk, Dv=Dv, **geo, **samples)
     A = _f32(rows, H, geo["R"], device=dev)
     Wm = helpers.new_buffer(rows, H, Dk, dtype=torch.bfloat16 if prec == "bf16" else torch.float32, device=dev)
     Ut = _f32(rows, H, Dv, device=dev)
-    f3_prep_kernel[(B * NT, H)](X, V, a, lg, A, Wm, Ut, PREC=prec, SOLVE_PREC=solve,
+    f3_prep_kernel[(B * NT, H)](X, V, a, lg, sid, A, Wm, Ut, PREC=prec, SOLVE_PREC=solve,
                                 DOUBLING=triton_launch.INVERSE == "doubling", **shape, **_config("prep", Dk, Dv))
     U = _f32(rows, H, Dv, device=dev)
     h = _f32(B * NT, H, Dk, Dv, device=dev)
     Sf = _f32(B, H, Dk, Dv, device=dev)
     conf = _config("state", Dk, Dv)
-    f3_state_kernel[(triton.cdiv(Dv, conf["BV"]), B * H)](X, a, lg, Wm, Ut, S0, h, U, Sf, PREC=prec, **shape,
+    f3_state_kernel[(triton.cdiv(Dv, conf["BV"]), B * H)](X, a, lg, sid, Wm, Ut, S0, h, U, Sf, PREC=prec, **shape,
                                                           **conf)
     del Wm, Ut
     o = helpers.new_buffer(B, T, H, Dv, dtype=q.dtype, device=dev)
     conf = _config("read", Dk, Dv)
-    f3_read_kernel[(B * NT, triton.cdiv(Dv, conf["BV"]), H)](q, X, a, lg, h, U, o, RBW=rbw, BACKWARD=False,
+    f3_read_kernel[(B * NT, triton.cdiv(Dv, conf["BV"]), H)](q, X, a, lg, sid, h, U, o, RBW=rbw, BACKWARD=False,
                                                              PREC=prec, **shape, **conf)
     return o, Sf, (A, U, h)
 
 
-def f3_backward(q, X, V, a, lg, S0, do, dSf, rbw, geo, kept):
+def f3_backward(q, X, V, a, lg, S0, do, dSf, rbw, geo, kept, sid=None):
     """dq, dX, dV, da, d log γ, dS_0."""
     A, U, h = kept
     B, T, H, Dk = q.shape
     Dv, dev, rows = V.shape[-1], q.device, X.shape[0] * X.shape[1]
     NT = triton.cdiv(T, geo["C"])
     prec = _precision(q.dtype, Dk, Dv)[0]
-    shape = dict(T=T, NT=NT, H=H, Dk=Dk, Dv=Dv, **geo)
+    sid, samples = _samples(q, sid)
+    shape = dict(T=T, NT=NT, H=H, Dk=Dk, Dv=Dv, **geo, **samples)
     dul = _f32(rows, H, Dv, device=dev)
     conf = _config("read", Dk, Dv)
-    f3_read_kernel[(B * NT, triton.cdiv(Dv, conf["BV"]), H)](q, X, a, lg, h, do, dul, RBW=rbw, BACKWARD=True,
+    f3_read_kernel[(B * NT, triton.cdiv(Dv, conf["BV"]), H)](q, X, a, lg, sid, h, do, dul, RBW=rbw, BACKWARD=True,
                                                              PREC=prec, **shape, **conf)
     dh = _f32(*h.shape, device=dev)
     dB = _f32(rows, H, Dv, device=dev)
     dS0 = _f32(*S0.shape, device=dev)
     conf = _config("dstate", Dk, Dv)
     f3_dstate_kernel[(triton.cdiv(Dv, conf["BV"]), B * H)](
-        q, X, a, lg, do, dul, A, dSf if dSf is not None else dS0, dh, dB, dS0, RBW=rbw, HAS_DSF=dSf is not None,
+        q, X, a, lg, sid, do, dul, A, dSf if dSf is not None else dS0, dh, dB, dS0, RBW=rbw, HAS_DSF=dSf is not None,
         PREC=prec, **shape, **conf)
     del dul
     dq, dX, dV = _like(q), _like(X), _like(V)
     da, dlg = _f32(*a.shape, device=dev), _f32(*lg.shape, device=dev)
-    f3_grad_kernel[(B * NT, H)](q, X, V, a, lg, do, U, dB, h, dh, dq, dX, dV, da, dlg, RBW=rbw, PREC=prec,
+    f3_grad_kernel[(B * NT, H)](q, X, V, a, lg, sid, do, U, dB, h, dh, dq, dX, dV, da, dlg, RBW=rbw, PREC=prec,
                                 **shape, **_config("grad", Dk, Dv))
     return dq, dX, dV, da, dlg, dS0
 
 
 class Falcon3Chunks(torch.autograd.Function):
     """(q ``[B, T, H, Dk]``, X ``[B, T·WP, H, Dk]``, V ``[B, T·WP, H, Dv]``, a, log γ ``[B, T, H]`` fp32, S_0 fp32)
-    -> (o ``[B, T, H, Dv]`` in q's dtype, final S fp32), forward and backward in Triton."""
+    -> (o ``[B, T, H, Dv]`` in q's dtype, final S fp32), forward and backward in Triton. ``sid`` ``[B, T]`` int32
+    (or None): the rows' samples apart, each fresh (S_0 then reaches each row's first sample alone, and the final S is
+    each row's last sample's)."""
 
     @staticmethod
-    def forward(ctx, q, X, V, a, lg, S0, rbw, geo):
+    def forward(ctx, q, X, V, a, lg, S0, rbw, geo, sid=None):
         q, X, V, a, lg, S0 = (t.contiguous() for t in (q, X, V, a, lg, S0))
-        o, Sf, kept = f3_forward(q, X, V, a, lg, S0, rbw, geo)
+        o, Sf, kept = f3_forward(q, X, V, a, lg, S0, rbw, geo, sid)
         ctx.save_for_backward(q, X, V, a, lg, S0, *kept)
-        ctx.rbw, ctx.geo = rbw, geo
+        ctx.rbw, ctx.geo, ctx.sid = rbw, geo, sid
         return o, Sf
 
     @staticmethod
@@ -139,5 +148,5 @@ class Falcon3Chunks(torch.autograd.Function):
         q, X, V, a, lg, S0, *kept = ctx.saved_tensors
         do = q.new_zeros(*q.shape[:3], V.shape[-1]) if do is None else do.contiguous()
         grads = f3_backward(q, X, V, a, lg, S0, do, None if dSf is None else dSf.contiguous(), ctx.rbw, ctx.geo,
-                            tuple(kept))
-        return (*grads, None, None)
+                            tuple(kept), ctx.sid)
+        return (*grads, None, None, None)
