@@ -111,13 +111,14 @@ def test_kernel_variants_are_set_for_the_rows_recorded_and_restored(tmp_path: Pa
     before = variants.current()
     result = CliRunner().invoke(app, ["bench", "step", "--mixers", "falcon-1a", "--preset", "tiny", "--steps", "1",
                                       "--kernels", "conv=tiles", "--kernels", "inverse=substitution",
-                                      "--kernels", "launch=f1_grad:BK=32", "--out", str(tmp_path)])
+                                      "--kernels", "launch=f1_grad:BK=32", "--kernels", "falcon3-glue=compiled",
+                                      "--out", str(tmp_path)])
     assert result.exit_code == 0, result.output
-    assert ("- kernels: conv=tiles, inverse=substitution, launch=f1_grad:BK=32"
+    assert ("- kernels: conv=tiles, inverse=substitution, launch=f1_grad:BK=32, falcon3-glue=compiled"
             in (tmp_path / "step.md").read_text())
     assert variants.current() == before
     for word, said in (("conv=fast", "got 'fast'"), ("inverse=lu", "got 'lu'"), ("launch=f9:BK=1", "unknown kernel"),
-                       ("colour=red", "expected NAME=VALUE")):
+                       ("falcon3-glue=jit", "got 'jit'"), ("colour=red", "expected NAME=VALUE")):
         result = CliRunner().invoke(app, ["bench", "step", "--mixers", "falcon-1a", "--preset", "tiny", "--kernels",
                                           word, "--out", str(tmp_path / "out")])
         assert result.exit_code == 2 and said in result.output, result.output

@@ -258,3 +258,36 @@ def test_rows_of_samples_are_the_samples_run_alone(window: int, alignment: str, 
     for name, a, b in zip(("o", "dq", "dk", "dv", "dbeta", "dlam"), by_id(x, **opts), each_sample(x, **opts)):
         assert a is not None and not torch.isnan(a).any(), f"{name}: missing or NaN"
         assert rms_rel(a, b) <= TOL_FP32, f"{name}: relative RMS error {rms_rel(a, b):.2e}"
+
+
+@pytest.mark.parametrize(("window", "alignment"), [(4, "shifted"), (3, "same_time")])
+def test_the_glue_by_sample_id_compiles_whole_and_gives_its_eager_values_and_gradients(window: int,
+                                                                                      alignment: str) -> None:
+    """What falcon-3's rows by sample id compute around the eigenvalue and the chunk kernels (the window Gram, the
+    slot rows, the gates) are one graph each for torch.compile (no break), with the eager functions' values and
+    gradients (``falcon3-glue=compiled`` on a GPU)."""
+    from falcon_lab.kernels.common.config import RuleConfig
+    from falcon_lab.kernels.window.fused import _sample_gates, _sample_slots, sample_windows
+    from falcon_lab.kernels.window.triton_falcon3_launch import slots
+
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    torch.manual_seed(window)
+    cfg = RuleConfig(rule=RULE, window=window, alignment=alignment)
+    win = sample_windows(SAMPLE_ID, window, cfg.shifted, torch.device("cpu"))
+    B, T = SAMPLE_ID.shape
+    q, k, v = (torch.randn(B, T, 2, 4).requires_grad_() for _ in range(3))
+    top = (torch.rand(B, T, 2) + 0.5).requires_grad_()
+    beta, lam = ((torch.rand(B, T, 2) + 0.1).requires_grad_() for _ in range(2))
+    outs, grads = [], []
+    for slots_fn, gates_fn in ((_sample_slots, _sample_gates),
+                               tuple(torch.compile(f, fullgraph=True, backend="aot_eager")
+                                     for f in (_sample_slots, _sample_gates))):
+        out = (*slots_fn(q, k, v, win.pair, win.held, cfg, slots(window)),
+               *gates_fn(top, win.n_pairs, beta, lam, cfg))
+        outs.append(out)
+        grads.append(torch.autograd.grad([t.float().sum() * (i + 1) for i, t in enumerate(out)],
+                                         (k, v, top, beta, lam)))
+    for want, got in zip(outs[0] + grads[0], outs[1] + grads[1]):
+        torch.testing.assert_close(got, want)
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] <= 2

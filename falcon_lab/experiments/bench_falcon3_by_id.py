@@ -4,11 +4,13 @@ chunk kernels restart at each sample, where the packed samples went one to a row
 (gathered there and back, each run its own prepare and launches: 4,701 launches and 134.5 ms of device time in the
 profiled step on an H100, `records/bench/step-2026-12-07/rows-68d0f026/`). falcon-3's same-time step packed and by
 id, compiled and profiled, then by id replayed from CUDA graphs (which packed samples cannot take); falcon-1.3 by id
-beside it, the kernels issue's yardstick (falcon-3 / falcon-1 ≤ 3)."""
+beside it, the kernels issue's yardstick (falcon-3 / falcon-1 ≤ 3); and falcon-3 by id with the glue around its
+eigenvalue kernel compiled for the rows' shape (`--kernels falcon3-glue=compiled`), profiled and graphed."""
 
 from falcon_lab.experiments.declare import Commands, Experiment, bench_step, smoke_sets
 
 ROWS = "falcon-1.3,falcon-3"
+COMPILED = "falcon3-glue=compiled"
 
 EXPERIMENT = Experiment(
     record="bench/falcon3-by-id",
@@ -17,10 +19,13 @@ EXPERIMENT = Experiment(
     trains=Commands(
         commands=(bench_step("falcon-3", "packed", "--traces", samples="packed"),
                   bench_step(ROWS, "by-id", "--traces", samples="by-id"),
-                  bench_step(ROWS, "by-id-graphs", "--set", "train.cuda_graphs=true", samples="by-id")),
+                  bench_step(ROWS, "by-id-graphs", "--set", "train.cuda_graphs=true", samples="by-id"),
+                  bench_step("falcon-3", "glue-compiled", "--traces", "--kernels", COMPILED, samples="by-id"),
+                  bench_step("falcon-3", "glue-compiled-graphs", "--set", "train.cuda_graphs=true", "--kernels",
+                             COMPILED, samples="by-id")),
         table="by-id-graphs/step.md",
         smoke_commands=(("bench", "step", "--preset", "addition-tiny", "--steps", "2", "--mixers", "falcon-3",
                          "--samples", "by-id", *smoke_sets(), "--out", "{out}/by-id-graphs"),)),
-    budget_s=300,
+    budget_s=420,
     machine="one H100",
 )

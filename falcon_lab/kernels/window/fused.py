@@ -39,6 +39,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from falcon_lab.kernels.common import packed
+from falcon_lab.kernels.common.checks import env_setting, setting
 from falcon_lab.kernels.common.config import RuleConfig
 from falcon_lab.kernels.common.prepare import final_state, prepare, windows
 from falcon_lab.kernels.common.recurrent import step_size_and_carry
@@ -238,37 +239,69 @@ def triton_falcon3_samples(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, lam: T
     """falcon-3 over rows ``[B, T]`` of fresh samples told apart by ``sample_id``, outputs alone, with no host read
     and shapes that follow B and T alone: each token's window slots hold the pairs of its own sample
     (``sample_windows``), μ_t is the top eigenvalue of their Gram, and the chunk kernels restart at each sample
-    (``SAMPLES``). Returns o in q's dtype."""
-    f32 = torch.float32
-    B, T, H = q.shape[:3]
+    (``SAMPLES``). The glue around the eigenvalue runs eagerly or, on a GPU with ``GLUE = "compiled"``, compiled
+    for the rows' shape. Returns o in q's dtype."""
     W = cfg.span
     win = sample_windows(sample_id, W, cfg.shifted, q.device)
-    x = k.to(f32)
-    if cfg.shifted:  # x_t = k_{t−1} within a sample; its first token writes no pair
-        x = F.pad(x, (0, 0, 0, 0, 1, 0))[:, :T] * win.pair[..., None]
-    # the window Gram of t, entry (i, j) = x_{t−i} · x_{t−j} over the slots holding pairs of t's sample: the lag
-    # products x_s · x_{s−d} give every entry (``window_gram``'s way)
-    lags = [x.square().sum(-1)] + [(x * _late(x, d)).sum(-1) for d in range(1, W)]  # [B, T, H]
-    held = win.held
-    gram = torch.stack([torch.stack([_late(lags[abs(i - j)], min(i, j)) * held[i] * held[j] for j in range(W)], -1)
-                        for i in range(W)], -2)  # [B, T, H, W, W]
-    n = win.n_pairs.clamp(min=1.0)
-    energy = top_eigenvalue(gram) / n  # μ_t
-    eta, gamma = step_size_and_carry(cfg, beta.to(f32), lam.to(f32), energy, win.n_pairs)
     geo = geometry(W, chunk_size)
-    WP = geo["WP"]
+    slots, gates = _samples_glue_compiled() if q.is_cuda and GLUE == "compiled" else (_sample_slots, _sample_gates)
+    gram, X, V = slots(q, k, v, win.pair, win.held, cfg, geo["WP"])
+    a, log_gamma = gates(top_eigenvalue(gram), win.n_pairs, beta, lam, cfg)
+    S0 = q.new_zeros(q.shape[0], q.shape[2], q.shape[3], v.shape[-1], dtype=torch.float32)
+    sid = packed.memo(sample_id, ("int32", str(q.device)),
+                      lambda: sample_id.to(device=q.device, dtype=torch.int32).contiguous())
+    return Falcon3Chunks.apply(q, X, V, a, log_gamma, S0, cfg.timing == "rbw", geo, sid)[0]
 
-    def slots(t: Tensor) -> Tensor:  # [B, T, H, D] -> [B, T·WP, H, D]: slot j of token t holds t − j of its sample
-        held_q = [h[..., None].to(q.dtype) for h in held]
+
+def _sample_slots(q: Tensor, k: Tensor, v: Tensor, pair: Tensor, held: list[Tensor], cfg: RuleConfig,
+                  WP: int) -> tuple[Tensor, Tensor, Tensor]:
+    """The window Gram of each token ``[B, T, H, W, W]`` in float32, entry (i, j) = x_{t−i} · x_{t−j} over the
+    slots holding pairs of t's sample (from the lag products x_s · x_{s−d}, ``window_gram``'s way), and the slot
+    rows X, V ``[B, T·WP, H, D]`` in q's dtype: slot j of token t holds pair t − j of its sample, else 0."""
+    B, T, H = q.shape[:3]
+    W = cfg.span
+    x = k.to(torch.float32)
+    if cfg.shifted:  # x_t = k_{t−1} within a sample; its first token writes no pair
+        x = F.pad(x, (0, 0, 0, 0, 1, 0))[:, :T] * pair[..., None]
+    lags = [x.square().sum(-1)] + [(x * _late(x, d)).sum(-1) for d in range(1, W)]  # [B, T, H]
+    gram = torch.stack([torch.stack([_late(lags[abs(i - j)], min(i, j)) * held[i] * held[j] for j in range(W)], -1)
+                        for i in range(W)], -2)
+    held_q = [h[..., None].to(q.dtype) for h in held]
+
+    def slots(t: Tensor) -> Tensor:
         rows = [_late(t, j) * held_q[j] for j in range(W)] + [t.new_zeros(t.shape)] * (WP - W)
         return torch.stack(rows, dim=2).reshape(B, T * WP, H, t.shape[-1])
 
-    S0 = q.new_zeros(B, H, q.shape[3], v.shape[-1], dtype=f32)
-    sid = packed.memo(sample_id, ("int32", str(q.device)),
-                      lambda: sample_id.to(device=q.device, dtype=torch.int32).contiguous())
-    o, _ = Falcon3Chunks.apply(q, slots(x.to(q.dtype)), slots(v.to(q.dtype)), eta / n, torch.log(gamma), S0,
-                               cfg.timing == "rbw", geo, sid)
-    return o
+    return gram, slots(x.to(q.dtype)), slots(v.to(q.dtype))
+
+
+def _sample_gates(top: Tensor, n_pairs: Tensor, beta: Tensor, lam: Tensor, cfg: RuleConfig) -> tuple[Tensor, Tensor]:
+    """a = η / B_t and log γ ``[B, T, H]`` in float32 from the windows' top eigenvalues (μ_t = top / B_t)."""
+    f32 = torch.float32
+    n = n_pairs.clamp(min=1.0)
+    eta, gamma = step_size_and_carry(cfg, beta.to(f32), lam.to(f32), top / n, n_pairs)
+    return eta / n, torch.log(gamma)
+
+
+GLUES = ("eager", "compiled")
+
+
+def glue(text: str) -> str:
+    """``text`` when it names one of ``GLUES`` (SettingError naming them otherwise)."""
+    return setting("falcon-3's glue by sample id", text, GLUES)
+
+
+# falcon-3's glue by sample id on a GPU, around its eigenvalue kernel: ``eager`` (the default until a bench says
+# otherwise) or ``compiled`` for the rows' shape; ``LAB_FALCON3_GLUE`` or ``--kernels falcon3-glue=``
+GLUE = env_setting("LAB_FALCON3_GLUE", "eager", glue)
+
+
+@functools.cache
+def _samples_glue_compiled() -> tuple[Callable[..., tuple[Tensor, ...]], Callable[..., tuple[Tensor, ...]]]:
+    """``_sample_slots`` and ``_sample_gates`` compiled: the rows by sample id keep one shape a run, so each is
+    compiled for it (``dynamic=False``; falcon-3's glue over packed rows, with every size symbolic, was slower:
+    docs/findings.md). Made at first use."""
+    return torch.compile(_sample_slots, dynamic=False), torch.compile(_sample_gates, dynamic=False)
 
 
 def _packed_glue(q: Tensor, k: Tensor, beta: Tensor, lam: Tensor, pair: Tensor, held: list[Tensor],
