@@ -291,3 +291,44 @@ def test_the_glue_by_sample_id_compiles_whole_and_gives_its_eager_values_and_gra
     for want, got in zip(outs[0] + grads[0], outs[1] + grads[1]):
         torch.testing.assert_close(got, want)
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] <= 2
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-3), (torch.bfloat16, 2e-2)])
+def test_gpu_rows_of_samples(dtype: torch.dtype, tol: float) -> None:
+    """Rows of the same-time table's shape, thinned (32 rows of 256 tokens, samples of 1 to 80 tokens, 4 heads of
+    64, W = 4, chunk_size = 64) by sample id on a GPU, in fp32 and bf16, against the float64 chunk form over the
+    same samples packed (``cu_seqlens``); the reference sees the inputs rounded to ``dtype``."""
+    g = torch.Generator().manual_seed(256)
+    B, T, H, D = 32, 256, 4, 64
+    rows = []
+    for _ in range(B):
+        lengths = []
+        while sum(lengths) < T:
+            lengths.append(min(int(torch.randint(1, 81, (1,), generator=g)), T - sum(lengths)))
+        rows.append(torch.repeat_interleave(torch.arange(len(lengths)), torch.tensor(lengths)))
+    sample_id = torch.stack(rows)
+    x = {"q": torch.randn(B, T, H, D, generator=g), "k": torch.randn(B, T, H, D, generator=g) / D ** 0.5,
+         "v": torch.randn(B, T, H, D, generator=g), "beta": 0.05 + 1.9 * torch.rand(B, T, H, generator=g),
+         "lam": torch.rand(B, T, H, generator=g), "w": torch.randn(B, T, H, D, generator=g)}
+    starts = torch.cat([torch.ones(B, 1, dtype=torch.bool), sample_id[:, 1:] != sample_id[:, :-1]], 1).flatten()
+    bounds = torch.cat([starts.nonzero().flatten(), torch.tensor([B * T])])
+
+    def run(kernels: bool) -> list[Tensor]:
+        dt = dtype if kernels else torch.float64
+        leaves = [x[n].to(dtype).to(DEVICE, dt).detach().requires_grad_() for n in ("q", "k", "v", "beta", "lam")]
+        opts = dict(rule=RULE, window=4, chunk_size=64 if kernels else 16)
+        if kernels:
+            o, _ = fast_weight_rule(*leaves[:3], beta=leaves[3], lam=leaves[4], backend="triton",
+                                    sample_id=sample_id.to(DEVICE), **opts)
+        else:
+            o, _ = fast_weight_rule(*(t.flatten(0, 1)[None] for t in leaves[:3]), beta=leaves[3].flatten(0, 1)[None],
+                                    lam=leaves[4].flatten(0, 1)[None], backend="chunk", cu_seqlens=bounds.to(DEVICE),
+                                    **opts)
+            o = o[0].unflatten(0, (B, T))
+        (o.double() * x["w"].to(DEVICE, torch.float64)).sum().backward()
+        return [o] + [t.grad for t in leaves]
+
+    for name, a, b in zip(("o", "dq", "dk", "dv", "dbeta", "dlam"), run(True), run(False)):
+        assert not torch.isnan(a).any(), name
+        assert rms_rel(a, b) <= tol, f"{name}: {rms_rel(a, b):.2e}"
