@@ -76,6 +76,30 @@ def test_bad_options_are_named(tmp_path):
         assert proc.returncode == 1 and word in proc.stderr
 
 
+def test_a_kernel_variant_that_is_not_one_is_refused_in_one_line(tmp_path):
+    """--kernels as `lab bench step` takes it: a bad variant refused with exit 2 before anything is measured or
+    written."""
+    out = tmp_path / "out"
+    for word, said in (("launch=f9:BK=1", "unknown kernel"), ("falcon3-glue=jit", "got 'jit'")):
+        proc = subprocess.run([sys.executable, "-m", "falcon_lab", "bench", "kernels", "--out", str(out),
+                               "--kernels", word], capture_output=True, text=True)
+        assert proc.returncode == 2 and said in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
+        assert not out.exists()
+
+
+def test_kernels_md_names_the_variants_in_force(tmp_path, monkeypatch):
+    """kernels.md's provenance says the kernel variants it was measured with (as step.md does)."""
+    from falcon_lab.bench.kernels import write
+    from falcon_lab.kernels import variants
+
+    prov = dict(dtype="bf16", gpu="none", commit="c", date="d", command="lab bench kernels", torch="t", triton="t",
+                fla="none")
+    with variants.using(variants.parse(["launch=f2_grad:num_warps=8"])):
+        write([], prov, tmp_path)
+    assert "- kernels: conv=" in (tmp_path / "kernels.md").read_text()
+    assert "launch=f2_grad:num_warps=8" in (tmp_path / "kernels.md").read_text()
+
+
 def test_an_op_that_would_refuse_a_mode_is_not_run_in_that_mode() -> None:
     """fla's gated backward on Hopper with Triton 3.4-3.7.0: the row says why, and nothing is called."""
     from falcon_lab.bench.kernels import _row

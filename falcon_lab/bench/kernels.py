@@ -232,7 +232,10 @@ def _fmt(v, digits: int = 3) -> str:
 
 
 def write(rows: list[dict], prov: dict, out: Path) -> None:
-    """kernels.csv (every field) and kernels.md (a readable table with the provenance), each atomically."""
+    """kernels.csv (every field) and kernels.md (a readable table with the provenance, the kernel variants in
+    force among it), each atomically."""
+    from falcon_lab.kernels import variants
+
     out.mkdir(parents=True, exist_ok=True)
     buf = io.StringIO()
     w = csv.DictWriter(buf, fieldnames=COLUMNS, extrasaction="ignore")
@@ -246,6 +249,7 @@ def write(rows: list[dict], prov: dict, out: Path) -> None:
              f"- GPU: {prov['gpu']}", f"- commit: {prov['commit']}", f"- date: {prov['date']}",
              f"- command: `{prov['command']}`",
              f"- torch {prov['torch']}, triton {prov['triton']}, fla {prov['fla']}",
+             "- kernels: " + ", ".join(f"{k}={v}" for k, v in variants.current().items()),
              f"- floors: bytes / {BANDWIDTH / 1e12:.1f} TB/s and FLOPs / {PEAK_FLOPS / 1e12:.0f} TFLOP/s "
              "(counting in falcon_lab/bench/kernels.py); frac = floor / measured; × anchor = ms / anchor ms", "",
              "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]

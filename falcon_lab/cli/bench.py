@@ -16,6 +16,11 @@ PresetOption = Annotated[str, typer.Option(
     help="Size preset: a file of falcon_lab/presets, or a campaign's preset with the settings it gives each row (same-time).")]
 TaskOption = Annotated[str, typer.Option(help="Task: addition or random.")]
 
+KernelsOption = Annotated[list[str] | None, typer.Option(
+    "--kernels", help="A kernel variant, NAME=VALUE (repeatable): conv=tiles|serial (the backward), "
+                      "inverse=substitution|doubling, launch='kernel:KEY=N,...', falcon3-glue=eager|compiled "
+                      "(falcon_lab/kernels/variants.py); default: the environment's.")]
+
 SamplesOption = Annotated[str | None, typer.Option(
     help="How isolated samples reach the kernels that take them by id: packed (as packed sequences, their bounds "
          "read on the host) or by-id (the rows as they are, LAB_SAMPLE_IDS=1); default as LAB_SAMPLE_IDS says.")]
@@ -45,17 +50,26 @@ def kernels(
         "--chunk-forms", help="Also time each rule's own PyTorch chunk form (up to B·T·H = 4·4096·16).")] = False,
     against: Annotated[list[Path] | None, typer.Option(
         help="An earlier run's kernels.csv (repeatable): its ratios beside the targets' (targets.md).")] = None,
+    kernels: KernelsOption = None,
 ) -> None:
     """Forward and forward+backward time of each rule's Triton kernel beside fla, SDPA and the PyTorch chunk
     form, with the bandwidth and FLOP floors, and the kernels' targets met or missed (needs a CUDA GPU)."""
     from falcon_lab.bench.kernels import RULES, SHAPES, BenchError, parse_shape, run
+    from falcon_lab.kernels import variants
+    from falcon_lab.kernels.common.checks import SettingError
     from falcon_lab.paths import results_path
 
+    try:
+        variant = variants.parse(kernels or ())
+    except SettingError as err:
+        typer.echo(f"lab bench kernels: {err}", err=True)
+        raise typer.Exit(code=2) from None
     out = out if out is not None else results_path("bench")
     try:
         picked = [parse_shape(s) for text in shapes for s in text.split()] if shapes else list(SHAPES)
-        run(picked, tuple(rules) if rules else RULES, dtype, out, rep=rep, echo=typer.echo, chunk_forms=chunk_forms,
-            against=against or ())
+        with variants.using(variant):
+            run(picked, tuple(rules) if rules else RULES, dtype, out, rep=rep, echo=typer.echo,
+                chunk_forms=chunk_forms, against=against or ())
     except BenchError as err:
         typer.echo(f"lab bench kernels: {err}", err=True)
         raise typer.Exit(code=1) from None
@@ -127,10 +141,7 @@ def step(
     traces: Annotated[bool, typer.Option(
         "--traces", help="Write each mixer's profiled step as a gzipped Chrome trace beside step.csv (GPU).")] = False,
     samples: SamplesOption = None,
-    kernels: Annotated[list[str] | None, typer.Option(
-        "--kernels", help="A kernel variant for every row, NAME=VALUE (repeatable): conv=tiles|serial (the backward), "
-                          "inverse=substitution|doubling, launch='kernel:KEY=N,...' (falcon_lab/kernels/variants.py); "
-                          "default: the environment's.")] = None,
+    kernels: KernelsOption = None,
 ) -> None:
     """Where a training step's time goes without Lightning: bare-loop ms, model FLOP utilisation, data /
     forward / backward / optimiser ms, kernels launched and their device time."""
