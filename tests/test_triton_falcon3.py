@@ -332,3 +332,18 @@ def test_gpu_rows_of_samples(dtype: torch.dtype, tol: float) -> None:
     for name, a, b in zip(("o", "dq", "dk", "dv", "dbeta", "dlam"), run(True), run(False)):
         assert not torch.isnan(a).any(), name
         assert rms_rel(a, b) <= tol, f"{name}: {rms_rel(a, b):.2e}"
+
+
+def test_launch_overrides_reach_the_falcon3_kernels(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``LAB_LAUNCH``'s f3_* kernels (``triton_launch.parse_launch``) set falcon-3's blocks and warps: f3_grad and
+    f3_read in value blocks of 8 (two of each loop at D = 16) still give the oracle's outputs and gradients."""
+    from falcon_lab.kernels.regression import triton_launch
+    from falcon_lab.kernels.window.triton_falcon3_launch import _config
+
+    got = triton_launch.parse_launch("f3_grad:BV=8,num_warps=8;f3_read:BV=8")
+    monkeypatch.setattr(triton_launch, "LAUNCH_OVERRIDES", got)
+    assert _config("grad", 16, 16) == dict(BK=16, BV=8, num_warps=8)
+    x = inputs(RULE, B=1, T=37, H=1, D=16, seed=77)
+    opts = dict(rule=RULE, window=4, timing="rbw")
+    check(run(x, "triton", torch.float32, chunk_size=16, **opts), run(x, "recurrent", torch.float64, **opts),
+          TOL_FP32)

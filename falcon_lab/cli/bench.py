@@ -259,6 +259,56 @@ def conv(
     typer.echo(f"wrote {folder / 'conv.csv'} and {folder / 'conv.md'}")
 
 
+@app.command()
+def registers(
+    rules: Annotated[list[str] | None, typer.Option(
+        "--rules", "--rule", help="falcon-1, falcon-2, falcon-3, falcon-1a, falcon-2a, falcon-3a or conv (the short "
+                                  "convolution; repeatable); default all.")] = None,
+    shape: Annotated[str, typer.Option(help="B,T,H,D the op runs at (only the host code runs: any size).")] =
+        "256,256,6,64",
+    dtype: Annotated[str, typer.Option(help="bf16, fp16 or fp32.")] = "bf16",
+    window: Annotated[int, typer.Option(help="B of falcon-3 and falcon-3a.")] = 4,
+    alignment: Annotated[str, typer.Option(help="shifted or same_time.")] = "shifted",
+    timing: Annotated[str, typer.Option(help="raw or rbw.")] = "raw",
+    sample_length: Annotated[int | None, typer.Option(
+        help="Rows of fresh samples of this many tokens (by id where the rule takes them so); default each row "
+             "one sequence.")] = None,
+    kernels: KernelsOption = None,
+    out: Annotated[Path | None, typer.Option(
+        help="Folder for registers.csv and registers.md; default <results>/bench/registers.",
+        callback=writable_out)] = None,
+) -> None:
+    """Registers a thread, spilled bytes and local loads of every Triton kernel a rule launches forward and
+    backward, compiled for sm_90 by the installed Triton without a GPU (the launches intercepted, nothing run)."""
+    import torch
+
+    from falcon_lab.bench.kernels import BenchError, parse_shape
+    from falcon_lab.bench.registers import RULES, refusal, run
+    from falcon_lab.kernels import variants
+    from falcon_lab.kernels.common.checks import SettingError
+    from falcon_lab.paths import results_path
+
+    picked = tuple(rules) if rules else RULES
+    dtypes = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+    try:
+        size = parse_shape(shape)
+        variant = variants.parse(kernels or ())
+        problem = refusal(picked) or (None if dtype in dtypes else f"--dtype must be bf16, fp16 or fp32, got {dtype}")
+    except (BenchError, SettingError) as err:
+        problem = str(err)
+    if problem:
+        typer.echo(f"lab bench registers: {problem}", err=True)
+        raise typer.Exit(code=2)
+    out = out if out is not None else results_path("bench", "registers")
+    try:
+        with variants.using(variant):
+            run(picked, size, dtypes[dtype], out, window, alignment, timing, sample_length, echo=typer.echo)
+    except (BenchError, ValueError) as err:
+        typer.echo(f"lab bench registers: {err}", err=True)
+        raise typer.Exit(code=2) from None
+    typer.echo(f"wrote {out / 'registers.csv'} and {out / 'registers.md'}")
+
+
 @app.command("gpu-check")
 def gpu_check(
     out: Annotated[Path | None, typer.Option(

@@ -3,7 +3,7 @@
 - ``conv``: the short convolution's backward form, ``tiles`` or ``serial``
   (``falcon_lab.kernels.conv.triton_short_conv.BWD_FORM``);
 - ``inverse``: the UT transform's inverse, ``substitution`` or ``doubling`` (``regression.triton_launch.INVERSE``);
-- ``launch``: the regression kernels' blocks and warps, ``kernel:KEY=N,...;kernel:...``
+- ``launch``: the regression kernels' and falcon-3's blocks and warps, ``kernel:KEY=N,...;kernel:...``
   (``regression.triton_launch.parse_launch``);
 - ``falcon3-glue``: falcon-3's glue by sample id on a GPU, ``eager`` or ``compiled`` (``window.fused.GLUE``).
 

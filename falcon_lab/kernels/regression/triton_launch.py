@@ -41,7 +41,7 @@ def inverse(text: str) -> str:
 
 INVERSE = env_setting("LAB_TRIL_INVERSE", "doubling", inverse)
 KERNELS = ("f1_prep", "f1_intra", "f1_state", "f1_dstate", "f1_grad", "f2_fwd", "f2_dstate", "f2_inverse", "f2_out",
-           "f2_grad", "finish_dk")
+           "f2_grad", "finish_dk", "f3_prep", "f3_state", "f3_read", "f3_dstate", "f3_grad")  # f3_*: falcon-3's
 LAUNCH_KEYS = ("BK", "BV", "num_warps", "num_stages")
 
 

@@ -37,6 +37,11 @@ def geometry(window: int, chunk_size: int) -> dict:
 
 
 def _config(kernel: str, Dk: int, Dv: int) -> dict:
+    """The launch of ``f3_<kernel>``: ``_default_config``'s, with ``triton_launch.LAUNCH_OVERRIDES``' over it."""
+    return {**_default_config(kernel, Dk, Dv), **triton_launch.LAUNCH_OVERRIDES.get(f"f3_{kernel}", {})}
+
+
+def _default_config(kernel: str, Dk: int, Dv: int) -> dict:
     """Block sizes as the falcon-1 kernels' at chunks of 64 rows, in 4 warps: with 8, the first H200 run (Triton 3.6)
     of the UT-transform kernel at 64 rows and tf32x3 products hit an illegal memory access, and in one more run
     wrote wrong outputs (8 warps with "ieee" products, and 4 warps with tf32x3, ran forward and backward there at

@@ -1,0 +1,254 @@
+"""`lab bench registers`: what each Triton kernel of a rule asks of an sm_90 GPU, read without one.
+
+A kernel's registers a thread, the stack it spills them to and the loads back from local memory decide how many
+programs share an SM and how much of its time goes to memory it did not mean to touch; they are fixed when the kernel
+compiles, so a CPU can tell them. The rule's op runs forward and backward on CPU tensors of the given shape with
+every Triton launch intercepted (nothing runs: the host code only picks kernels, constants and launches, as it would
+on a GPU), and each distinct launch is compiled for sm_90 by the installed Triton (``ptxas``) and read back with
+``cuobjdump``. Pointers are taken as 16-byte aligned and integers as the launch passed them; the figures are the
+compiler's, not a measurement of time (``lab bench kernels`` times them on a GPU).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+import re
+import subprocess
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from falcon_lab.bench.kernels import BenchError
+
+TARGET = ("cuda", 90, 32)  # an H100/H200: compute capability 9.0, warps of 32
+OPTIONS = ("num_warps", "num_stages")  # a launch's options, not the kernel's parameters
+RULES = ("falcon-1", "falcon-2", "falcon-3", "falcon-1a", "falcon-2a", "falcon-3a", "conv")
+COLUMNS = ("rule", "kernel", "num_warps", "num_stages", "constants", "registers", "spill_bytes", "local_loads",
+           "local_stores", "shared_bytes", "sass_lines")
+POINTER_TYPES = {torch.bfloat16: "*bf16", torch.float16: "*fp16", torch.float32: "*fp32", torch.float64: "*fp64",
+                 torch.int32: "*i32", torch.int64: "*i64", torch.int8: "*i8", torch.uint8: "*u8", torch.bool: "*i1"}
+SHOWN = ("BK", "BV", "BT", "C", "R", "WP", "PREC", "SAMPLES", "BLOCK_T", "BLOCK_C", "TILES")  # in `constants`
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One intercepted launch: the kernel, its positional arguments and its keyword ones (constants and options)."""
+
+    fn: Any
+    args: tuple
+    kwargs: dict
+
+    @property
+    def name(self) -> str:
+        return self.fn.fn.__name__
+
+    def key(self) -> tuple:
+        """Launches that compile to the same code: the kernel, its constants, and its arguments' types."""
+        kinds = tuple(_kind(a) for a in self.args)
+        return self.name, kinds, tuple(sorted((k, repr(v)) for k, v in self.kwargs.items()))
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, torch.Tensor):
+        return POINTER_TYPES.get(value.dtype, "*fp32")
+    if isinstance(value, bool):
+        return "i1"
+    if isinstance(value, int):
+        return "i32" if -2 ** 31 <= value < 2 ** 31 else "i64"
+    if isinstance(value, float):
+        return "fp32"
+    return "constexpr"  # None and the like: no runtime argument
+
+
+@contextmanager
+def intercepted() -> Iterator[list[Launch]]:
+    """Inside the block every ``@triton.jit`` launch is recorded, not run, and the fused forms accept CPU tensors
+    (their refusal asks for CUDA or the interpreter; the interpreter is not on, so the kernels' host code makes the
+    choices it makes on a GPU)."""
+    from triton.runtime.jit import JITFunction
+
+    from falcon_lab.kernels.common import checks
+
+    _import_kernels()  # every module that reads ``interpreting`` by name keeps the real one
+    launches: list[Launch] = []
+    run, interpreting = JITFunction.run, checks.interpreting
+
+    def record(self, *args, grid, warmup, **kwargs):
+        launches.append(Launch(self, args, dict(kwargs)))
+
+    JITFunction.run = record
+    checks.interpreting = lambda: True
+    try:
+        yield launches
+    finally:
+        JITFunction.run, checks.interpreting = run, interpreting
+
+
+def _import_kernels() -> None:
+    import falcon_lab.kernels.conv.triton_short_conv  # noqa: F401
+    import falcon_lab.kernels.inner_product.fused  # noqa: F401
+    import falcon_lab.kernels.regression.fused  # noqa: F401
+    import falcon_lab.kernels.regression.triton_launch  # noqa: F401
+    import falcon_lab.kernels.window.fused  # noqa: F401
+
+
+def sample_rows(B: int, T: int, length: int) -> torch.Tensor:
+    """``[B, T]`` sample ids: samples of ``length`` tokens, the last of each row shorter."""
+    return (torch.arange(T) // length).expand(B, T).contiguous()
+
+
+def capture(rule: str, shape: tuple[int, int, int, int], dtype: torch.dtype, window: int = 4,
+            alignment: str = "shifted", timing: str = "raw", sample_length: int | None = None) -> list[Launch]:
+    """The distinct launches of ``rule``'s fused op (or ``conv``, the short convolution over B·T tokens of H·D
+    channels), forward and backward, at ``shape`` (B, T, H, D), in their first order; ``sample_length``: rows of
+    fresh samples of that many tokens (by id where the rule takes them so), outputs alone."""
+    from falcon_lab.kernels import fast_weight_rule
+
+    problem = refusal((rule,))
+    if problem:
+        raise BenchError(problem)
+    B, T, H, D = shape
+    g = torch.Generator().manual_seed(0)
+    samples = None if sample_length is None else sample_rows(B, T, sample_length)
+    with intercepted() as launches:
+        if rule == "conv":
+            from falcon_lab.kernels.conv.triton_short_conv import short_conv
+
+            x = torch.randn(B, T, H * D, generator=g).to(dtype).requires_grad_()
+            w = torch.randn(H * D, 4, generator=g).requires_grad_()
+            short_conv(x, w, None, samples).float().sum().backward()
+        else:
+            q, k, v = (torch.randn(B, T, H, D, generator=g).to(dtype).requires_grad_() for _ in range(3))
+            gain = torch.rand(B, T, H, *((D,) if rule in ("falcon-2", "falcon-2a") else ()), generator=g)
+            lam = torch.rand(B, T, H, generator=g)
+            o, _ = fast_weight_rule(q, k, v, beta=gain.to(dtype).requires_grad_(), lam=lam.to(dtype).requires_grad_(),
+                                    rule=rule, window=window, alignment=alignment, timing=timing, backend="triton",
+                                    sample_id=samples)
+            o.float().sum().backward()
+    seen: dict[tuple, Launch] = {}
+    for launch in launches:
+        seen.setdefault(launch.key(), launch)
+    return list(seen.values())
+
+
+def _tools() -> Path:
+    import triton.backends.nvidia as nvidia
+
+    folder = Path(nvidia.__file__).parent / "bin"
+    if not (folder / "cuobjdump").exists():
+        raise BenchError(f"no cuobjdump beside Triton's NVIDIA backend ({folder}): this Triton cannot be read back")
+    return folder
+
+
+def compile_launch(launch: Launch) -> dict[str, Any]:
+    """Compile ``launch`` for sm_90 and read its resources back: registers a thread, spilled bytes (the stack),
+    local loads and stores in its SASS, static shared memory, SASS lines."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    fn = launch.fn
+    options = {k: launch.kwargs[k] for k in OPTIONS if k in launch.kwargs}
+    values = dict(zip(fn.arg_names, launch.args))  # Python's binding: the first parameters by position
+    values.update((k, v) for k, v in launch.kwargs.items() if k not in OPTIONS)
+    missing = [n for n in fn.arg_names if n not in values]
+    if missing:
+        raise BenchError(f"{launch.name}: no value for {', '.join(missing)}")
+    loose = {fn.arg_names[i] if isinstance(i, int) else i for i in fn.do_not_specialize}
+    signature, constants, attrs = {}, {}, {}
+    for i, (name, param) in enumerate(zip(fn.arg_names, fn.params)):
+        value, kind = values[name], _kind(values[name])
+        if param.is_constexpr or kind == "constexpr":
+            signature[name], constants[name] = "constexpr", value
+            continue
+        signature[name] = kind
+        if kind.startswith("*") or (kind in ("i32", "i64") and value % 16 == 0 and name not in loose):
+            attrs[(i,)] = [["tt.divisibility", 16]]
+    try:
+        compiled = triton.compile(ASTSource(fn, signature, constants, attrs), target=GPUTarget(*TARGET),
+                                  options=dict(num_stages=3, **options))
+    except Exception as err:  # the compiler's own message, on one line
+        raise BenchError(f"{launch.name} does not compile for sm_90: {str(err).splitlines()[0]}") from None
+    with tempfile.TemporaryDirectory() as tmp:
+        cubin = Path(tmp) / "kernel.cubin"
+        cubin.write_bytes(compiled.asm["cubin"])
+        tools = _tools()
+        usage = subprocess.run([str(tools / "cuobjdump"), "-res-usage", str(cubin)], capture_output=True,
+                               text=True, check=True).stdout
+        sass = subprocess.run([str(tools / "cuobjdump"), "-sass", str(cubin)], capture_output=True, text=True,
+                              check=True).stdout
+    found = re.search(r"REG:(\d+).*?STACK:(\d+).*?SHARED:(\d+)", usage, re.S)
+    if found is None:
+        raise BenchError(f"{launch.name}: cuobjdump gave no resource usage")
+    return dict(registers=int(found.group(1)), spill_bytes=int(found.group(2)),
+                local_loads=len(re.findall(r"\bLDL\b", sass)), local_stores=len(re.findall(r"\bSTL\b", sass)),
+                shared_bytes=int(found.group(3)), sass_lines=sass.count("\n"),
+                num_warps=options.get("num_warps", 4), num_stages=options.get("num_stages", 3))
+
+
+def _constants(launch: Launch) -> str:
+    """The launch's block sizes and the like (``SHOWN``, where the kernel takes them as constants)."""
+    fn = launch.fn
+    values = dict(zip(fn.arg_names, launch.args), **launch.kwargs)
+    constant = {name for name, param in zip(fn.arg_names, fn.params) if param.is_constexpr}
+    return " ".join(f"{k}={values[k]}" for k in SHOWN if k in constant and k in values)
+
+
+def run(rules: Sequence[str], shape: tuple[int, int, int, int], dtype: torch.dtype, out: Path, window: int = 4,
+        alignment: str = "shifted", timing: str = "raw", sample_length: int | None = None,
+        echo: Callable[[str], None] = print) -> list[dict[str, Any]]:
+    """Every distinct launch of every rule compiled and read; registers.csv and registers.md under ``out``."""
+    from falcon_lab.kernels import variants
+
+    rows = []
+    for rule in rules:
+        for launch in capture(rule, shape, dtype, window, alignment, timing, sample_length):
+            row = dict(rule=rule, kernel=launch.name, constants=_constants(launch), **compile_launch(launch))
+            rows.append(row)
+            echo(f"{rule:10s} {row['kernel']:28s} warps {row['num_warps']} regs {row['registers']:3d} "
+                 f"spill {row['spill_bytes']:5d} B  LDL {row['local_loads']:4d}  {row['constants']}")
+    said = (f"window {window} (falcon-3/3a), {alignment}, {timing}, "
+            + ("each row one sequence" if sample_length is None else f"rows of samples of {sample_length} tokens"))
+    _write(rows, out, shape, dtype, said, variants.current())
+    return rows
+
+
+def _write(rows: list[dict[str, Any]], out: Path, shape: tuple[int, ...], dtype: torch.dtype, said: str,
+           kernels: dict[str, str]) -> None:
+    import triton
+
+    from falcon_lab.runs import atomic_write_text
+
+    out.mkdir(parents=True, exist_ok=True)
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=COLUMNS)
+    writer.writeheader()
+    writer.writerows({c: r[c] for c in COLUMNS} for r in rows)
+    atomic_write_text(out / "registers.csv", buf.getvalue())
+    lines = ["# Registers and spills of the rules' Triton kernels, compiled for sm_90 without a GPU", "",
+             f"- shape (B, T, H, D): {', '.join(map(str, shape))}; {str(dtype).removeprefix('torch.')}; {said}",
+             f"- Triton {triton.__version__}, torch {torch.__version__}; kernels: "
+             + ", ".join(f"{k}={v}" for k, v in kernels.items()),
+             "- columns: falcon_lab/bench/registers.py (spill bytes: the stack; local loads/stores: LDL/STL in the "
+             "SASS)", "",
+             "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    lines += ["| " + " | ".join(str(r[c]) for c in COLUMNS) + " |" for r in rows]
+    atomic_write_text(out / "registers.md", "\n".join(lines) + "\n")
+
+
+def refusal(rules: Sequence[str]) -> str | None:
+    """Why these rules cannot be read back here, or None: an unknown rule, or Triton's interpreter on (its kernels
+    are not compiled ones)."""
+    for rule in rules:
+        if rule not in RULES:
+            return f"unknown rule {rule!r}; accepted: {', '.join(RULES)}"
+    if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
+        return "TRITON_INTERPRET is set: its kernels are the interpreter's, not compiled ones (unset it)"
+    return None
