@@ -34,7 +34,7 @@ COLUMNS = ("rule", "kernel", "num_warps", "num_stages", "constants", "registers"
            "local_stores", "shared_bytes", "sass_lines")
 POINTER_TYPES = {torch.bfloat16: "*bf16", torch.float16: "*fp16", torch.float32: "*fp32", torch.float64: "*fp64",
                  torch.int32: "*i32", torch.int64: "*i64", torch.int8: "*i8", torch.uint8: "*u8", torch.bool: "*i1"}
-SHOWN = ("BK", "BV", "BT", "C", "R", "WP", "PREC", "SAMPLES", "BLOCK_T", "BLOCK_C", "TILES")  # in `constants`
+SHOWN = ("BK", "BV", "BT", "C", "R", "WP", "PREC", "SAMPLES", "BACKWARD", "BLOCK_T", "BLOCK_C", "TILES")  # `constants`
 
 
 @dataclass(frozen=True)
