@@ -5,7 +5,9 @@ chunk kernels restart at each sample, where the packed samples went one to a row
 profiled step on an H100, `records/bench/step-2026-12-07/rows-68d0f026/`). falcon-3's same-time step packed and by
 id, compiled and profiled, then by id replayed from CUDA graphs (which packed samples cannot take); falcon-1.3 by id
 beside it, the kernels issue's yardstick (falcon-3 / falcon-1 ≤ 3); and falcon-3 by id with the glue around its
-eigenvalue kernel compiled for the rows' shape (`--kernels falcon3-glue=compiled`), profiled and graphed."""
+eigenvalue kernel compiled for the rows' shape (`--kernels falcon3-glue=compiled`), profiled and graphed; and by id,
+graphed, with `f3_grad` and `f3_dstate` at 8 warps, where they spill 24 and 0 bytes a thread against 480 and 64 at
+4 (`records/bench/registers/`)."""
 
 from falcon_lab.experiments.declare import Commands, Experiment, bench_step, smoke_sets
 
@@ -22,10 +24,12 @@ EXPERIMENT = Experiment(
                   bench_step(ROWS, "by-id-graphs", "--set", "train.cuda_graphs=true", samples="by-id"),
                   bench_step("falcon-3", "glue-compiled", "--traces", "--kernels", COMPILED, samples="by-id"),
                   bench_step("falcon-3", "glue-compiled-graphs", "--set", "train.cuda_graphs=true", "--kernels",
-                             COMPILED, samples="by-id")),
+                             COMPILED, samples="by-id"),
+                  bench_step("falcon-3", "by-id-graphs-8-warps", "--set", "train.cuda_graphs=true", "--kernels",
+                             "launch=f3_grad:num_warps=8;f3_dstate:num_warps=8", samples="by-id")),
         table="by-id-graphs/step.md",
         smoke_commands=(("bench", "step", "--preset", "addition-tiny", "--steps", "2", "--mixers", "falcon-3",
                          "--samples", "by-id", *smoke_sets(), "--out", "{out}/by-id-graphs"),)),
-    budget_s=420,
+    budget_s=480,
     machine="one H100",
 )
