@@ -129,6 +129,15 @@ def store_rows(ptr, val, bos, i_h, t, T_n, col, H, D: tl.constexpr):
 
 
 @triton.jit
+def put_rows(ptr, val, bos, i_h, t, T_n, col, H, D: tl.constexpr, ACC: tl.constexpr):
+    """``store_rows``, or with ``ACC`` ``val`` added to what the rows hold (float32 sum, one rounding to the tensor's
+    dtype): the caller's program is the only one to write these rows."""
+    if ACC:
+        val = val + load_rows(ptr, bos, i_h, t, T_n, col, H, D).to(tl.float32)
+    store_rows(ptr, val, bos, i_h, t, T_n, col, H, D)
+
+
+@triton.jit
 def load_pairs(k_ptr, lk_ptr, bos, t, T_n, i_n, i_h, offs_k, H, Dk: tl.constexpr, SHIFTED: tl.constexpr, FRESH):
     """The write features x_t of local tokens ``t`` (``[BT]``) in columns ``offs_k``, as fp32 ``[BT, BK]``; 0 for
     tokens outside [0, T_n).

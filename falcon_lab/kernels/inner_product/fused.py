@@ -130,7 +130,10 @@ def _forward(p: _Plan, q: Tensor, k: Tensor, v: Tensor, beta: Tensor, lam: Tenso
 
 
 def _backward(p: _Plan, q: Tensor, k: Tensor, v: Tensor, beta: Tensor | None, lam: Tensor | None, last_key: Tensor,
-              eta: Tensor, G: Tensor, h: Tensor, do: Tensor, dST: Tensor | None) -> tuple[Tensor, ...]:
+              eta: Tensor, G: Tensor, h: Tensor, do: Tensor, dST: Tensor | None,
+              into: tuple[Tensor, Tensor, Tensor] | None = None) -> tuple[Tensor, ...]:
+    """``into`` (the gates given, ``decayed_attention``'s): dq, dk, dv already holding another op's gradients of the
+    same q, k, v (in their dtypes, contiguous); the kernels add theirs into them, in float32 with one rounding."""
     B, T, H, K = k.shape
     V = v.shape[-1]
     dev = k.device
@@ -149,28 +152,31 @@ def _backward(p: _Plan, q: Tensor, k: Tensor, v: Tensor, beta: Tensor | None, la
     def buffer(*shape: int, dtype: torch.dtype) -> Tensor:  # dv's and dx's: with delayed pairs, their tails zero
         return _zero_tails(helpers.new_buffer(*shape, dtype=dtype, device=dev), p)
 
-    dv = buffer(*v.shape, dtype=v.dtype)
+    acc = into is not None
+    if acc and beta is not None:
+        raise ValueError("_backward adds into given gradients only with the gates given (decayed_attention)")
+    dv = into[2] if acc else buffer(*v.shape, dtype=v.dtype)
     P = helpers.new_buffer(*pshape, dtype=torch.float32, device=dev)
     deta = helpers.new_buffer(*pshape, dtype=torch.float32, device=dev)
     _bwd_dv_kernel[(NV, rows * (p.BT // p.BR), B * H)](q, k, v, last_key, eta, G, h, dhe, do, dv, P, deta, *tables,
                                                         T=T, NT=p.NT, H=H, K=K, V=V, BT=p.BT, BR=p.BR, BK=p.BK,
                                                         BV=p.BV, NV=NV, RAW=p.raw, PREC=p.prec, DELAY=p.delay,
-                                                        **_flags(p), **_samples(p))
+                                                        ACC=acc, **_flags(p), **_samples(p))
     C = None
     if p.per_channel:
         C = helpers.new_buffer(B, T, H, p.BT, dtype=torch.float32, device=dev)
         _bwd_c_kernel[(rows * (p.BT // p.BR), B * H)](v, eta, G, do, C, *tables, T, p.NT, H=H, V=V, BT=p.BT,
                                                        BR=p.BR, BV=p.BV, RAW=p.raw,
                                                        IS_VARLEN=p.cu_seqlens is not None, PREC=p.prec)
-    dq = helpers.new_buffer(*q.shape, dtype=q.dtype, device=dev)
+    dq = into[0] if acc else helpers.new_buffer(*q.shape, dtype=q.dtype, device=dev)
     # with the gates given (decayed_attention) dx is k's gradient itself: written once in k's dtype
-    dxd = buffer(*k.shape, dtype=k.dtype if beta is None else torch.float32)
+    dxd = into[1] if acc else buffer(*k.shape, dtype=k.dtype if beta is None else torch.float32)
     # falcon-2a's per-channel tiles in fp32 overflow Hopper's 227 KiB of shared memory at D = 128 when the
     # value loop is pipelined three deep (262,656 bytes asked on the H200): these two go unpipelined.
     lean = dict(num_stages=1) if p.per_channel and q.element_size() == 4 else {}
     _bwd_dqdx_kernel[(NK, rows, B * H)](q, k, v, last_key, eta, G, h, dhe, do, C, dq, dxd, *tables, T=T, NT=p.NT,
                                         H=H, K=K, V=V, BT=p.BT, BK=p.BK, BV=p.BV, RAW=p.raw, PREC=p.prec,
-                                        DELAY=p.delay, **_flags(p), **_samples(p), **lean)
+                                        DELAY=p.delay, ACC=acc, **_flags(p), **_samples(p), **lean)
     if beta is None:  # gates given as they are (decayed_attention): dη and d log γ; x = k, no energy term
         deta_out = helpers.new_buffer(B, T, H, dtype=torch.float32, device=dev)
         dlogg = helpers.new_buffer(B, T, H, dtype=torch.float32, device=dev)
@@ -260,23 +266,36 @@ def triton_inner_product(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, lam: Ten
     return o, final
 
 
+def decayed_forward(plan: _Plan, q: Tensor, k: Tensor, v: Tensor, eta: Tensor, log_gamma: Tensor,
+                    S0: Tensor) -> tuple[Tensor, Tensor, tuple[Tensor, ...]]:
+    """``decayed_attention``'s forward on a plan of ``decayed_plan``'s (contiguous inputs, η, log γ and S0 float32):
+    o, the final state, and what ``decayed_backward`` takes."""
+    G = _chunk_prefix(log_gamma, plan)
+    last_key = S0.new_zeros(S0.shape[0], k.shape[2], k.shape[-1])
+    o, ST, _, _, h = _forward(plan, q, k, v, None, None, S0, last_key, gates=(eta, G))
+    return o, ST, (q, k, v, last_key, eta, G, h)
+
+
+def decayed_backward(plan: _Plan, kept: tuple[Tensor, ...], do: Tensor, dST: Tensor | None,
+                     into: tuple[Tensor, Tensor, Tensor] | None = None) -> tuple[Tensor, ...]:
+    """dq, dk, dv, dη, d log γ, dS0 from ``decayed_forward``'s ``kept``; ``into``: dq, dk, dv to add them into."""
+    q, k, v, last_key, eta, G, h = kept
+    return _backward(plan, q, k, v, None, None, last_key, eta, G, h, do.contiguous(),
+                     None if dST is None else dST.contiguous(), into)
+
+
 class _Decayed(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q: Tensor, k: Tensor, v: Tensor, eta: Tensor, log_gamma: Tensor, S0: Tensor,
                 plan: _Plan) -> tuple[Tensor, Tensor]:
-        G = _chunk_prefix(log_gamma, plan)
-        last_key = S0.new_zeros(S0.shape[0], k.shape[2], k.shape[-1])
-        o, ST, _, _, h = _forward(plan, q, k, v, None, None, S0, last_key, gates=(eta, G))
-        ctx.save_for_backward(q, k, v, last_key, eta, G, h)
+        o, ST, kept = decayed_forward(plan, q, k, v, eta, log_gamma, S0)
+        ctx.save_for_backward(*kept)
         ctx.plan = plan
         return o, ST
 
     @staticmethod
     def backward(ctx, do: Tensor, dST: Tensor | None):
-        q, k, v, last_key, eta, G, h = ctx.saved_tensors
-        dST = None if dST is None else dST.contiguous()
-        grads = _backward(ctx.plan, q, k, v, None, None, last_key, eta, G, h, do.contiguous(), dST)
-        return (*grads, None)
+        return (*decayed_backward(ctx.plan, ctx.saved_tensors, do, dST), None)
 
 
 def _chunk_prefix(log_gamma: Tensor, plan: _Plan) -> Tensor:
@@ -322,13 +341,26 @@ def decayed_attention(q: Tensor, k: Tensor, v: Tensor, eta: Tensor, log_gamma: T
     instead of ``cu_seqlens``: the rows as they are, in full chunks, with the samples of a row kept apart (a read
     sees its own sample's writes only; each new id starts from a zero state). S0 ``[B, H, Dk, Dv]`` enters each
     row's first sample and the final state is each row's after its last token. Every shape follows B and T alone
-    and nothing is read on the host (``_sample_rows``).
+    and nothing is read on the host (``decayed_plan``).
 
     ``delay``: token t writes the pair of token t − delay instead, none before its sequence's (or row's) start:
     S_t = γ_t S_{t−1} + η_t k_{t−delay} v_{t−delay}ᵀ, as if k and v were moved ``delay`` tokens later with zeros in
     front, read where they lie (no moved copies forward, nor their gradients moved back); within a row of samples
     the pair may be an earlier sample's, as in the moved copies (the gains say which count). falcon-3a's delayed
     pass (delay W − 1)."""
+    plan = decayed_plan(q, k, v, eta, log_gamma, S0, raw, chunk_size, cu_seqlens, sample_id, delay)
+    if plan is None:
+        return _in_slices(q, k, v, eta, log_gamma, S0, raw, chunk_size, cu_seqlens, sample_id, delay)
+    f32 = torch.float32
+    return _Decayed.apply(q.contiguous(), k.contiguous(), v.contiguous(), eta.to(f32).contiguous(),
+                          log_gamma.to(f32).contiguous(), S0.to(f32).contiguous(), plan)
+
+
+def decayed_plan(q: Tensor, k: Tensor, v: Tensor, eta: Tensor, log_gamma: Tensor, S0: Tensor, raw: bool,
+                 chunk_size: int, cu_seqlens: Tensor | None, sample_id: Tensor | None, delay: int) -> _Plan | None:
+    """``decayed_attention``'s inputs checked and the plan of its kernels, or None where CUDA's launch limits want
+    the rows or sequences in slices (``falcon_lab.kernels.common.grid``). Rows of samples (``sample_id``) read
+    nothing on the host."""
     B, T, H, Dk = q.shape
     Dv = v.shape[-1]
     if eta.shape != (B, T, H) or log_gamma.shape != (B, T, H):
@@ -336,51 +368,41 @@ def decayed_attention(q: Tensor, k: Tensor, v: Tensor, eta: Tensor, log_gamma: T
                          f"{list(log_gamma.shape)}")
     if delay < 0:
         raise ValueError(f"delay must be >= 0, got {delay}")
+    blocks = dict(per_channel=False, shifted=False, fresh=False, raw=raw, normalize=False, scale_ridge=False,
+                  eps=0.0, floor=0.0, BT=chunk_size, BR=chunk_size, BK=min(next_power_of_2(Dk), 64),
+                  BV=min(next_power_of_2(Dv), 64), T=T, prec=PRECISION[q.dtype], delay=delay)
     if sample_id is not None:
-        return _sample_rows(q, k, v, eta, log_gamma, S0, raw, chunk_size, cu_seqlens, sample_id, delay)
-    # within CUDA's launch limits: rows or packed sequences in slices that fit (falcon_lab.kernels.common.grid)
+        if cu_seqlens is not None:
+            raise ValueError("decayed_attention takes cu_seqlens or sample_id, not both")
+        check_sample_ids(sample_id, B, T)
+        if S0.shape != (B, H, Dk, Dv):
+            raise ValueError(f"S0 must be [B, H, Dk, Dv] = {[B, H, Dk, Dv]} with sample_id, got {list(S0.shape)}")
+        if len(grid.row_groups(B, T, H, chunk_size)) > 1:
+            return None
+        NT = triton.cdiv(T, chunk_size)
+        return _Plan(**blocks, NT=NT, NTT=B * NT, N=B, cu_seqlens=None, chunk_indices=None, chunk_offsets=None,
+                     sample_id=sample_id.to(device=q.device, dtype=torch.int32).contiguous())
     groups = (grid.row_groups(B, T, H, chunk_size) if cu_seqlens is None
               else grid.sequence_groups(cu_seqlens, H, chunk_size))
     if len(groups) > 1:
-        if cu_seqlens is None:
-            return grid.joined([decayed_attention(*(t[i:j] for t in (q, k, v, eta, log_gamma, S0)), raw, chunk_size,
-                                                  delay=delay) for i, j in groups], dim=0)
-        bounds = packed.offsets(cu_seqlens)
-        return grid.joined([decayed_attention(*(t[:, bounds[i]:bounds[j]] for t in (q, k, v, eta, log_gamma)),
-                                              S0[i:j], raw, chunk_size, cu_seqlens[i:j + 1] - cu_seqlens[i],
-                                              delay=delay) for i, j in groups], dim=1)
+        return None
     cu_seqlens, chunk_indices, chunk_offsets, N, NT, NTT = _tables(q, cu_seqlens, chunk_size)
     if S0.shape != (N, H, Dk, Dv):
         raise ValueError(f"S0 must be [N, H, Dk, Dv] = {[N, H, Dk, Dv]} (N the sequences), got {list(S0.shape)}")
-    plan = _Plan(per_channel=False, shifted=False, fresh=False, raw=raw, normalize=False, scale_ridge=False,
-                 eps=0.0, floor=0.0, BT=chunk_size, BR=chunk_size, BK=min(next_power_of_2(Dk), 64),
-                 BV=min(next_power_of_2(Dv), 64), T=T, NT=NT, NTT=NTT, N=N, cu_seqlens=cu_seqlens,
-                 chunk_indices=chunk_indices, chunk_offsets=chunk_offsets, prec=PRECISION[q.dtype], delay=delay)
-    f32 = torch.float32
-    return _Decayed.apply(q.contiguous(), k.contiguous(), v.contiguous(), eta.to(f32).contiguous(),
-                          log_gamma.to(f32).contiguous(), S0.to(f32).contiguous(), plan)
+    return _Plan(**blocks, NT=NT, NTT=NTT, N=N, cu_seqlens=cu_seqlens, chunk_indices=chunk_indices,
+                 chunk_offsets=chunk_offsets)
 
 
-def _sample_rows(q: Tensor, k: Tensor, v: Tensor, eta: Tensor, log_gamma: Tensor, S0: Tensor, raw: bool,
-                 chunk_size: int, cu_seqlens: Tensor | None, sample_id: Tensor, delay: int) -> tuple[Tensor, Tensor]:
-    """``decayed_attention`` over rows of samples told apart by ``sample_id``."""
-    B, T, H, Dk = q.shape
-    Dv = v.shape[-1]
-    if cu_seqlens is not None:
-        raise ValueError("decayed_attention takes cu_seqlens or sample_id, not both")
-    check_sample_ids(sample_id, B, T)
-    if S0.shape != (B, H, Dk, Dv):
-        raise ValueError(f"S0 must be [B, H, Dk, Dv] = {[B, H, Dk, Dv]} with sample_id, got {list(S0.shape)}")
-    groups = grid.row_groups(B, T, H, chunk_size)  # within CUDA's launch limits (falcon_lab.kernels.common.grid)
-    if len(groups) > 1:
+def _in_slices(q: Tensor, k: Tensor, v: Tensor, eta: Tensor, log_gamma: Tensor, S0: Tensor, raw: bool,
+               chunk_size: int, cu_seqlens: Tensor | None, sample_id: Tensor | None,
+               delay: int) -> tuple[Tensor, Tensor]:
+    """``decayed_attention`` over slices of rows (of their ids) or of packed sequences that CUDA can launch."""
+    B, T, H = q.shape[:3]
+    if cu_seqlens is None:
         return grid.joined([decayed_attention(*(t[i:j] for t in (q, k, v, eta, log_gamma, S0)), raw, chunk_size,
-                                              sample_id=sample_id[i:j], delay=delay) for i, j in groups], dim=0)
-    NT = triton.cdiv(T, chunk_size)
-    plan = _Plan(per_channel=False, shifted=False, fresh=False, raw=raw, normalize=False, scale_ridge=False,
-                 eps=0.0, floor=0.0, BT=chunk_size, BR=chunk_size, BK=min(next_power_of_2(Dk), 64),
-                 BV=min(next_power_of_2(Dv), 64), T=T, NT=NT, NTT=B * NT, N=B, cu_seqlens=None, chunk_indices=None,
-                 chunk_offsets=None, prec=PRECISION[q.dtype],
-                 sample_id=sample_id.to(device=q.device, dtype=torch.int32).contiguous(), delay=delay)
-    f32 = torch.float32
-    return _Decayed.apply(q.contiguous(), k.contiguous(), v.contiguous(), eta.to(f32).contiguous(),
-                          log_gamma.to(f32).contiguous(), S0.to(f32).contiguous(), plan)
+                                              sample_id=None if sample_id is None else sample_id[i:j], delay=delay)
+                            for i, j in grid.row_groups(B, T, H, chunk_size)], dim=0)
+    bounds = packed.offsets(cu_seqlens)
+    return grid.joined([decayed_attention(*(t[:, bounds[i]:bounds[j]] for t in (q, k, v, eta, log_gamma)),
+                                          S0[i:j], raw, chunk_size, cu_seqlens[i:j + 1] - cu_seqlens[i], delay=delay)
+                        for i, j in grid.sequence_groups(cu_seqlens, H, chunk_size)], dim=1)

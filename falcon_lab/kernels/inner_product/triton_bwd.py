@@ -8,7 +8,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from falcon_lab.kernels.common.triton_helpers import chunk_at, is_pair, load_pairs, load_rows, mm, state_tile, store_rows
+from falcon_lab.kernels.common.triton_helpers import (chunk_at, is_pair, load_pairs, load_rows, mm, put_rows, state_tile,
+                                                      store_rows)
 from falcon_lab.kernels.inner_product.triton_parts import (NEG_INF, _carries, _carry_at, _opens_sample, _outputs,
                                                            _read_carries, _sample_masks, _sees, _source_grads)
 
@@ -61,9 +62,9 @@ def _bwd_dv_kernel(q, k, v, last_key, eta, G, h, dhe, do, dv, P, deta, cu_seqlen
                    sid, T, NT, H, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr, BR: tl.constexpr,
                    BK: tl.constexpr, BV: tl.constexpr, NV: tl.constexpr, SHIFTED: tl.constexpr,
                    FRESH, RAW: tl.constexpr, PER_CHANNEL: tl.constexpr, IS_VARLEN: tl.constexpr,
-                   PREC: tl.constexpr, SAMPLES: tl.constexpr, DELAY: tl.constexpr):
+                   PREC: tl.constexpr, SAMPLES: tl.constexpr, DELAY: tl.constexpr, ACC: tl.constexpr):
     """For BR rows of one chunk, one value block: dv = η ⊙ dv', the recomputed o ⊙ do (P) and v ⊙ dv' (deta).
-    Token t writes the pair of t − DELAY: its dv lands on row t − DELAY."""
+    Token t writes the pair of t − DELAY: its dv lands on row t − DELAY. ``ACC``: dv added to what dv holds."""
     i_v, i_tr, i_bh = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     i_t, i_s = i_tr // (BT // BR), i_tr % (BT // BR)
     i_b, i_h = i_bh // H, i_bh % H
@@ -116,11 +117,11 @@ def _bwd_dv_kernel(q, k, v, last_key, eta, G, h, dhe, do, dv, P, deta, cu_seqlen
     dvp = _source_grads(xdh, At, G_r, Gr_c, Gl, do_c, G, bos, i_h, tr, tc, b0, L, j, H, V, BR, RAW,
                         PER_CHANNEL, DT, PREC, same, last, SAMPLES)
     if PER_CHANNEL:
-        store_rows(dv, dvp * e_r, bos, i_h, tr - DELAY, L, j, H, V)
+        put_rows(dv, dvp * e_r, bos, i_h, tr - DELAY, L, j, H, V, ACC)
         store_rows(P, o_r * do_r, bos, i_h, tr, L, j, H, V)
         store_rows(deta, v_r * dvp, bos, i_h, tr, L, j, H, V)
     else:
-        store_rows(dv, dvp * e_r[:, None], bos, i_h, tr - DELAY, L, j, H, V)
+        put_rows(dv, dvp * e_r[:, None], bos, i_h, tr - DELAY, L, j, H, V, ACC)
         rm = tr < L
         # one partial sum per value block; the last kernel adds them
         tl.store(P + ((bos + tr) * NV + i_v) * H + i_h, tl.sum(o_r * do_r, 1), mask=rm)
@@ -168,9 +169,9 @@ def _bwd_dqdx_kernel(q, k, v, last_key, eta, G, h, dhe, do, C, dq, dxd, cu_seqle
                      sid, T, NT, H, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
                      BK: tl.constexpr, BV: tl.constexpr, SHIFTED: tl.constexpr, FRESH,
                      RAW: tl.constexpr, PER_CHANNEL: tl.constexpr, IS_VARLEN: tl.constexpr, PREC: tl.constexpr,
-                     SAMPLES: tl.constexpr, DELAY: tl.constexpr):
+                     SAMPLES: tl.constexpr, DELAY: tl.constexpr, ACC: tl.constexpr):
     """dq = S_r(t) do_t and the direct part of dx = D_t v'_t for one chunk, one key block (token t writing the
-    pair of t − DELAY: its dx lands on row t − DELAY)."""
+    pair of t − DELAY: its dx lands on row t − DELAY). ``ACC``: both added to what dq and dx hold."""
     i_k, i_t, i_bh = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     i_b, i_h = i_bh // H, i_bh % H
     i_n, i_c, bos, L, first = chunk_at(i_b * NT + i_t, chunk_indices, cu_seqlens, chunk_offsets, T, NT, BT, IS_VARLEN)
@@ -227,8 +228,8 @@ def _bwd_dqdx_kernel(q, k, v, last_key, eta, G, h, dhe, do, C, dq, dxd, cu_seqle
     Cd = Cm.to(DT)
     dq_acc += mm(Cd, x_c, PREC)
     dx_acc += mm(tl.trans(Cd), q_c, PREC)
-    store_rows(dq, dq_acc, bos, i_h, tc, L, d, H, K)
-    store_rows(dxd, dx_acc, bos, i_h, tc - DELAY, L, d, H, K)
+    put_rows(dq, dq_acc, bos, i_h, tc, L, d, H, K, ACC)
+    put_rows(dxd, dx_acc, bos, i_h, tc - DELAY, L, d, H, K, ACC)
 
 
 @triton.jit

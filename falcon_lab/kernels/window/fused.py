@@ -44,9 +44,10 @@ from falcon_lab.kernels.common.config import RuleConfig
 from falcon_lab.kernels.common.prepare import final_state, prepare, windows
 from falcon_lab.kernels.common.recurrent import step_size_and_carry
 from falcon_lab.kernels.common.state import FastWeightState
-from falcon_lab.kernels.inner_product.fused import decayed_attention
+from falcon_lab.kernels.inner_product.fused import (decayed_attention, decayed_backward, decayed_forward,
+                                                    decayed_plan)
 from falcon_lab.kernels.window.eigen import top_eigenvalue
-from falcon_lab.kernels.window.triton_band import band_read
+from falcon_lab.kernels.window.triton_band import band_backward, band_forward, band_read
 from falcon_lab.kernels.window.triton_falcon3_launch import Falcon3Chunks, geometry
 
 
@@ -188,14 +189,40 @@ def triton_falcon3a_packed(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, lam: T
     glue = _glue_compiled() if q.is_cuda else _packed_glue
     x, gain, log_gamma, band = glue(q, k, beta, lam, win.pair, win.held, win.n_pairs, win.inside, cfg)
     S0 = q.new_zeros(B, H, q.shape[3], v.shape[-1], dtype=torch.float32)
+    v = v.to(q.dtype)
+    raw, lag = cfg.timing == "raw", 0 if cfg.timing == "raw" else 1
     # token t writes pair t − W + 1: the kernels read the pairs W − 1 tokens back where they lie
-    o, _ = decayed_attention(q, x, v.to(q.dtype), gain, log_gamma, S0, raw=cfg.timing == "raw",
-                             chunk_size=chunk_size, delay=W - 1, **rows)
-    if W == 1:
-        return o
-    lag = 0 if cfg.timing == "raw" else 1
-    # each row fresh: no pair in front of it (the band reads v in its own dtype and adds o in the same pass)
-    return band_read(q, x, v, band, lag, plus=o)
+    plan = None if W == 1 else decayed_plan(q, x, v, gain, log_gamma, S0, raw, chunk_size, rows.get("cu_seqlens"),
+                                            rows.get("sample_id"), W - 1)
+    if plan is not None:  # both passes as one op (each row fresh: no pair in front of it)
+        return _DelayedBand.apply(q.contiguous(), x.contiguous(), v.contiguous(), gain.contiguous(),
+                                  log_gamma.contiguous(), S0, band.to(torch.float32).contiguous(), lag, plan)
+    o, _ = decayed_attention(q, x, v, gain, log_gamma, S0, raw=raw, chunk_size=chunk_size, delay=W - 1, **rows)
+    return o if W == 1 else band_read(q, x, v, band, lag, plus=o)
+
+
+class _DelayedBand(torch.autograd.Function):
+    """falcon-3a's two passes over the same q, x, v as one op: the delayed decayed attention, then the band adding
+    its reads to the delayed output. Backward the band's kernel writes its dq, dx, dv first and the delayed pass's
+    kernels add theirs into them (``decayed_backward(..., into=)``), where two ops' gradients were summed after
+    (three bf16 additions a layer each step)."""
+
+    @staticmethod
+    def forward(ctx, q: Tensor, x: Tensor, v: Tensor, gain: Tensor, log_gamma: Tensor, S0: Tensor, band: Tensor,
+                lag: int, plan) -> Tensor:
+        o, _, kept = decayed_forward(plan, q, x, v, gain, log_gamma, S0)
+        ctx.save_for_backward(band, *kept)
+        ctx.lag, ctx.plan = lag, plan
+        return band_forward(q, x, v, band, lag, plus=o)
+
+    @staticmethod
+    def backward(ctx, do: Tensor) -> tuple[Tensor | None, ...]:
+        band, *kept = ctx.saved_tensors
+        q, x, v = kept[:3]
+        do = do.contiguous()
+        dq, dx, dv, dband = band_backward(q, x, v, band, ctx.lag, do)
+        dq, dx, dv, dgain, dlog_gamma, _ = decayed_backward(ctx.plan, tuple(kept), do, None, into=(dq, dx, dv))
+        return dq, dx, dv, dgain, dlog_gamma, None, dband, None, None
 
 
 @functools.lru_cache(maxsize=16)

@@ -122,36 +122,47 @@ def _grid(B: int, H: int, n: int, block: int) -> tuple[int, int]:
     return B * H, triton.cdiv(n, block)
 
 
+def band_forward(q: Tensor, x: Tensor, y: Tensor, coef: Tensor, lag: int, plus: Tensor | None) -> Tensor:
+    """The band's read (``band_read``'s), contiguous inputs, coef float32: o float32, or plus's dtype with ``plus``
+    added."""
+    B, T, H, Dk = q.shape
+    Dv, W = y.shape[-1], coef.shape[-1] + 1
+    o = triton_helpers.new_buffer(B, T, H, Dv, dtype=torch.float32 if plus is None else plus.dtype, device=q.device)
+    BT = _block(Dk, Dv)
+    _band_fwd_kernel[_grid(B, H, T, BT)](q, x, y, coef, o if plus is None else plus, o, T, H, DK=Dk, DV=Dv, W=W,
+                                         LAG=lag, TAIL=x.shape[1] - T, PLUS=plus is not None, BT=BT,
+                                         BK=next_power_of_2(Dk), BV=next_power_of_2(Dv))
+    return o
+
+
+def band_backward(q: Tensor, x: Tensor, y: Tensor, coef: Tensor, lag: int, do: Tensor) -> tuple[Tensor, ...]:
+    """dq, dx, dy (each in its input's dtype) and dcoef of the band's read, from do."""
+    B, T, H, Dk = q.shape
+    Dv, W = y.shape[-1], coef.shape[-1] + 1
+    tail = x.shape[1] - T
+    new = triton_helpers.new_buffer
+    dq = new(B, T, H, Dk, dtype=q.dtype, device=q.device)
+    dx = new(*x.shape, dtype=x.dtype, device=q.device)
+    dy = new(*y.shape, dtype=y.dtype, device=q.device)
+    dc = new(*coef.shape, dtype=coef.dtype, device=q.device)
+    BT = _block(Dk, Dv)
+    _band_bwd_kernel[_grid(B, H, T + tail, BT)](q, x, y, coef, do.contiguous(), dq, dx, dy, dc, T, H, DK=Dk, DV=Dv,
+                                                W=W, LAG=lag, TAIL=tail, BT=BT, BK=next_power_of_2(Dk),
+                                                BV=next_power_of_2(Dv))
+    return dq, dx, dy, dc
+
+
 class _Band(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q: Tensor, x: Tensor, y: Tensor, coef: Tensor, lag: int, plus: Tensor | None) -> Tensor:
-        B, T, H, Dk = q.shape
-        Dv, W = y.shape[-1], coef.shape[-1] + 1
-        tail = x.shape[1] - T
-        o = triton_helpers.new_buffer(B, T, H, Dv, dtype=torch.float32 if plus is None else plus.dtype,
-                                      device=q.device)
-        BT = _block(Dk, Dv)
-        _band_fwd_kernel[_grid(B, H, T, BT)](q, x, y, coef, o if plus is None else plus, o, T, H, DK=Dk, DV=Dv, W=W,
-                                             LAG=lag, TAIL=tail, PLUS=plus is not None, BT=BT,
-                                             BK=next_power_of_2(Dk), BV=next_power_of_2(Dv))
         ctx.save_for_backward(q, x, y, coef)
-        ctx.lag, ctx.tail = lag, tail
-        return o
+        ctx.lag = lag
+        return band_forward(q, x, y, coef, lag, plus)
 
     @staticmethod
     def backward(ctx, do: Tensor) -> tuple[Tensor | None, ...]:
         q, x, y, coef = ctx.saved_tensors
-        B, T, H, Dk = q.shape
-        Dv, W = y.shape[-1], coef.shape[-1] + 1
-        new = triton_helpers.new_buffer
-        dq = new(B, T, H, Dk, dtype=q.dtype, device=q.device)
-        dx = new(*x.shape, dtype=x.dtype, device=q.device)
-        dy = new(*y.shape, dtype=y.dtype, device=q.device)
-        dc = new(*coef.shape, dtype=coef.dtype, device=q.device)
-        BT = _block(Dk, Dv)
-        _band_bwd_kernel[_grid(B, H, T + ctx.tail, BT)](q, x, y, coef, do.contiguous(), dq, dx, dy, dc, T, H, DK=Dk,
-                                                        DV=Dv, W=W, LAG=ctx.lag, TAIL=ctx.tail, BT=BT,
-                                                        BK=next_power_of_2(Dk), BV=next_power_of_2(Dv))
+        dq, dx, dy, dc = band_backward(q, x, y, coef, ctx.lag, do)
         return dq, dx, dy, dc, None, do if ctx.needs_input_grad[5] else None
 
 
