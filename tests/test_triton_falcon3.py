@@ -299,6 +299,11 @@ def test_gpu_rows_of_samples(dtype: torch.dtype, tol: float) -> None:
     """Rows of the same-time table's shape, thinned (32 rows of 256 tokens, samples of 1 to 80 tokens, 4 heads of
     64, W = 4, chunk_size = 64) by sample id on a GPU, in fp32 and bf16, against the float64 chunk form over the
     same samples packed (``cu_seqlens``); the reference sees the inputs rounded to ``dtype``."""
+    check_rows_of_samples_on_gpu(RULE, dtype, tol)
+
+
+def check_rows_of_samples_on_gpu(rule: str, dtype: torch.dtype, tol: float) -> None:
+    """``test_gpu_rows_of_samples`` for ``rule`` (falcon-3 or falcon-3a)."""
     g = torch.Generator().manual_seed(256)
     B, T, H, D = 32, 256, 4, 64
     rows = []
@@ -317,7 +322,7 @@ def test_gpu_rows_of_samples(dtype: torch.dtype, tol: float) -> None:
     def run(kernels: bool) -> list[Tensor]:
         dt = dtype if kernels else torch.float64
         leaves = [x[n].to(dtype).to(DEVICE, dt).detach().requires_grad_() for n in ("q", "k", "v", "beta", "lam")]
-        opts = dict(rule=RULE, window=4, chunk_size=64 if kernels else 16)
+        opts = dict(rule=rule, window=4, chunk_size=64 if kernels else 16)
         if kernels:
             o, _ = fast_weight_rule(*leaves[:3], beta=leaves[3], lam=leaves[4], backend="triton",
                                     sample_id=sample_id.to(DEVICE), **opts)

@@ -250,3 +250,14 @@ def test_the_packed_glue_compiles_whole_and_gives_its_eager_values_and_gradients
                 continue
             torch.testing.assert_close(got, want)
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] <= 1
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-3), (torch.bfloat16, 2e-2)])
+def test_gpu_rows_of_samples(dtype: torch.dtype, tol: float) -> None:
+    """falcon-3a by sample id at a thinned same-time shape on a GPU (its delayed pass and band as one op, the band's
+    gradients and the delayed pass's summed in the kernels), fp32 and bf16, against the float64 chunk form over the
+    packed samples (``tests/test_triton_falcon3.py``'s check)."""
+    from tests.test_triton_falcon3 import check_rows_of_samples_on_gpu
+
+    check_rows_of_samples_on_gpu("falcon-3a", dtype, tol)
