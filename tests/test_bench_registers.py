@@ -54,6 +54,8 @@ def test_a_rule_compiles_for_sm90_and_its_tables_are_written(tmp_path: Path) -> 
     assert [r["kernel"] for r in rows] == ["_fwd_kernel", "_bwd_serial_kernel"]
     for r in rows:
         assert 0 < int(r["registers"]) <= 255 and int(r["spill_bytes"]) >= 0 and int(r["num_warps"]) >= 1
+        ctas = int(r["ctas_per_sm"])
+        assert 1 <= ctas <= 32 and int(r["warps_per_sm"]) == ctas * int(r["num_warps"])
     text = (tmp_path / "registers.md").read_text()
     assert "sm_90" in text and "rows of samples of 20 tokens" in text and "kernels: conv=" in text
 
@@ -65,6 +67,18 @@ def test_a_launch_variant_reaches_the_compiled_kernel(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     rows = {r["kernel"]: r for r in csv.DictReader((tmp_path / "registers.csv").open())}
     assert rows["f2_grad_kernel"]["num_warps"] == "8" and rows["f2_fwd_kernel"]["num_warps"] == "4"
+
+
+def test_occupancy_follows_cuda_rules_for_sm90() -> None:
+    """CTAs an SM holds: registers allocated to a warp 256 at a time out of 64K, at most 64 warps and 32 CTAs, shared
+    memory of 228 KiB with 1 KiB reserved a CTA (CUDA's occupancy calculator for compute capability 9.0)."""
+    from falcon_lab.bench.registers import occupancy
+
+    assert occupancy(255, 4, 1024) == 2  # 8,192 registers a warp: 8 warps
+    assert occupancy(199, 4, 0) == 2  # 6,400 a warp: 10 warps, two CTAs of 4
+    assert occupancy(32, 4, 0) == 16  # 64 warps
+    assert occupancy(16, 1, 0) == 32  # the CTA limit
+    assert occupancy(64, 4, 100 * 1024) == 2  # shared memory: two CTAs of 101 KiB
 
 
 def test_bad_input_is_refused_in_one_line_and_nothing_written(tmp_path: Path) -> None:

@@ -31,7 +31,10 @@ TARGET = ("cuda", 90, 32)  # an H100/H200: compute capability 9.0, warps of 32
 OPTIONS = ("num_warps", "num_stages")  # a launch's options, not the kernel's parameters
 RULES = ("falcon-1", "falcon-2", "falcon-3", "falcon-1a", "falcon-2a", "falcon-3a", "conv")
 COLUMNS = ("rule", "kernel", "num_warps", "num_stages", "constants", "registers", "spill_bytes", "local_loads",
-           "local_stores", "shared_bytes", "sass_lines")
+           "local_stores", "shared_bytes", "ctas_per_sm", "warps_per_sm", "sass_lines")
+# An sm_90 SM (H100, H200), as CUDA's occupancy calculator takes it: 64K registers, allocated to a warp 256 at a time;
+# 64 warps and 32 CTAs at most; 228 KiB of shared memory, 1 KiB of it reserved for each CTA
+SM_REGISTERS, SM_WARPS, SM_CTAS, SM_SHARED, CTA_RESERVED = 65536, 64, 32, 228 * 1024, 1024
 POINTER_TYPES = {torch.bfloat16: "*bf16", torch.float16: "*fp16", torch.float32: "*fp32", torch.float64: "*fp64",
                  torch.int32: "*i32", torch.int64: "*i64", torch.int8: "*i8", torch.uint8: "*u8", torch.bool: "*i1"}
 SHOWN = ("BK", "BV", "BT", "C", "R", "WP", "PREC", "SAMPLES", "BACKWARD", "BLOCK_T", "BLOCK_C", "TILES")  # `constants`
@@ -187,10 +190,22 @@ def compile_launch(launch: Launch) -> dict[str, Any]:
     found = re.search(r"REG:(\d+).*?STACK:(\d+).*?SHARED:(\d+)", usage, re.S)
     if found is None:
         raise BenchError(f"{launch.name}: cuobjdump gave no resource usage")
-    return dict(registers=int(found.group(1)), spill_bytes=int(found.group(2)),
+    registers, warps = int(found.group(1)), options.get("num_warps", 4)
+    shared = int(found.group(3)) + int(getattr(compiled.metadata, "shared", 0) or 0)  # static + Triton's dynamic
+    ctas = occupancy(registers, warps, shared)
+    return dict(registers=registers, spill_bytes=int(found.group(2)),
                 local_loads=len(re.findall(r"\bLDL\b", sass)), local_stores=len(re.findall(r"\bSTL\b", sass)),
-                shared_bytes=int(found.group(3)), sass_lines=sass.count("\n"),
-                num_warps=options.get("num_warps", 4), num_stages=options.get("num_stages", 3))
+                shared_bytes=shared, ctas_per_sm=ctas, warps_per_sm=ctas * warps, sass_lines=sass.count("\n"),
+                num_warps=warps, num_stages=options.get("num_stages", 3))
+
+
+def occupancy(registers: int, warps: int, shared: int) -> int:
+    """CTAs of a kernel one sm_90 SM holds at once (``SM_*``): the fewest its registers, its warps, its shared
+    memory and the CTA limit allow."""
+    per_warp = -(-registers * 32 // 256) * 256  # a warp's registers, in the units they are allocated in
+    by_registers = (SM_REGISTERS // per_warp) // warps
+    by_shared = SM_SHARED // (shared + CTA_RESERVED)
+    return min(by_registers, SM_WARPS // warps, by_shared, SM_CTAS)
 
 
 def _constants(launch: Launch) -> str:
@@ -213,7 +228,8 @@ def run(rules: Sequence[str], shape: tuple[int, int, int, int], dtype: torch.dty
             row = dict(rule=rule, kernel=launch.name, constants=_constants(launch), **compile_launch(launch))
             rows.append(row)
             echo(f"{rule:10s} {row['kernel']:28s} warps {row['num_warps']} regs {row['registers']:3d} "
-                 f"spill {row['spill_bytes']:5d} B  LDL {row['local_loads']:4d}  {row['constants']}")
+                 f"spill {row['spill_bytes']:5d} B  LDL {row['local_loads']:4d}  warps/SM {row['warps_per_sm']:2d}  "
+                 f"{row['constants']}")
     said = (f"window {window} (falcon-3/3a), {alignment}, {timing}, "
             + ("each row one sequence" if sample_length is None else f"rows of samples of {sample_length} tokens"))
     _write(rows, out, shape, dtype, said, variants.current())
@@ -237,7 +253,8 @@ def _write(rows: list[dict[str, Any]], out: Path, shape: tuple[int, ...], dtype:
              f"- Triton {triton.__version__}, torch {torch.__version__}; kernels: "
              + ", ".join(f"{k}={v}" for k, v in kernels.items()),
              "- columns: falcon_lab/bench/registers.py (spill bytes: the stack; local loads/stores: LDL/STL in the "
-             "SASS)", "",
+             "SASS; shared: static and Triton's dynamic; CTAs and warps an SM holds at once, by CUDA's occupancy "
+             "rules for sm_90)", "",
              "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     lines += ["| " + " | ".join(str(r[c]) for c in COLUMNS) + " |" for r in rows]
     atomic_write_text(out / "registers.md", "\n".join(lines) + "\n")
