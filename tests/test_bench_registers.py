@@ -86,6 +86,8 @@ def test_bad_input_is_refused_in_one_line_and_nothing_written(tmp_path: Path) ->
     for args, said, env in ((("--rule", "falcon-4"), "unknown rule 'falcon-4'", None),
                             (("--shape", "1,2,3"), "expected B,T,H,D", None),
                             (("--dtype", "fp8"), "--dtype must be", None),
+                            (("--sample-length", "0"), "--sample-length must be >= 1", None),
+                            (("--window", "0"), "window", None),
                             (("--kernels", "launch=f9:BK=1"), "unknown kernel", None),
                             (("--rule", "conv"), "TRITON_INTERPRET is set", dict(ENV, TRITON_INTERPRET="1"))):
         proc = lab(*args, "--out", str(out), env=env)

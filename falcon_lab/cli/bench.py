@@ -293,7 +293,9 @@ def registers(
     try:
         size = parse_shape(shape)
         variant = variants.parse(kernels or ())
-        problem = refusal(picked) or (None if dtype in dtypes else f"--dtype must be bf16, fp16 or fp32, got {dtype}")
+        problem = (refusal(picked) or (None if dtype in dtypes else f"--dtype must be bf16, fp16 or fp32, got {dtype}")
+                   or (None if sample_length is None or sample_length >= 1
+                       else f"--sample-length must be >= 1, got {sample_length}"))
     except (BenchError, SettingError) as err:
         problem = str(err)
     if problem:
