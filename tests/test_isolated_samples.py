@@ -132,7 +132,7 @@ def test_the_configuration() -> None:
     for overrides, message in (
         (["eval.abacus_offset=2"], r"eval.abacus_offset=2 must lie in 0..model.abacus .*model.abacus is None"),
         (["model.abacus=8", "eval.abacus_offset=9"], r"eval.abacus_offset=9 must lie in 0..model.abacus"),
-        (["model.isolate_samples=true", "mixer=falcon-2", "train.cuda_graphs=true"],
+        (["model.isolate_samples=true", "mixer=falcon-2a", "train.cuda_graphs=true"],
          "changes the work of a step with its samples.*train.cuda_graphs replays one fixed step"),
         (["model.isolate_samples=true", "mixer=nonesuch"], "unknown mixer 'nonesuch'"),
     ):
@@ -327,11 +327,11 @@ def _same_loss_and_gradients(*models: tuple, rtol: float, atol: float) -> None:
         torch.testing.assert_close(a.grad, b.grad, rtol=rtol, atol=atol, msg=name)
 
 
-@pytest.mark.parametrize("mixer", ["falcon-1a.3", "falcon-3"])
+@pytest.mark.parametrize("mixer", ["falcon-1a.3", "falcon-2", "falcon-3"])
 def test_samples_by_id_on_the_kernels_give_the_packed_sequences_loss(monkeypatch: pytest.MonkeyPatch,
                                                                      mixer: str) -> None:
-    """``falcon_lab.mixers.layers.SAMPLE_IDS`` (``LAB_SAMPLE_IDS=1``): falcon-1a.3 and falcon-3 over packed samples
-    on the kernels by their ids, the rows as they are in chunks of 16 tokens, give the loss and the gradients of the
+    """``falcon_lab.mixers.layers.SAMPLE_IDS`` (``LAB_SAMPLE_IDS=1``): falcon-1a.3, falcon-2 and falcon-3 over packed
+    samples on the kernels by their ids, the rows as they are in chunks of 16 tokens, give the loss and the gradients of the
     samples as packed sequences (falcon-3's laid one to a row; float32, Triton's interpreter here; decayed
     attention's mixers by id: tests/test_decayed.py)."""
     from falcon_lab.mixers import layers

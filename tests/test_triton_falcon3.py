@@ -303,7 +303,7 @@ def test_gpu_rows_of_samples(dtype: torch.dtype, tol: float) -> None:
 
 
 def check_rows_of_samples_on_gpu(rule: str, dtype: torch.dtype, tol: float) -> None:
-    """``test_gpu_rows_of_samples`` for ``rule`` (falcon-3 or falcon-3a)."""
+    """``test_gpu_rows_of_samples`` for ``rule`` (any rule that takes rows of samples by id)."""
     g = torch.Generator().manual_seed(256)
     B, T, H, D = 32, 256, 4, 64
     rows = []

@@ -1,4 +1,4 @@
-"""falcon-1's and falcon-3a's fused kernels over rows of samples told apart by a per-token sample id (``sample_id``):
+"""falcon-1's, falcon-2's and falcon-3a's fused kernels over rows of samples told apart by a per-token sample id (``sample_id``):
 the rows as they are, in full chunks of 16, against each sample run alone by the float64 recurrent oracle and against
 the packed sequences (``cu_seqlens``); outputs, final states and every gradient, under Triton's interpreter on a CPU.
 
@@ -40,9 +40,10 @@ def poisoned_buffers(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(triton_helpers, "new_buffer", nan_buffer)
 
 
-def inputs(seed: int, lam: tuple[float, float] = (0.0, 0.5), beta: tuple[float, float] = (0.1, 1.9)):
+def inputs(seed: int, lam: tuple[float, float] = (0.0, 0.5), beta: tuple[float, float] = (0.1, 1.9),
+           rule: str = "falcon-1"):
     """``draw``'s inputs with λ = 0 on head 0 (the gain alone) and λ > 0 on head 1 (the decayed rule)."""
-    q, k, v, b, lm = draw("falcon-1", B, T, H, seed, beta=beta, lam=lam)
+    q, k, v, b, lm = draw(rule, B, T, H, seed, beta=beta, lam=lam)
     lm[..., 0] = 0.0
     return [q, k, v, b, lm]
 
@@ -57,7 +58,7 @@ def start(kind: str, seed: int, **opts):
     return st
 
 
-def each_sample(q, k, v, b, lam, state=None, normalize=True, **opts):
+def each_sample(q, k, v, b, lam, state=None, normalize=True, rule="falcon-1", **opts):
     """The float64 oracle over each sample alone, each row's first from its row of ``state``; the final state each
     row's last sample's."""
     outs, finals = [], []
@@ -69,7 +70,7 @@ def each_sample(q, k, v, b, lam, state=None, normalize=True, **opts):
                 init = FastWeightState(*(t[row:row + 1] for t in state))
             o, fin = fast_weight_rule(*(t[row:row + 1, at:at + size] for t in (q, k, v)),
                                       lam=lam[row:row + 1, at:at + size],
-                                      **gain(b[row:row + 1, at:at + size], normalize), rule="falcon-1",
+                                      **gain(b[row:row + 1, at:at + size], normalize), rule=rule,
                                       backend="recurrent", initial_state=init, output_final_state=True, **opts)
             parts.append(o)
             at += size
@@ -78,11 +79,11 @@ def each_sample(q, k, v, b, lam, state=None, normalize=True, **opts):
     return torch.cat(outs, 0), FastWeightState(*(torch.cat(f, 0) for f in zip(*finals)))
 
 
-def by_id(q, k, v, b, lam, state=None, normalize=True, alignment="shifted", timing="raw", **opts):
+def by_id(q, k, v, b, lam, state=None, normalize=True, alignment="shifted", timing="raw", rule="falcon-1", **opts):
     """falcon-1's kernels over the rows by sample id at their entry, with the final state (each row's after its
     last token) and a state in when given (each row's first sample from its row); the op's ``sample_id`` takes
     fresh rows with outputs alone (``by_id_op``)."""
-    cfg = RuleConfig(rule="falcon-1", alignment=alignment, timing=timing, normalize=normalize, **opts)
+    cfg = RuleConfig(rule=rule, alignment=alignment, timing=timing, normalize=normalize, **opts)
     st, fresh = start_state(q, v, state, torch.float32, span=cfg.span)
     return triton_regression(q, k, v, b, lam, cfg, st, fresh, chunk_size=16, sample_id=SAMPLE_ID.to(q.device))
 
@@ -154,6 +155,35 @@ def test_rows_of_samples_from_a_state(alignment: str, timing: str, normalize: bo
     state = start("continue", seed, **opts)
     check(outputs_and_grads(by_id, xs, state, torch.float32, seed, normalize=normalize, **opts),
           outputs_and_grads(each_sample, xs, state, torch.float64, seed, normalize=normalize, **opts), TOL)
+
+
+@pytest.mark.parametrize(("alignment", "timing", "from_state"), [("shifted", "raw", False), ("same_time", "rbw", False),
+                                                                 ("shifted", "rbw", True)])
+def test_falcon2_rows_of_samples_are_the_samples_run_alone(alignment: str, timing: str, from_state: bool) -> None:
+    """falcon-2's kernels by sample id (one gain and one carry a value column, chunks of 16): the outputs, the final
+    states and the gradients of q, k, v, β (per column) and λ of each sample run alone by the float64 oracle; fresh
+    rows, or each row's first sample from its row of a state."""
+    seed = 61 + len(alignment) + from_state
+    xs = inputs(seed, rule="falcon-2")
+    opts = dict(alignment=alignment, timing=timing, rule="falcon-2")
+    state = start("continue", seed, alignment=alignment, timing=timing) if from_state else None
+    check(outputs_and_grads(by_id, xs, state, torch.float32, seed, **opts),
+          outputs_and_grads(each_sample, xs, state, torch.float64, seed, **opts), TOL)
+
+
+@pytest.mark.parametrize("solve", ["sequential", "outputs-apart"])
+def test_falcon2_rows_of_samples_in_every_solve_form(monkeypatch: pytest.MonkeyPatch, solve: str) -> None:
+    """The same by falcon-2's other solve forms (``triton_launch.F2_SOLVE``): the substitutions forward and back
+    within each sample, from a state."""
+    from falcon_lab.kernels.regression import triton_launch
+
+    monkeypatch.setattr(triton_launch, "F2_SOLVE", solve)
+    seed = 83
+    xs = inputs(seed, rule="falcon-2")
+    opts = dict(alignment="same_time", timing="raw", rule="falcon-2")
+    state = start("continue", seed, alignment="same_time", timing="raw")
+    check(outputs_and_grads(by_id, xs, state, torch.float32, seed, **opts),
+          outputs_and_grads(each_sample, xs, state, torch.float64, seed, **opts), TOL)
 
 
 def test_rows_of_samples_equal_the_packed_sequences() -> None:
@@ -296,8 +326,8 @@ def test_a_model_over_samples_by_id_reads_nothing_on_the_host(mixer: str, monkey
 
 def test_cuda_graphs_take_isolated_samples_by_id(monkeypatch: pytest.MonkeyPatch) -> None:
     """``train.cuda_graphs`` with isolated samples is refused where a step's work changes with its samples, and
-    accepted where the kernels take them by id (the default; ``LAB_SAMPLE_IDS=0`` refuses): falcon-1.x, falcon-1a.x,
-    falcon-3, falcon-3a.x, DeltaNet, Gated DeltaNet, RetNet, Mamba-2 on backend auto or triton."""
+    accepted where the kernels take them by id (the default; ``LAB_SAMPLE_IDS=0`` refuses): falcon-1.x, falcon-2,
+    falcon-1a.x, falcon-3, falcon-3a.x, DeltaNet, Gated DeltaNet, RetNet, Mamba-2 on backend auto or triton."""
     from falcon_lab.config import ConfigError, load_config
     from falcon_lab.mixers import layers, samples_by_id
 
@@ -309,12 +339,21 @@ def test_cuda_graphs_take_isolated_samples_by_id(monkeypatch: pytest.MonkeyPatch
     with pytest.raises(ConfigError, match="train.cuda_graphs replays one fixed step"):
         graphs("falcon-1.3")
     monkeypatch.setattr(layers, "SAMPLE_IDS", True)
-    for mixer in ("falcon-1.3", "falcon-1", "falcon-1a.3", "falcon-3", "falcon-3a.3", "deltanet", "gated-deltanet",
-                  "retnet", "mamba2"):
+    for mixer in ("falcon-1.3", "falcon-1", "falcon-2", "falcon-1a.3", "falcon-3", "falcon-3a.3", "deltanet",
+                  "gated-deltanet", "retnet", "mamba2"):
         assert samples_by_id(mixer) and graphs(mixer).train.cuda_graphs
     assert samples_by_id("deltanet", {"backend": "triton"})
-    for mixer, more in (("falcon-1.3", ["model.mixer_options={backend: chunk}"]), ("falcon-2", []),
-                        ("falcon-2a", [])):
+    for mixer, more in (("falcon-1.3", ["model.mixer_options={backend: chunk}"]), ("falcon-2a", [])):
         assert not samples_by_id(mixer, {"backend": "chunk"} if more else None)
         with pytest.raises(ConfigError, match="by id: the default, not LAB_SAMPLE_IDS=0"):
             graphs(mixer, *more)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-3), (torch.bfloat16, 2e-2)])
+def test_gpu_falcon2_rows_of_samples(dtype: torch.dtype, tol: float) -> None:
+    """falcon-2 by sample id at a thinned same-time shape on a GPU, fp32 and bf16, against the float64 chunk form over
+    the packed samples (``tests/test_triton_falcon3.py``'s check)."""
+    from tests.test_triton_falcon3 import check_rows_of_samples_on_gpu
+
+    check_rows_of_samples_on_gpu("falcon-2", dtype, tol)

@@ -22,8 +22,8 @@ except ImportError:  # no Triton: every short convolution takes ShortConv's PyTo
     fused_short_conv = None
 
 # Samples of packed rows on the kernels that take them by their ids (decayed attention's, the gated delta rule's,
-# falcon-1's, falcon-1a's, falcon-3a's): the rows as they are, in full chunks, shapes that follow the batch's alone and
-# no host read, rather than the samples as packed sequences (``sample_bounds``). On by default: every recurrent row's
+# every rule's but falcon-2a's): the rows as they are, in full chunks, shapes that follow the batch's alone and no
+# host read, rather than the samples as packed sequences (``sample_bounds``). On by default: every recurrent row's
 # step 10-41% cheaper on an H100 with CUDA graphs (records/bench/samples-by-id/); ``LAB_SAMPLE_IDS=0`` turns it off
 # (read as ``layers.SAMPLE_IDS`` at each call).
 SAMPLE_IDS = os.environ.get("LAB_SAMPLE_IDS", "1") not in ("", "0")

@@ -68,7 +68,7 @@ def fast_weight_rule(
             each sequence starts fresh (or from row n of ``initial_state``) and the final state has N rows.
         sample_id: instead, ``[B, T]`` integers non-decreasing along each row (not checked: that would read the
             device): the samples of each row run apart, each fresh, outputs alone (no state in or out). A rule
-            whose spec says ``by_sample_id`` (falcon-1, falcon-1a, falcon-3, falcon-3a) runs them on ``"triton"``
+            whose spec says ``by_sample_id`` (all but falcon-2a) runs them on ``"triton"``
             as the rows they are, in full chunks, with no host read; every other rule or backend as the packed
             sequences of one row of B·T tokens (their ``cu_seqlens``, read on the host).
 

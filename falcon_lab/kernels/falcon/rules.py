@@ -28,7 +28,7 @@ from falcon_lab.kernels.window.naive import recurrent_window
 def triton_regression(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, lam: Tensor, cfg: RuleConfig,
                       state: FastWeightState, fresh: bool, chunk_size: int = 64, cu_seqlens: Tensor | None = None,
                       sample_id: Tensor | None = None) -> tuple[Tensor, FastWeightState]:
-    """falcon-1/2's fused kernels (``falcon_lab.kernels.regression.fused``); falcon-1's also over rows of samples
+    """falcon-1/2's fused kernels (``falcon_lab.kernels.regression.fused``), also over rows of samples
     (``sample_id``)."""
     from falcon_lab.kernels.regression.fused import triton_regression as fused
 
@@ -99,7 +99,7 @@ FALCON_1 = register_rule(RuleSpec(
 FALCON_2 = register_rule(RuleSpec(
     "falcon-2", "regression", regression=True, per_channel=True, windowed=False, gain_bound="ridge",
     recurrent=recurrent_regression, masked=masked_regression, chunk=chunk_regression, triton=triton_regression,
-    summary="NLMS on the newest pair: one gain per value channel"))
+    by_sample_id=True, summary="NLMS on the newest pair: one gain per value channel"))
 FALCON_3 = register_rule(RuleSpec(
     "falcon-3", "window", regression=True, per_channel=False, windowed=True, gain_bound="ridge",
     recurrent=recurrent_window, masked=masked_falcon3, chunk=chunk_falcon3, triton=triton_falcon3,

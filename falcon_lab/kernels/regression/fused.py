@@ -47,7 +47,7 @@ class RegressionRule(torch.autograd.Function):
 def triton_regression(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, lam: Tensor, cfg: RuleConfig,
                       state: FastWeightState, fresh: bool, chunk_size: int = 64, cu_seqlens: Tensor | None = None,
                       sample_id: Tensor | None = None) -> tuple[Tensor, FastWeightState]:
-    """falcon-1/2 over whole sequences (or packed ones, ``cu_seqlens``; or, falcon-1 alone, rows of samples told
+    """falcon-1/2 over whole sequences (or packed ones, ``cu_seqlens``; or rows of samples told
     apart by ``sample_id [B, T]`` int32, each row's first sample from its row of the state, the final state each
     row's after its last token); o in q's dtype, the state in fp32. The op has checked that the kernels take the
     inputs (``falcon_lab.kernels.common.checks.fused_refusal``, ``check_sample_id``)."""
@@ -55,8 +55,6 @@ def triton_regression(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, lam: Tensor
     S0 = state.S.float().contiguous()
     lk = state.last_key.float().contiguous()
     if sample_id is not None:
-        if cfg.per_channel:
-            raise ValueError(f"sample_id is taken by falcon-1's kernels alone, not {cfg.rule}'s")
         sample_id = sample_id.to(device=q.device, dtype=torch.int32).contiguous()
     o, S = RegressionRule.apply(q, k, v, beta, lam, S0, lk, cfg, fresh, chunk_size, cu_seqlens, sample_id)
     last = k[:, -1] if cu_seqlens is None else k[0, cu_seqlens[1:].long() - 1]

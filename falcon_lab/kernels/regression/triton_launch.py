@@ -89,9 +89,8 @@ F2_SOLVE = "inverses"
 
 
 class Layout:
-    """Where the sequences and their chunks lie: a batch of B sequences of T tokens, or packed ones; or (falcon-1)
-    B rows of samples told apart by ``sample_id [B, T]`` (int32, non-decreasing along a row), in the batch's
-    chunks."""
+    """Where the sequences and their chunks lie: a batch of B sequences of T tokens, or packed ones; or B rows of
+    samples told apart by ``sample_id [B, T]`` (int32, non-decreasing along a row), in the batch's chunks."""
 
     def __init__(self, q: Tensor, cu_seqlens: Tensor | None, C: int, sample_id: Tensor | None = None):
         B, T, H, _ = q.shape
@@ -165,7 +164,7 @@ def _gate_flags(cfg: RuleConfig) -> dict:
 
 
 def _samples(lay: Layout) -> dict:
-    """falcon-1's kernels' flag of rows of samples (``Layout.sid`` is passed beside the packed tables)."""
+    """The regression kernels' flag of rows of samples (``Layout.sid`` is passed beside the packed tables)."""
     return dict(SAMPLES=lay.samples)
 
 
@@ -255,8 +254,8 @@ def _f2_inverses(k, v, beta, lam, lk, cfg, fresh, lay, prec):
     Ti = _f32(lay.n_chunks, lay.H, lay.C, lay.C, Dv, device=k.device)
     conf = launch_config("f2_inverse", Dk, Dv, lay.C)
     f2_inverse_kernel[(lay.n_chunks, lay.H, triton.cdiv(Dv, conf["BV"]))](
-        k, v, beta, lam, lk, lay.cu, lay.cidx, Ti, lay.T, lay.NT, cfg.eps, cfg.decay_floor, Dk=Dk, Dv=Dv,
-        **_gate_flags(cfg), **_flags(cfg, fresh, lay, prec), **conf)
+        k, v, beta, lam, lk, lay.cu, lay.cidx, lay.sid, Ti, lay.T, lay.NT, cfg.eps, cfg.decay_floor, Dk=Dk, Dv=Dv,
+        **_gate_flags(cfg), **_flags(cfg, fresh, lay, prec), **_samples(lay), **conf)
     return Ti
 
 
@@ -275,14 +274,15 @@ def _f2_states(q, k, v, beta, lam, S0, lk, cfg, fresh, lay, prec, write_o, store
     Ti = _f2_inverses(k, v, beta, lam, lk, cfg, fresh, lay, prec) if inverse else Sf
     conf = launch_config("f2_fwd", Dk, Dv, lay.C)
     f2_fwd_kernel[(triton.cdiv(Dv, conf["BV"]), lay.N * lay.H)](
-        q, k, v, beta, lam, lk, S0, lay.cu, lay.coff, Ti, o, U, h, Sf, lay.T, cfg.eps, cfg.decay_floor, Dk=Dk,
-        Dv=Dv, RBW=cfg.timing == "rbw", WRITE_O=write_o and not apart, STORE=store, INVERSE=inverse,
-        **_gate_flags(cfg), **_flags(cfg, fresh, lay, prec), **conf)
+        q, k, v, beta, lam, lk, S0, lay.cu, lay.coff, lay.sid, Ti, o, U, h, Sf, lay.T, cfg.eps, cfg.decay_floor,
+        Dk=Dk, Dv=Dv, RBW=cfg.timing == "rbw", WRITE_O=write_o and not apart, STORE=store, INVERSE=inverse,
+        **_gate_flags(cfg), **_flags(cfg, fresh, lay, prec), **_samples(lay), **conf)
     if write_o and apart:
         conf = launch_config("f2_out", Dk, Dv, lay.C)
         f2_out_kernel[(lay.n_chunks, lay.H, triton.cdiv(Dv, conf["BV"]))](
-            q, k, v, beta, lam, lk, U, h, lay.cu, lay.cidx, o, lay.T, lay.NT, cfg.eps, cfg.decay_floor, Dk=Dk,
-            Dv=Dv, RBW=cfg.timing == "rbw", **_gate_flags(cfg), **_flags(cfg, fresh, lay, prec), **conf)
+            q, k, v, beta, lam, lk, U, h, lay.cu, lay.cidx, lay.sid, o, lay.T, lay.NT, cfg.eps, cfg.decay_floor,
+            Dk=Dk, Dv=Dv, RBW=cfg.timing == "rbw", **_gate_flags(cfg), **_flags(cfg, fresh, lay, prec),
+            **_samples(lay), **conf)
     return o, Sf, U, h
 
 
@@ -305,16 +305,19 @@ def f2_backward(q, k, v, beta, lam, S0, lk, do, dSf, cfg, fresh, lay, kept=()):
     dB = _f32(rows, lay.H, Dv, device=dev)
     dS0 = _f32(*S0.shape, device=dev)
     Ti = _f2_inverses(k, v, beta, lam, lk, cfg, fresh, lay, prec) if inverse else dS0
-    common = dict(Dk=Dk, Dv=Dv, RBW=cfg.timing == "rbw", **_gate_flags(cfg), **_flags(cfg, fresh, lay, prec))
+    common = dict(Dk=Dk, Dv=Dv, RBW=cfg.timing == "rbw", **_gate_flags(cfg), **_flags(cfg, fresh, lay, prec),
+                  **_samples(lay))
     conf = launch_config("f2_dstate", Dk, Dv, lay.C)
     f2_dstate_kernel[(triton.cdiv(Dv, conf["BV"]), lay.N * lay.H)](
-        q, k, v, beta, lam, lk, do, U, dSf if dSf is not None else dS0, lay.cu, lay.coff, Ti, dh, dB, dS0, lay.T,
+        q, k, v, beta, lam, lk, do, U, dSf if dSf is not None else dS0, lay.cu, lay.coff, lay.sid, Ti, dh, dB, dS0,
+        lay.T,
         cfg.eps, cfg.decay_floor, HAS_DSF=dSf is not None, INVERSE=inverse, **common, **conf)
     dq, dv, dbeta, dlam = _like(q), _like(v), _like(beta), _like(lam)
     dx = _f32(rows, lay.H, Dk, device=dev)
     de = _f32(rows, lay.H, device=dev)
     f2_grad_kernel[(lay.n_chunks, lay.H)](
-        q, k, v, beta, lam, lk, do, U, dB, h, dh, lay.cu, lay.cidx, dq, dx, dv, dbeta, dlam, de, lay.T, lay.NT,
+        q, k, v, beta, lam, lk, do, U, dB, h, dh, lay.cu, lay.cidx, lay.sid, dq, dx, dv, dbeta, dlam, de, lay.T,
+        lay.NT,
         cfg.eps, cfg.decay_floor, **common, **launch_config("f2_grad", Dk, Dv, lay.C))
     dk, dlk = finish_dk(k, lk, dx, de, cfg, fresh, lay)
     return dq, dk, dv, dbeta, dlam, dS0, dlk
