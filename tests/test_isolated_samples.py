@@ -331,9 +331,9 @@ def _same_loss_and_gradients(*models: tuple, rtol: float, atol: float) -> None:
 def test_samples_by_id_on_the_kernels_give_the_packed_sequences_loss(monkeypatch: pytest.MonkeyPatch,
                                                                      mixer: str) -> None:
     """``falcon_lab.mixers.layers.SAMPLE_IDS`` (``LAB_SAMPLE_IDS=1``): falcon-1a.3, falcon-2 and falcon-3 over packed
-    samples on the kernels by their ids, the rows as they are in chunks of 16 tokens, give the loss and the gradients of the
-    samples as packed sequences (falcon-3's laid one to a row; float32, Triton's interpreter here; decayed
-    attention's mixers by id: tests/test_decayed.py)."""
+    samples on the kernels by their ids, the rows as they are in chunks of 16 tokens, give the loss and the
+    gradients of the samples as packed sequences (falcon-3's laid one to a row; float32, Triton's interpreter here;
+    decayed attention's mixers by id: tests/test_decayed.py)."""
     from falcon_lab.mixers import layers
 
     torch.manual_seed(0)

@@ -1,6 +1,7 @@
-"""falcon-1's, falcon-2's and falcon-3a's fused kernels over rows of samples told apart by a per-token sample id (``sample_id``):
-the rows as they are, in full chunks of 16, against each sample run alone by the float64 recurrent oracle and against
-the packed sequences (``cu_seqlens``); outputs, final states and every gradient, under Triton's interpreter on a CPU.
+"""falcon-1's, falcon-2's and falcon-3a's fused kernels over rows of samples told apart by a per-token sample id
+(``sample_id``): the rows as they are, in full chunks of 16, against each sample run alone by the float64 recurrent
+oracle and against the packed sequences (``cu_seqlens``); outputs, final states and every gradient, under Triton's
+interpreter on a CPU.
 
 Every buffer the kernels fill starts as NaN, so a row a kernel forgets to write cannot pass.
 """

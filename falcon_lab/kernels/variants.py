@@ -7,9 +7,9 @@
   (``regression.triton_launch.parse_launch``);
 - ``falcon3-glue``: falcon-3's glue by sample id on a GPU, ``eager`` or ``compiled`` (``window.fused.GLUE``).
 
-Each starts from the environment (``LAB_CONV_FORM``, ``LAB_TRIL_INVERSE``, ``LAB_LAUNCH``, ``LAB_FALCON3_GLUE``); ``using`` sets them for a
-block, as ``lab bench step --kernels NAME=VALUE`` does, so one process times a step in each. None of them changes
-what a kernel computes, only how: they are no part of a run's configuration.
+Each starts from the environment (``LAB_CONV_FORM``, ``LAB_TRIL_INVERSE``, ``LAB_LAUNCH``, ``LAB_FALCON3_GLUE``);
+``using`` sets them for a block, as ``lab bench step --kernels NAME=VALUE`` does, so one process times a step in
+each. None of them changes what a kernel computes, only how: they are no part of a run's configuration.
 """
 
 from __future__ import annotations

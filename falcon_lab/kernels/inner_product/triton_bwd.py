@@ -8,8 +8,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from falcon_lab.kernels.common.triton_helpers import (chunk_at, is_pair, load_pairs, load_rows, mm, put_rows, state_tile,
-                                                      store_rows)
+from falcon_lab.kernels.common.triton_helpers import (chunk_at, is_pair, load_pairs, load_rows, mm, put_rows,
+                                                      state_tile, store_rows)
 from falcon_lab.kernels.inner_product.triton_parts import (NEG_INF, _carries, _carry_at, _opens_sample, _outputs,
                                                            _read_carries, _sample_masks, _sees, _source_grads)
 

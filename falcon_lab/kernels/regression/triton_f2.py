@@ -33,8 +33,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from falcon_lab.kernels.common.triton_helpers import (chunk_of, chunk_samples, cut_pairs, gates, is_pair, load_pairs, mm,
-                                                      pair_apart, seq_bounds, state_tile)
+from falcon_lab.kernels.common.triton_helpers import (chunk_of, chunk_samples, cut_pairs, gates, is_pair, load_pairs,
+                                                      mm, pair_apart, seq_bounds, state_tile)
 
 
 @triton.jit

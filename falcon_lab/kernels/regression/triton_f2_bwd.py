@@ -1,8 +1,8 @@
 """falcon-2 parameter gradients in Triton, per chunk of 16 tokens, from the stored U, dB and chunk states.
 
 With per-column decays every chunk-local product carries a ``[16, 16, BV]`` decay tile; the gradients of the
-shared quantities (q, x, λ, ‖x‖²) sum over the column blocks, those of per-column ones (y, β) do not. ``SAMPLES``:
-the forward's masks (``triton_f2``).
+shared quantities (q, x, λ, ‖x‖²) sum over the column blocks, those of per-column ones (y, β) do not.
+``SAMPLES``: the forward's masks (``triton_f2``).
 """
 
 from __future__ import annotations
