@@ -1,6 +1,6 @@
 """Whether falcon-2's kernels run faster with launches that spill less. Compiled for sm_90 on a CPU
 (`records/bench/registers/`), `f2_grad` at its default launch (4 warps, blocks of 16 value columns) holds 255
-registers a thread and spills 664 bytes of them, 72 at 8 warps; `f2_dstate` spills 8 bytes at 4 warps, none at 8. In
+registers a thread and spills 696 bytes of them, 72 at 8 warps; `f2_dstate` spills 32 bytes at 4 warps, none at 8. In
 the same-time step on an H100, `f2_grad` took 62.8 ms of 154.7 (`records/bench/throughput-2026-12-07/step-more/`).
 falcon-2's and falcon-1's fwd+bwd at the first of the kernels issue's shapes and at the same-time table's (256 rows
 of 256 tokens, 6 heads of 64), at the default launches and two others (`--kernels launch=...`: no code changes), then
