@@ -3,10 +3,10 @@
 A kernel's registers a thread, the stack it spills them to and the loads back from local memory decide how many
 programs share an SM and how much of its time goes to memory it did not mean to touch; they are fixed when the kernel
 compiles, so a CPU can tell them. The rule's op runs forward and backward on CPU tensors of the given shape with
-every Triton launch intercepted (nothing runs: the host code only picks kernels, constants and launches, as it would
-on a GPU), and each distinct launch is compiled for sm_90 by the installed Triton (``ptxas``) and read back with
-``cuobjdump``. Pointers are taken as 16-byte aligned and integers as the launch passed them; the figures are the
-compiler's, not a measurement of time (``lab bench kernels`` times them on a GPU).
+every Triton launch recorded and none run (``falcon_lab.kernels.common.launches``: the host code picks kernels,
+constants and launches as it would on a GPU), and each distinct launch is compiled for sm_90 by the installed Triton
+(``ptxas``) and read back with ``cuobjdump``. Pointers are taken as 16-byte aligned and integers as the launch passed
+them; the figures are the compiler's, not a measurement of time (``lab bench kernels`` times them on a GPU).
 """
 
 from __future__ import annotations
@@ -17,18 +17,16 @@ import os
 import re
 import subprocess
 import tempfile
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from falcon_lab.bench.kernels import BenchError
+from falcon_lab.kernels.common.launches import OPTIONS, Launch, recorded
 
 TARGET = ("cuda", 90, 32)  # an H100/H200: compute capability 9.0, warps of 32
-OPTIONS = ("num_warps", "num_stages")  # a launch's options, not the kernel's parameters
 RULES = ("falcon-1", "falcon-2", "falcon-3", "falcon-1a", "falcon-2a", "falcon-3a", "conv")
 COLUMNS = ("rule", "kernel", "num_warps", "num_stages", "constants", "registers", "spill_bytes", "local_loads",
            "local_stores", "shared_bytes", "ctas_per_sm", "warps_per_sm", "sass_lines")
@@ -38,24 +36,6 @@ SM_REGISTERS, SM_WARPS, SM_CTAS, SM_SHARED, CTA_RESERVED = 65536, 64, 32, 228 * 
 POINTER_TYPES = {torch.bfloat16: "*bf16", torch.float16: "*fp16", torch.float32: "*fp32", torch.float64: "*fp64",
                  torch.int32: "*i32", torch.int64: "*i64", torch.int8: "*i8", torch.uint8: "*u8", torch.bool: "*i1"}
 SHOWN = ("BK", "BV", "BT", "C", "R", "WP", "PREC", "SAMPLES", "BACKWARD", "BLOCK_T", "BLOCK_C", "TILES")  # `constants`
-
-
-@dataclass(frozen=True)
-class Launch:
-    """One intercepted launch: the kernel, its positional arguments and its keyword ones (constants and options)."""
-
-    fn: Any
-    args: tuple
-    kwargs: dict
-
-    @property
-    def name(self) -> str:
-        return self.fn.fn.__name__
-
-    def key(self) -> tuple:
-        """Launches that compile to the same code: the kernel, its constants, and its arguments' types."""
-        kinds = tuple(_kind(a) for a in self.args)
-        return self.name, kinds, tuple(sorted((k, repr(v)) for k, v in self.kwargs.items()))
 
 
 def _kind(value: Any) -> str:
@@ -68,38 +48,6 @@ def _kind(value: Any) -> str:
     if isinstance(value, float):
         return "fp32"
     return "constexpr"  # None and the like: no runtime argument
-
-
-@contextmanager
-def intercepted() -> Iterator[list[Launch]]:
-    """Inside the block every ``@triton.jit`` launch is recorded, not run, and the fused forms accept CPU tensors
-    (their refusal asks for CUDA or the interpreter; the interpreter is not on, so the kernels' host code makes the
-    choices it makes on a GPU)."""
-    from triton.runtime.jit import JITFunction
-
-    from falcon_lab.kernels.common import checks
-
-    _import_kernels()  # every module that reads ``interpreting`` by name keeps the real one
-    launches: list[Launch] = []
-    run, interpreting = JITFunction.run, checks.interpreting
-
-    def record(self, *args, grid, warmup, **kwargs):
-        launches.append(Launch(self, args, dict(kwargs)))
-
-    JITFunction.run = record
-    checks.interpreting = lambda: True
-    try:
-        yield launches
-    finally:
-        JITFunction.run, checks.interpreting = run, interpreting
-
-
-def _import_kernels() -> None:
-    import falcon_lab.kernels.conv.triton_short_conv  # noqa: F401
-    import falcon_lab.kernels.inner_product.fused  # noqa: F401
-    import falcon_lab.kernels.regression.fused  # noqa: F401
-    import falcon_lab.kernels.regression.triton_launch  # noqa: F401
-    import falcon_lab.kernels.window.fused  # noqa: F401
 
 
 def sample_rows(B: int, T: int, length: int) -> torch.Tensor:
@@ -120,7 +68,7 @@ def capture(rule: str, shape: tuple[int, int, int, int], dtype: torch.dtype, win
     B, T, H, D = shape
     g = torch.Generator().manual_seed(0)
     samples = None if sample_length is None else sample_rows(B, T, sample_length)
-    with intercepted() as launches:
+    with recorded() as launches:
         if rule == "conv":
             from falcon_lab.kernels.conv.triton_short_conv import short_conv
 
@@ -159,8 +107,7 @@ def compile_launch(launch: Launch) -> dict[str, Any]:
 
     fn = launch.fn
     options = {k: launch.kwargs[k] for k in OPTIONS if k in launch.kwargs}
-    values = dict(zip(fn.arg_names, launch.args))  # Python's binding: the first parameters by position
-    values.update((k, v) for k, v in launch.kwargs.items() if k not in OPTIONS)
+    values = launch.values()
     missing = [n for n in fn.arg_names if n not in values]
     if missing:
         raise BenchError(f"{launch.name}: no value for {', '.join(missing)}")
@@ -211,7 +158,7 @@ def occupancy(registers: int, warps: int, shared: int) -> int:
 def _constants(launch: Launch) -> str:
     """The launch's block sizes and the like (``SHOWN``, where the kernel takes them as constants)."""
     fn = launch.fn
-    values = dict(zip(fn.arg_names, launch.args), **launch.kwargs)
+    values = launch.values()
     constant = {name for name, param in zip(fn.arg_names, fn.params) if param.is_constexpr}
     return " ".join(f"{k}={values[k]}" for k in SHOWN if k in constant and k in values)
 

@@ -55,6 +55,13 @@ def as_int32(cu_seqlens: Tensor, device: torch.device) -> Tensor:
     return memo(cu_seqlens, ("int32", str(device)), make)
 
 
+def ids_int32(sample_id: Tensor, device: torch.device) -> Tensor:
+    """Per-token sample ids as the kernels read them: int32, contiguous, on ``device``, made once per tensor for
+    every layer, with no host read."""
+    return memo(sample_id, ("ids int32", str(device)),
+                lambda: sample_id.to(device=device, dtype=torch.int32).contiguous())
+
+
 def on_host(cu_seqlens: Tensor) -> np.ndarray:
     """``cu_seqlens`` as int64 on the host: the one wait for the device; every fact below is read from it."""
     return memo(cu_seqlens, "host", lambda: to_host(cu_seqlens))

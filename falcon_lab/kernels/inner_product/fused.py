@@ -381,7 +381,7 @@ def decayed_plan(q: Tensor, k: Tensor, v: Tensor, eta: Tensor, log_gamma: Tensor
             return None
         NT = triton.cdiv(T, chunk_size)
         return _Plan(**blocks, NT=NT, NTT=B * NT, N=B, cu_seqlens=None, chunk_indices=None, chunk_offsets=None,
-                     sample_id=sample_id.to(device=q.device, dtype=torch.int32).contiguous())
+                     sample_id=packed.ids_int32(sample_id, q.device))
     groups = (grid.row_groups(B, T, H, chunk_size) if cu_seqlens is None
               else grid.sequence_groups(cu_seqlens, H, chunk_size))
     if len(groups) > 1:

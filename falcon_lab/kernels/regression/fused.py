@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from falcon_lab.kernels.common import packed
 from falcon_lab.kernels.common.config import RuleConfig
 from falcon_lab.kernels.common.state import FastWeightState
 from falcon_lab.kernels.regression import triton_launch as launch
@@ -55,7 +56,7 @@ def triton_regression(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, lam: Tensor
     S0 = state.S.float().contiguous()
     lk = state.last_key.float().contiguous()
     if sample_id is not None:
-        sample_id = sample_id.to(device=q.device, dtype=torch.int32).contiguous()
+        sample_id = packed.ids_int32(sample_id, q.device)
     o, S = RegressionRule.apply(q, k, v, beta, lam, S0, lk, cfg, fresh, chunk_size, cu_seqlens, sample_id)
     last = k[:, -1] if cu_seqlens is None else k[0, cu_seqlens[1:].long() - 1]
     final = FastWeightState(S=S, last_key=last.float(), x_tail=state.x_tail, v_tail=state.v_tail,

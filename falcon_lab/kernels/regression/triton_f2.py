@@ -232,7 +232,10 @@ def f2_fwd_kernel(q_ptr, k_ptr, v_ptr, beta_ptr, lam_ptr, lk_ptr, S0_ptr, cu_ptr
                 k_i = tl.sum(tl.where(sel, gram, 0.0), 0)
                 gp_i = tl.sum(tl.where(sel, Gp, 0.0), 0)
                 eta_i = tl.sum(tl.where(sel, eta, 0.0), 0)
-                before = ((r < i) & (sid == tl.sum(tl.where(r == i, sid, 0), 0)))[:, None]
+                before = r < i
+                if SAMPLES:  # within token i's sample
+                    before = before & (sid == tl.sum(tl.where(r == i, sid, 0), 0))
+                before = before[:, None]
                 dec = tl.where(before, tl.exp(tl.where(before, gp_i[None, :] - G, 0.0)), 0.0)
                 acc = tl.sum(k_i[:, None] * dec * U, 0)
                 U = tl.where(sel, U - (eta_i * acc)[None, :], U)
@@ -294,7 +297,10 @@ def f2_dstate_kernel(q_ptr, k_ptr, v_ptr, beta_ptr, lam_ptr, lk_ptr, do_ptr, U_p
                 sel = r[:, None] == i
                 k_i = tl.sum(tl.where(sel, gram, 0.0), 0)
                 g_i = tl.sum(tl.where(sel, G, 0.0), 0)
-                after = ((r > i) & (sid == tl.sum(tl.where(r == i, sid, 0), 0)))[:, None]
+                after = r > i
+                if SAMPLES:  # within token i's sample
+                    after = after & (sid == tl.sum(tl.where(r == i, sid, 0), 0))
+                after = after[:, None]
                 dec = tl.where(after, tl.exp(tl.where(after, Gp - g_i[None, :], 0.0)), 0.0)
                 acc = tl.sum(k_i[:, None] * eta * dec * dB, 0)
                 dB = tl.where(sel, dB - acc[None, :], dB)

@@ -41,7 +41,7 @@ from torch import Tensor
 from falcon_lab.kernels.common import packed
 from falcon_lab.kernels.common.checks import env_setting, setting
 from falcon_lab.kernels.common.config import RuleConfig
-from falcon_lab.kernels.common.prepare import final_state, prepare, windows
+from falcon_lab.kernels.common.prepare import final_state, prepare, window_gram, windows
 from falcon_lab.kernels.common.recurrent import step_size_and_carry
 from falcon_lab.kernels.common.state import FastWeightState
 from falcon_lab.kernels.inner_product.fused import (decayed_attention, decayed_backward, decayed_forward,
@@ -275,31 +275,30 @@ def triton_falcon3_samples(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, lam: T
     gram, X, V = slots(q, k, v, win.pair, win.held, cfg, geo["WP"])
     a, log_gamma = gates(top_eigenvalue(gram), win.n_pairs, beta, lam, cfg)
     S0 = q.new_zeros(q.shape[0], q.shape[2], q.shape[3], v.shape[-1], dtype=torch.float32)
-    sid = packed.memo(sample_id, ("int32", str(q.device)),
-                      lambda: sample_id.to(device=q.device, dtype=torch.int32).contiguous())
+    sid = packed.ids_int32(sample_id, q.device)
     return Falcon3Chunks.apply(q, X, V, a, log_gamma, S0, cfg.timing == "rbw", geo, sid)[0]
 
 
 def _sample_slots(q: Tensor, k: Tensor, v: Tensor, pair: Tensor, held: list[Tensor], cfg: RuleConfig,
                   WP: int) -> tuple[Tensor, Tensor, Tensor]:
-    """The window Gram of each token ``[B, T, H, W, W]`` in float32, entry (i, j) = x_{t−i} · x_{t−j} over the
-    slots holding pairs of t's sample (from the lag products x_s · x_{s−d}, ``window_gram``'s way), and the slot
-    rows X, V ``[B, T·WP, H, D]`` in q's dtype: slot j of token t holds pair t − j of its sample, else 0."""
+    """The window Gram of each token ``[B, T, H, W, W]`` in float32 (``window_gram``) and the slot rows X, V
+    ``[B, T·WP, H, D]`` in q's dtype (``windows``), over the pairs of t's own sample: slot i of token t holds pair
+    t − W + 1 + i where that is of t's sample (``held``), else 0."""
     B, T, H = q.shape[:3]
     W = cfg.span
     x = k.to(torch.float32)
     if cfg.shifted:  # x_t = k_{t−1} within a sample; its first token writes no pair
         x = F.pad(x, (0, 0, 0, 0, 1, 0))[:, :T] * pair[..., None]
-    lags = [x.square().sum(-1)] + [(x * _late(x, d)).sum(-1) for d in range(1, W)]  # [B, T, H]
-    gram = torch.stack([torch.stack([_late(lags[abs(i - j)], min(i, j)) * held[i] * held[j] for j in range(W)], -1)
-                        for i in range(W)], -2)
-    held_q = [h[..., None].to(q.dtype) for h in held]
+    front = (0, 0, 0, 0, W - 1, 0)  # W − 1 empty slots before the row: each window as the extended arrays take it
+    mine = torch.stack(held[::-1], dim=-1)  # [B, T, 1, W]: slot i holds pair t − W + 1 + i, held[W − 1 − i]
+    gram = window_gram(F.pad(x, front), W) * mine[..., :, None] * mine[..., None, :]
+    mine_q = mine.movedim(-1, 2)[..., None].to(q.dtype)  # [B, T, W, 1, 1]
 
     def slots(t: Tensor) -> Tensor:
-        rows = [_late(t, j) * held_q[j] for j in range(W)] + [t.new_zeros(t.shape)] * (WP - W)
-        return torch.stack(rows, dim=2).reshape(B, T * WP, H, t.shape[-1])
+        held_rows = windows(F.pad(t.to(q.dtype), front), W) * mine_q  # [B, T, W, H, D]
+        return F.pad(held_rows, (0, 0, 0, 0, 0, WP - W)).reshape(B, T * WP, H, t.shape[-1])
 
-    return gram, slots(x.to(q.dtype)), slots(v.to(q.dtype))
+    return gram, slots(x), slots(v)
 
 
 def _sample_gates(top: Tensor, n_pairs: Tensor, beta: Tensor, lam: Tensor, cfg: RuleConfig) -> tuple[Tensor, Tensor]:
