@@ -3,7 +3,7 @@
 A kernel's registers a thread, the stack it spills them to and the loads back from local memory decide how many
 programs share an SM and how much of its time goes to memory it did not mean to touch; they are fixed when the kernel
 compiles, so a CPU can tell them. The rule's op runs forward and backward on CPU tensors of the given shape with
-every Triton launch recorded and none run (``falcon_lab.kernels.common.launches``: the host code picks kernels,
+every Triton launch recorded and none run (``falcon_lab.kernels.falcon.launches``: the host code picks kernels,
 constants and launches as it would on a GPU), and each distinct launch is compiled for sm_90 by the installed Triton
 (``ptxas``) and read back with ``cuobjdump``. Pointers are taken as 16-byte aligned and integers as the launch passed
 them; the figures are the compiler's, not a measurement of time (``lab bench kernels`` times them on a GPU).
@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from falcon_lab.bench.kernels import BenchError
-from falcon_lab.kernels.common.launches import OPTIONS, Launch, recorded
+from falcon_lab.kernels.falcon.launches import OPTIONS, Launch, recorded
 
 TARGET = ("cuda", 90, 32)  # an H100/H200: compute capability 9.0, warps of 32
 RULES = ("falcon-1", "falcon-2", "falcon-3", "falcon-1a", "falcon-2a", "falcon-3a", "conv")
